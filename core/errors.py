@@ -1,0 +1,252 @@
+"""The storage core's exception tree.
+
+Every failure the core reports is one of these types; the mount layer turns them into errno values in exactly one
+place (``logfs.mount.errno``), and the core itself never mentions an errno. Each class names the Kafka exception it
+stands for, so a reader of Kafka's code finds the same rule here. Errors carry the numbers that explain them as
+attributes (offsets, positions, sizes), not only in their message, so callers and tests can inspect them.
+
+::
+
+    LogfsError
+    ├── RecordError                       bytes that are not a valid RecordBatch v2
+    │   ├── CorruptRecord                 too short, bad magic, CRC mismatch (CorruptRecordException)
+    │   └── InvalidRecord                 framing: counts, lengths, varints, deltas, trailing bytes
+    │       ├── ControlRecordNotAllowed   a client wrote a control batch
+    │       ├── InvalidTimestamp          outside message.timestamp.{before,after}.max.ms
+    │       └── UnsupportedCompression    codec id 5-7, or a codec library that is missing
+    ├── RecordTooLarge                    one batch over max.message.bytes (RecordTooLargeException)
+    ├── RecordBatchTooLarge               one append over segment.bytes (RecordBatchTooLargeException)
+    ├── OffsetError
+    │   ├── OffsetOutOfRange              below the log start offset or above the log end offset
+    │   ├── InvalidOffset                 an index append that does not move forward
+    │   ├── OffsetOverflow                offset - base offset outside [0, 2**31 - 1]
+    │   ├── UnexpectedAppendOffset        a follower append below the log end offset
+    │   └── OffsetsOutOfOrder             a follower append whose batches do not ascend
+    ├── IndexFull                         an append to an index with no free slot
+    ├── TimestampOutOfOrder               a time index append whose timestamp is below the last entry's
+    ├── ReplicationError
+    │   ├── NotEnoughReplicas             ISR below min.insync.replicas before an append (nothing written)
+    │   ├── NotEnoughReplicasAfterAppend  written, but the ISR shrank below min.insync.replicas before the ack
+    │   └── ReplicationTimeout            written, but not replicated within request.timeout.ms
+    ├── ProducerError
+    │   ├── OutOfOrderSequence            an idempotent producer skipped or reused a sequence number
+    │   └── ProducerFenced                an older producer epoch than the one the log knows
+    ├── ConfigError                       unknown key, unsupported key or bad value
+    └── StorageError                      the disk failed us: I/O error, disk full, store locked, damaged file
+        ├── DiskFull
+        ├── StoreLocked
+        ├── CorruptIndex                  an index file that fails its sanity check (CorruptIndexException)
+        └── CorruptCheckpoint             a checkpoint file with a bad version, line or entry count
+"""
+
+from __future__ import annotations
+
+
+class LogfsError(Exception):
+    """Base of every error the core raises on purpose."""
+
+
+# --- bytes -------------------------------------------------------------------------------------------------------
+
+
+class RecordError(LogfsError):
+    """Bytes that are not a valid RecordBatch v2.
+
+    ``position`` is the byte position of the offending batch in the buffer or file it was read from (None when
+    unknown); ``reason`` is the human sentence without the position.
+    """
+
+    def __init__(self, reason: str, *, position: int | None = None) -> None:
+        self.reason = reason
+        self.position = position
+        where = f" (batch at byte {position})" if position is not None else ""
+        super().__init__(f"{reason}{where}")
+
+
+class CorruptRecord(RecordError):
+    """The batch is damaged: shorter than its header, wrong magic, or a CRC-32C mismatch (CorruptRecordException)."""
+
+
+class InvalidRecord(RecordError):
+    """The batch passes its CRC but its framing breaks a rule of the format (InvalidRecordException)."""
+
+
+class ControlRecordNotAllowed(InvalidRecord):
+    """A client batch carries the control attribute: only the transaction machinery may write markers."""
+
+
+class InvalidTimestamp(InvalidRecord):
+    """A CREATE_TIME timestamp outside ``message.timestamp.before.max.ms`` / ``after.max.ms`` of now."""
+
+
+class UnsupportedCompression(InvalidRecord):
+    """A compression id Kafka does not define, or one whose codec library is not installed."""
+
+
+class RecordTooLarge(LogfsError):
+    """One batch is larger than ``max.message.bytes`` (RecordTooLargeException)."""
+
+    def __init__(self, size_bytes: int, max_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.max_bytes = max_bytes
+        super().__init__(f"batch of {size_bytes} bytes exceeds max.message.bytes={max_bytes}")
+
+
+class RecordBatchTooLarge(LogfsError):
+    """One append is larger than ``segment.bytes`` (RecordBatchTooLargeException)."""
+
+    def __init__(self, size_bytes: int, segment_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.segment_bytes = segment_bytes
+        super().__init__(f"append of {size_bytes} bytes exceeds segment.bytes={segment_bytes}")
+
+
+# --- offsets -----------------------------------------------------------------------------------------------------
+
+
+class OffsetError(LogfsError):
+    """A logical offset that the log or an index cannot accept or serve."""
+
+
+class OffsetOutOfRange(OffsetError):
+    """A read below the log start offset or above the log end offset (OffsetOutOfRangeException)."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int, what: str = "read") -> None:
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(
+            f"{what} at offset {offset} is outside [{log_start_offset}, {log_end_offset}] "
+            "(log start offset, log end offset)"
+        )
+
+
+class InvalidOffset(OffsetError):
+    """An index entry that would not move the index forward (InvalidOffsetException)."""
+
+
+class OffsetOverflow(OffsetError):
+    """``offset - base_offset`` does not fit a relative offset in ``[0, 2**31 - 1]``.
+
+    Kafka's IndexOffsetOverflowException and LogSegmentOffsetOverflowException.
+    """
+
+    def __init__(self, offset: int, base_offset: int, where: str) -> None:
+        self.offset = offset
+        self.base_offset = base_offset
+        super().__init__(f"offset {offset} cannot be stored relative to base offset {base_offset} in {where}")
+
+
+class UnexpectedAppendOffset(OffsetError):
+    """A follower append whose first offset is below the log end offset (UnexpectedAppendOffsetException)."""
+
+    def __init__(self, first_offset: int, last_offset: int, log_end_offset: int) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(
+            f"follower append of offsets [{first_offset}, {last_offset}] starts below the log end offset "
+            f"{log_end_offset}"
+        )
+
+
+class OffsetsOutOfOrder(OffsetError):
+    """A follower append whose batches are not in ascending offset order (OffsetsOutOfOrderException)."""
+
+
+class IndexFull(LogfsError):
+    """An append to an index whose every slot is taken (Kafka's IllegalArgumentException "index is full")."""
+
+
+class TimestampOutOfOrder(LogfsError):
+    """A time index append whose timestamp is below the last entry's (Kafka's IllegalStateException).
+
+    The segment only ever offers its largest timestamp so far, so this is a caller's bug; it is a typed error rather
+    than an ``assert`` so that it still stops the append under ``python -O``.
+    """
+
+    def __init__(self, timestamp: int, last_timestamp: int, where: str) -> None:
+        self.timestamp = timestamp
+        self.last_timestamp = last_timestamp
+        super().__init__(f"timestamp {timestamp} is below the last timestamp {last_timestamp} in {where}")
+
+
+# --- replication -------------------------------------------------------------------------------------------------
+
+
+class ReplicationError(LogfsError):
+    """acks=all could not be honoured."""
+
+
+class NotEnoughReplicas(ReplicationError):
+    """The ISR is below ``min.insync.replicas`` before the append: nothing was written; safe to retry."""
+
+
+class NotEnoughReplicasAfterAppend(ReplicationError):
+    """The records are in the log, but the ISR fell below ``min.insync.replicas`` before they were acknowledged."""
+
+
+class ReplicationTimeout(ReplicationError):
+    """The records are in the log, but the HW did not pass them within ``request.timeout.ms``."""
+
+
+# --- producers ---------------------------------------------------------------------------------------------------
+
+
+class ProducerError(LogfsError):
+    """An idempotent or transactional producer broke its sequence or epoch rules."""
+
+
+class OutOfOrderSequence(ProducerError):
+    """A sequence number that is neither the next one nor a duplicate of the last five batches."""
+
+
+class ProducerFenced(ProducerError):
+    """A producer epoch older than the newest one the log has seen for that producer id."""
+
+
+# --- configuration and storage -------------------------------------------------------------------------------------
+
+
+class ConfigError(LogfsError):
+    """An unknown or unsupported config key, or a value of the wrong type or range."""
+
+
+class StorageError(LogfsError):
+    """The disk or the store directory failed an operation (Kafka's KafkaStorageException)."""
+
+
+class DiskFull(StorageError):
+    """No space left on the store's device; nothing partial was kept."""
+
+
+class StoreLocked(StorageError):
+    """Another process owns the store (its exclusive lock is held)."""
+
+
+class CorruptIndex(StorageError):
+    """An ``.index`` or ``.timeindex`` file that fails its sanity check (Kafka's CorruptIndexException).
+
+    Indexes carry no checksum; the loader answers this by rebuilding the segment's indexes from its ``.log``, so it
+    is a distinct type from a failing disk, which must not be papered over by a rebuild.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"corrupt index {path}: {reason}")
+
+
+class CorruptCheckpoint(StorageError):
+    """A checkpoint file with an unknown version, a malformed line or the wrong number of entries.
+
+    Kafka's CheckpointFile raises a plain IOException here; LogManager then treats the recovery-point and log-start
+    checkpoints as empty. ``line_number`` counts from 1 and is None when no single line is to blame.
+    """
+
+    def __init__(self, path: str, reason: str, line_number: int | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.line_number = line_number
+        where = f" line {line_number}" if line_number is not None else ""
+        super().__init__(f"corrupt checkpoint {path}{where}: {reason}")

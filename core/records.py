@@ -1,0 +1,346 @@
+"""Walking the records section of a RecordBatch v2: validation and column extraction in one pass.
+
+Record v2 layout (reference §1.2; every integer a zigzag varint except ``attributes``)::
+
+    length          varint    bytes after this field
+    attributes      int8      unused, written as 0
+    timestampDelta  varlong   relative to the batch's baseTimestamp
+    offsetDelta     varint    relative to the batch's baseOffset
+    keyLength       varint    -1 = null key
+    key             bytes
+    valueLength     varint    -1 = null value
+    value           bytes
+    headersCount    varint    >= 0
+    headers         headerKeyLength varint (>= 0), headerKey utf-8, headerValueLength varint (-1 = null), value
+
+A walk checks what Kafka's validator checks on the way (``DefaultRecord.readFrom``): every varint well formed
+and within its width, no negative length other than -1 for a null key or value, every record consuming exactly its
+declared length, exactly ``count`` records and no byte after them, and the offset deltas: ``0, 1, 2 …`` for a batch
+from a client, strictly increasing and at most ``lastOffsetDelta`` for a batch already in a log (compaction leaves
+gaps). It returns the positions of every key and value, so decoding, rendering and Arrow conversion read the
+buffer without walking it again.
+
+Two walkers give the same answer on every input (a hypothesis test holds them to it):
+
+* :func:`walk_python`, the reference: one loop over the bytes, used for small batches and records with headers.
+* :func:`walk_numpy`, the fast path for large batches: only the record lengths are chained in Python (each record's
+  start depends on the previous length); every other field of all records is decoded at once with numpy gathers.
+  On the development machine this walks 100-byte records at ~3 M records/s where the reference loop does ~1.2 M.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import InvalidRecord
+from .varint import INT32_MAX, INT64_MAX, INT64_MIN, VARINT_MAX_BYTES, VARLONG_MAX_BYTES
+
+Buffer: TypeAlias = bytes | bytearray
+
+# Below this many records the fixed cost of numpy calls (~1 µs each, ~40 of them) exceeds the loop's cost.
+NUMPY_WALK_MIN_RECORDS = 48
+
+# The smallest record body: attributes + five one-byte varints (timestamp, offset, key, value, header count).
+RECORD_BODY_MIN_BYTES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """Where each record's fields lie in ``data``, indexed by record number.
+
+    A null key or value has length -1 (its position is where it would start). The integer columns are lists from
+    the reference walker and numpy arrays from the fast one (converting 10,000-entry arrays to lists costs ~30 ns
+    an entry, so it is done only for the columns a consumer needs: see :meth:`lists` and :meth:`value_spans`).
+    ``headers`` holds, per record, the decoded ``(key, value)`` pairs, or None for the records that have none.
+    """
+
+    data: Buffer
+    timestamp_delta: Sequence[int]
+    offset_delta: Sequence[int]
+    key_position: Sequence[int]
+    key_length: Sequence[int]
+    value_position: Sequence[int]
+    value_length: Sequence[int]
+    headers: Sequence[list[tuple[str, bytes | None]] | None]
+
+    def __len__(self) -> int:
+        return len(self.offset_delta)
+
+    def lists(self) -> RecordColumns:
+        """The same columns as plain lists, for per-record access (indexing a numpy array is ~100 ns)."""
+        if isinstance(self.offset_delta, list):
+            return self
+        return RecordColumns(
+            self.data,
+            *(_as_list(c) for c in (self.timestamp_delta, self.offset_delta, self.key_position, self.key_length)),
+            _as_list(self.value_position),
+            _as_list(self.value_length),
+            self.headers,
+        )
+
+    def value_spans(self, first: int = 0) -> tuple[list[int], list[int]]:
+        """Start and end positions of the values of records ``first…``; a null value is an empty span."""
+        vp, vl = self.value_position, self.value_length
+        if isinstance(vp, np.ndarray) and isinstance(vl, np.ndarray):
+            starts = vp[first:]
+            return starts.tolist(), (starts + np.maximum(vl[first:], 0)).tolist()
+        starts_l = list(vp[first:])
+        return starts_l, [p + n if n > 0 else p for p, n in zip(starts_l, vl[first:], strict=True)]
+
+
+def _as_list(column: Sequence[int]) -> list[int]:
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
+
+
+def walk(
+    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+) -> tuple[int, RecordColumns | None]:
+    """Validate ``count`` records in ``data[start:end]``; return the largest timestamp delta and, if asked, the
+    columns (positions are into ``data``, so an uncompressed batch is walked where it lies, without a copy).
+
+    ``client`` selects the offset-delta rule (sequential from 0 for a producer's batch, increasing for a stored
+    one). Raises :class:`InvalidRecord` naming the record and the fault. Any thread may call it.
+    """
+    if count >= NUMPY_WALK_MIN_RECORDS:
+        result = walk_numpy(data, start, end, count, last_offset_delta, client=client, columns=columns)
+        if result is not None:
+            return result
+    return walk_python(data, start, end, count, last_offset_delta, client=client, columns=columns)
+
+
+def _fault(index: int, what: str) -> InvalidRecord:
+    return InvalidRecord(f"record {index}: {what}")
+
+
+def walk_python(
+    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+) -> tuple[int, RecordColumns | None]:
+    """The reference walker: a plain loop over the bytes (see the module docstring for the rules)."""
+    pos = start
+    max_ts_delta = INT64_MIN
+    prev_od = -1
+    tsd: list[int] = []
+    ods: list[int] = []
+    kps: list[int] = []
+    kls: list[int] = []
+    vps: list[int] = []
+    vls: list[int] = []
+    hds: list[list[tuple[str, bytes | None]] | None] = []
+    for i in range(count):
+        if pos >= end:
+            raise _fault(i, f"missing: the records section ends after {i} of {count} records")
+        length, pos = _read_varint(data, pos, end, VARINT_MAX_BYTES, i, "length")
+        if length < RECORD_BODY_MIN_BYTES:
+            raise _fault(i, f"declared length {length} is below the minimum of {RECORD_BODY_MIN_BYTES}")
+        rec_end = pos + length
+        if rec_end > end:
+            raise _fault(i, f"declared length {length} runs {rec_end - end} bytes past the records section")
+        p = pos + 1  # attributes: unused, any value accepted (Kafka ignores them)
+        ts_delta, p = _read_varint(data, p, rec_end, VARLONG_MAX_BYTES, i, "timestampDelta")
+        od, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, i, "offsetDelta")
+        if client:
+            if od != i:
+                raise _fault(i, f"offsetDelta {od}, expected {i} (a producer's batch numbers its records 0, 1, 2 …)")
+        elif od <= prev_od or od > last_offset_delta:
+            raise _fault(i, f"offsetDelta {od} is not in ({prev_od}, {last_offset_delta}]")
+        prev_od = od
+        key_len, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, i, "keyLength")
+        if key_len < -1:
+            raise _fault(i, f"negative key length {key_len}")
+        key_pos = p
+        if key_len > 0:
+            p += key_len
+            if p > rec_end:
+                raise _fault(i, f"key of {key_len} bytes runs past the record's declared length {length}")
+        value_len, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, i, "valueLength")
+        if value_len < -1:
+            raise _fault(i, f"negative value length {value_len}")
+        value_pos = p
+        if value_len > 0:
+            p += value_len
+            if p > rec_end:
+                raise _fault(i, f"value of {value_len} bytes runs past the record's declared length {length}")
+        n_headers, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, i, "headersCount")
+        if n_headers < 0:
+            raise _fault(i, f"negative header count {n_headers}")
+        headers: list[tuple[str, bytes | None]] | None = None
+        if n_headers:
+            headers, p = _read_headers(data, p, rec_end, n_headers, i)
+        if p != rec_end:
+            raise _fault(i, f"declared length {length} but the fields take {p - pos} bytes")
+        if ts_delta > max_ts_delta:
+            max_ts_delta = ts_delta
+        if columns:
+            tsd.append(ts_delta)
+            ods.append(od)
+            kps.append(key_pos)
+            kls.append(key_len)
+            vps.append(value_pos)
+            vls.append(value_len)
+            hds.append(headers)
+        pos = rec_end
+    if pos != end:
+        raise InvalidRecord(f"{end - pos} trailing bytes after the {count} records the batch declares")
+    cols = RecordColumns(data, tsd, ods, kps, kls, vps, vls, hds) if columns else None
+    return (max_ts_delta if count else 0), cols
+
+
+def _read_varint(data: Buffer, pos: int, limit: int, max_bytes: int, index: int, field: str) -> tuple[int, int]:
+    """One varint of record ``index`` that must end at or before ``limit``; Kafka's widths enforced."""
+    b = data[pos] if pos < limit else -1
+    if 0 <= b < 0x80:  # the one-byte case is by far the most common
+        return (b >> 1) ^ -(b & 1), pos + 1
+    value = 0
+    shift = 0
+    for k in range(max_bytes):
+        if pos + k >= limit:
+            raise _fault(index, f"{field} runs past the record's declared length")
+        b = data[pos + k]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            value = (value >> 1) ^ -(value & 1)
+            if max_bytes == VARINT_MAX_BYTES and not -(2**31) <= value <= INT32_MAX:
+                raise _fault(index, f"{field} {value} does not fit an int32 varint")
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise _fault(index, f"{field} does not fit an int64 varlong")
+            return value, pos + k + 1
+        shift += 7
+    raise _fault(index, f"{field} varint is longer than {max_bytes} bytes")
+
+
+def _read_headers(
+    data: Buffer, p: int, rec_end: int, n_headers: int, index: int
+) -> tuple[list[tuple[str, bytes | None]], int]:
+    headers: list[tuple[str, bytes | None]] = []
+    for h in range(n_headers):
+        if p >= rec_end:
+            raise _fault(index, f"header {h} of {n_headers} runs past the record's declared length")
+        hk_len, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, index, "headerKeyLength")
+        if hk_len < 0:
+            raise _fault(index, f"header {h}: negative key length {hk_len}")
+        if p + hk_len > rec_end:
+            raise _fault(index, f"header {h}: key of {hk_len} bytes runs past the record's declared length")
+        hkey = bytes(data[p : p + hk_len]).decode("utf-8", "replace")
+        p += hk_len
+        hv_len, p = _read_varint(data, p, rec_end, VARINT_MAX_BYTES, index, "headerValueLength")
+        if hv_len < -1:
+            raise _fault(index, f"header {h}: negative value length {hv_len}")
+        hval: bytes | None = None
+        if hv_len >= 0:
+            if p + hv_len > rec_end:
+                raise _fault(index, f"header {h}: value of {hv_len} bytes runs past the record's declared length")
+            hval = bytes(data[p : p + hv_len])
+            p += hv_len
+        headers.append((hkey, hval))
+    return headers, p
+
+
+# --- the vectorised walker ------------------------------------------------------------------------------------------
+
+# Bytes a record takes, read from its first byte: 1 + length for a one-byte length varint; for a two-byte one,
+# 2 + the low bits, to which the walker adds ``second byte << 6`` (``((b & 0x7f) | c << 7) >> 1`` split in two).
+_SKIP_BY_FIRST_BYTE = tuple(1 + (b >> 1) if b < 0x80 else 2 + ((b & 0x7F) >> 1) for b in range(256))
+
+IntArray = npt.NDArray[np.int64]
+
+
+def walk_numpy(
+    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+) -> tuple[int, RecordColumns | None] | None:
+    """The fast walker. Returns None when the batch holds something it leaves to the reference (headers, or any
+    fault: the reference then produces the precise error), so both walkers always agree."""
+    # 1. Chain the record starts: the only sequential dependency, so the loop does nothing else (~110 ns a record;
+    #    the first-byte table saves a third). It reads each length as if non-negative and at most two bytes; step
+    #    2 re-checks every length vectorised.
+    starts = [0] * count
+    pos = start
+    skip = _SKIP_BY_FIRST_BYTE
+    try:
+        for i in range(count):
+            starts[i] = pos
+            b = data[pos]
+            if b < 0x80:
+                pos += skip[b]
+            else:
+                pos += skip[b] + (data[pos + 1] << 6)
+    except IndexError:
+        return None
+    if pos != end:
+        return None
+    buf = np.frombuffer(data, dtype=np.uint8, count=end)
+    s = np.array(starts, dtype=np.int64)
+    # 2. Re-read each length properly: one or two bytes, non-negative, at least the minimum body, and chaining.
+    b0 = buf[s]
+    two = b0 >= 0x80
+    b1 = np.take(buf, s + 1, mode="clip")
+    if bool((two & (b1 >= 0x80)).any()):
+        return None  # 3+ byte lengths (records over 8 KiB) are rare: the reference handles them
+    raw = np.where(two, (b0 & 0x7F).astype(np.int64) | (b1.astype(np.int64) << 7), b0.astype(np.int64))
+    if bool((raw & 1).any()):
+        return None  # a negative length
+    length = raw >> 1
+    body = s + 1 + two
+    ends = body + length
+    if bool((length < RECORD_BODY_MIN_BYTES).any()) or not np.array_equal(ends[:-1], s[1:]) or ends[-1] != end:
+        return None
+    # 3. Decode every field of every record at once.
+    p = body + 1  # skip attributes
+    ts_delta, p = _vvarint(buf, p, VARLONG_MAX_BYTES)
+    if ts_delta is None:
+        return None
+    od, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+    if od is None:
+        return None
+    if client:
+        if not np.array_equal(od, np.arange(count, dtype=np.int64)):
+            return None
+    elif count and (od[0] < 0 or od[-1] > last_offset_delta or (count > 1 and bool((np.diff(od) <= 0).any()))):
+        return None
+    key_len, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+    if key_len is None or bool((key_len < -1).any()):
+        return None
+    key_pos = p
+    p = p + np.maximum(key_len, 0)
+    if bool((p >= ends).any()):
+        return None
+    value_len, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+    if value_len is None or bool((value_len < -1).any()):
+        return None
+    value_pos = p
+    p = p + np.maximum(value_len, 0)
+    # Exactly one byte must remain, a zero header count; anything else goes to the reference walker.
+    if not np.array_equal(p + 1, ends) or bool(buf[p].any()):
+        return None
+    max_ts = int(ts_delta.max()) if count else 0
+    if not columns:
+        return max_ts, None
+    return max_ts, RecordColumns(data, ts_delta, od, key_pos, key_len, value_pos, value_len, [None] * count)
+
+
+def _vvarint(buf: npt.NDArray[np.uint8], p: IntArray, max_bytes: int) -> tuple[IntArray | None, IntArray]:
+    """Decode one zigzag varint at each position ``p``; None for anything the reference must judge.
+
+    The widest legal varints (5 bytes for int32, 10 for int64) carry range and overflow rules, so they go to the
+    reference too; they do not occur in batches a producer writes for offsets, lengths and timestamp deltas
+    under ~2**28 / ~2**63.
+    """
+    b = np.take(buf, p, mode="clip")
+    more = b >= 0x80
+    if not more.any():  # the common case: every value below 64 in magnitude
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), p + 1
+    value = (b & 0x7F).astype(np.int64)
+    size = np.ones_like(p)
+    for k in range(1, max_bytes - 1):
+        bk = np.take(buf, p + k, mode="clip").astype(np.int64)
+        value |= np.where(more, (bk & 0x7F) << (7 * k), 0)
+        size += more
+        more &= bk >= 0x80
+        if not more.any():
+            return (value >> 1) ^ -(value & 1), p + size
+    return None, p

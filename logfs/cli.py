@@ -1,0 +1,148 @@
+"""The ``logfs`` command line.
+
+Rules:
+
+- One click group, ``main``; each subcommand is one function below with a docstring that becomes its ``--help``.
+- Exit codes: 0 success, 1 failure, 2 bad usage. Click gives 2 for usage errors by itself; a ``LogfsError`` or an
+  ``OSError`` escaping a subcommand becomes one line on stderr and exit 1 (``_Group.invoke``), never a traceback.
+  Run with ``--log-level debug`` to see the traceback in the log.
+- Logging goes to stderr, one line per event (a traceback is folded onto its event's line), so that a daemon's log
+  can be grepped and a subcommand's stdout stays clean for its output.
+- This module is the only one that configures logging; library modules only call ``logging.getLogger(__name__)``.
+- Subcommands import what they need inside their function: ``logfs --help`` must not pay for numpy, pyfuse3 or
+  pyspark.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from logfs import __version__
+from logfs.core.errors import LogfsError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+assert click.ClickException.exit_code == EXIT_FAILURE
+assert click.UsageError.exit_code == EXIT_USAGE
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_log = logging.getLogger(__name__)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Formats each event on one line: newlines in the message or its traceback become `` | ``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", " | ")
+
+
+class _StderrHandler(logging.StreamHandler):
+    """The handler ``configure_logging`` installs; its class marks it for replacement on the next call."""
+
+
+def configure_logging(level: str) -> None:
+    """Send log events at ``level`` and above to stderr, one line each. Calling it again replaces the handler.
+
+    Main thread only, before any other thread logs.
+    """
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    logging.captureWarnings(True)
+
+
+class _Group(click.Group):
+    """A click group that turns expected failures into exit code 1 with a one-line message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (LogfsError, OSError) as exc:
+            _log.debug("command failed", exc_info=True)
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+_HELP = """\
+logfs: Apache Kafka's log as a FUSE filesystem.
+
+logfs keeps topic-partitions in Kafka's own on-disk format (segments of RecordBatch v2 with their offset and time
+indexes), byte for byte, and mounts them as a filesystem: topics and partitions are directories, records are read
+and appended through files. A follower daemon replicates a store; a Spark data source reads it.
+
+Run `logfs COMMAND --help` for the options of one command.
+"""
+
+_EPILOG = """\
+\b
+Exit codes:
+  0  success
+  1  failure: bad or damaged data, an I/O error, a failed check
+  2  bad usage: unknown command or option, bad argument
+\b
+Environment:
+  LOGFS_LOG_LEVEL  default for --log-level
+"""
+
+
+@click.group(
+    cls=_Group,
+    help=_HELP,
+    epilog=_EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
+)
+@click.version_option(__version__, "-V", "--version", prog_name="logfs", message="%(prog)s %(version)s")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    envvar="LOGFS_LOG_LEVEL",
+    help="Log events at this level and above to stderr, one line each.",
+)
+def main(log_level: str) -> None:
+    configure_logging(log_level)
+
+
+# --- subcommands --------------------------------------------------------------------------------------------------
+# One function per subcommand; `logfs --help` lists them sorted by name.
+
+
+@main.command()
+def version() -> None:
+    """Print the version of logfs and exit."""
+    click.echo(f"logfs {__version__}")
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--records", is_flag=True, help="Also print every record of each batch (.log files).")
+def dump(files: tuple[Path, ...], records: bool) -> None:
+    """Print Kafka segment files as text: .log batch by batch, .index and .timeindex entry by entry.
+
+    Each batch line gives its offsets, position, size, header fields and crc=ok or crc=invalid; a batch whose
+    framing breaks a rule also shows invalid=<reason>, and a torn tail is reported where the scan stops. Exits 1
+    when any damage was found.
+    """
+    from logfs.dump import DumpResult, dump_file
+
+    result = DumpResult()
+    for path in files:
+        try:
+            for line in dump_file(path, records=records, result=result):
+                click.echo(line)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    if result.damaged:
+        raise click.ClickException(f"damage found in {result.damaged} place(s)")
