@@ -230,7 +230,9 @@ def batch_size_at(buf: bytes | bytearray | memoryview, position: int = 0) -> int
     _, length = _OFFSET_AND_LENGTH.unpack_from(buf, position)
     size = length + LOG_OVERHEAD
     if size < MIN_DECLARED_BATCH_BYTES:
-        raise CorruptRecord(f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position)
+        raise CorruptRecord(
+            f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position
+        )
     if size > remaining:
         return None
     return size
@@ -260,15 +262,22 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
 
 
 def validate_batch(
-    buf: bytes | bytearray | memoryview, position: int = 0, *, client: bool = True, size: int | None = None
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    client: bool = True,
+    size: int | None = None,
+    deep: bool = True,
 ) -> ValidBatch:
     """Check one batch completely and return what the append path needs.
 
     ``client=True`` applies the rules for a producer's batch (Kafka's ``AppendOrigin.CLIENT``): baseOffset is
     ignored (the leader assigns it), ``recordsCount == lastOffsetDelta + 1 > 0``, offset deltas run 0, 1, 2 …, no
     control attribute, producer fields consistent. ``client=False`` is for batches already in a log or from the
-    leader: compaction gaps allowed, control batches checked for a well-formed key. Raises CorruptRecord or
-    InvalidRecord with the batch position. Any thread may call it.
+    leader: compaction gaps allowed, control batches checked for a well-formed key. ``deep=False`` stops after the
+    size, magic and CRC checks, which is all Kafka's ``ensureValid`` does when a log is recovered (the batches were
+    deep-checked when they were appended); its max_timestamp is the header's. Raises CorruptRecord or InvalidRecord
+    with the batch position. Any thread may call it.
     """
     if size is None:
         found = batch_size_at(buf, position)
@@ -287,6 +296,8 @@ def validate_batch(
         actual = _crc32c.crc32c(view)
         if actual != header.crc:
             raise CorruptRecord(f"CRC-32C mismatch: stored {header.crc:08x}, computed {actual:08x}")
+        if not deep:
+            return ValidBatch(header, position, header.max_timestamp)
         max_ts_delta = _validate_body(buf, position, size, header, client)
     except (CorruptRecord, InvalidRecord) as exc:
         if exc.position is None:
@@ -325,7 +336,8 @@ def _validate_body(buf: bytes | bytearray | memoryview, position: int, size: int
     elif h.records_count > h.last_offset_delta + 1:
         raise InvalidRecord(f"recordsCount {h.records_count} exceeds lastOffsetDelta {h.last_offset_delta} + 1")
     data, start, end = _records_section(buf, position, size, codec)
-    max_ts_delta, cols = walk(data, start, end, h.records_count, h.last_offset_delta, client=client, columns=h.is_control)
+    count, last_delta = h.records_count, h.last_offset_delta
+    max_ts_delta, cols = walk(data, start, end, count, last_delta, client=client, columns=h.is_control)
     if h.is_control and cols is not None:
         if h.records_count != 1:
             raise InvalidRecord(f"a control batch holds {h.records_count} records, not 1")
@@ -477,8 +489,9 @@ def encode_values(
         # body = attributes 00, timestampDelta 00, offsetDelta, key -1 (01), valueLength, value, header count 00
         records = b"".join(
             [
-                b"".join((v[4 + len(v[i]) + len(v[len(x)]) + len(x)], b"\x00\x00", v[i], b"\x01", v[len(x)], x, b"\x00"))
+                b"".join((v[4 + len(v[i]) + len(v[n]) + n], b"\x00\x00", v[i], b"\x01", v[n], x, b"\x00"))
                 for i, x in enumerate(values)
+                for n in (len(x),)
             ]
         )
     else:
@@ -514,14 +527,14 @@ def _assemble(
         HEADER.pack(
             base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body), ple, MAGIC, 0, attributes,
             last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count,
-        )  # fmt: skip
-    )
+        )
+    )  # fmt: skip
     crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     _UINT32.pack_into(header, CRC_OFFSET, crc)
     return bytes(header) + body
 
 
-# --- in-place changes by the leader -----------------------------------------------------------------------------------
+# --- in-place changes by the leader -----------------------------------------------------------------------------
 
 
 def assign_offset_and_epoch(buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int) -> None:
@@ -550,7 +563,7 @@ def set_max_timestamp(
     _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
 
 
-# --- control records ---------------------------------------------------------------------------------------------------
+# --- control records --------------------------------------------------------------------------------------------
 
 CONTROL_KEY = struct.Struct(">hh")  # version, type
 END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch

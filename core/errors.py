@@ -32,6 +32,13 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   ├── OutOfOrderSequence            an idempotent producer skipped or reused a sequence number
     │   └── ProducerFenced                an older producer epoch than the one the log knows
     ├── ConfigError                       unknown key, unsupported key or bad value
+    ├── TopicError
+    │   ├── InvalidTopic                  a name outside Kafka's rules (InvalidTopicException)
+    │   │   └── TopicNameTooLong          over 249 characters
+    │   ├── TopicExists                   create of a topic that exists (TopicExistsException)
+    │   ├── UnknownTopicOrPartition       no such topic or partition (UnknownTopicOrPartitionException)
+    │   ├── InvalidPartitions             adding a partition other than the next number
+    │   └── TopicNotEmpty                 removing a topic that holds records without the explicit delete
     └── StorageError                      the disk failed us: I/O error, disk full, store locked, damaged file
         ├── DiskFull
         ├── StoreLocked
@@ -210,6 +217,34 @@ class ProducerFenced(ProducerError):
 
 class ConfigError(LogfsError):
     """An unknown or unsupported config key, or a value of the wrong type or range."""
+
+
+class TopicError(LogfsError):
+    """A topic or partition that cannot be created, found or removed as asked."""
+
+
+class InvalidTopic(TopicError):
+    """A topic name outside Kafka's rules: 1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``, no leading ``.``."""
+
+
+class TopicNameTooLong(InvalidTopic):
+    """A topic name over 249 characters (Kafka's limit, so that ``<topic>-<partition>`` fits a file name)."""
+
+
+class TopicExists(TopicError):
+    """The topic exists already."""
+
+
+class UnknownTopicOrPartition(TopicError):
+    """No such topic, or no such partition of it."""
+
+
+class InvalidPartitions(TopicError):
+    """A new partition number that is not the next one."""
+
+
+class TopicNotEmpty(TopicError):
+    """The topic holds records; only the explicit delete removes it."""
 
 
 class StorageError(LogfsError):

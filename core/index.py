@@ -16,8 +16,9 @@ refused (OffsetOverflow), which is why the log rolls a new segment before that c
 
 What an entry means (reference §2.2, §2.3): an offset index entry (O, P) says that the append whose *last* offset is
 O starts at byte P of the ``.log``. A time index entry (T, O) says that T is the largest timestamp seen up to offset
-O, so every record with a timestamp above T comes after O. Offsets strictly increase in both; timestamps strictly
-increase in the time index, which keeps one slot in reserve for the entry written when the segment rolls or closes.
+O, so every record with a timestamp above T comes after O. Offsets strictly increase in the offset index and never
+decrease in the time index, whose timestamps strictly increase; it keeps one slot in reserve for the entry written
+when the segment rolls or closes.
 
 Preallocation. A new file is created at ``max_index_bytes`` rounded down to whole entries (``segment.index.bytes``,
 10 MiB: 1,310,720 offset entries or 873,813 time entries), zero-filled and sparse, so appends never grow the file.
@@ -42,9 +43,9 @@ renames, close. Any thread may look up, read entries and counts, flush, or call 
 per-index lock makes each call atomic against the others, including the unmap and remap of a resize or close. A
 check-then-act across calls (``is_full`` then ``append``) is only meaningful on the writer thread.
 
-Known limitations: the file is sparse, as Kafka's is, so a disk that fills up faults an mmap store (SIGBUS) instead
-of failing the write with an error. A read-only index refuses every change rather than trimming its file on close
-as Kafka's does.
+Known limitations: the file is sparse, as Kafka's is, so on a full disk a write through the mapping faults (SIGBUS,
+which ends the process) instead of failing with DiskFull; failed file operations raise StorageError, never DiskFull.
+A read-only index refuses every change rather than trimming its file on close as Kafka's does.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ class AbstractIndex(Generic[_Entry]):
 
     def _refresh_last_entry(self) -> None:
         """Re-read the cached last entry after the number of entries changed. Caller holds the lock."""
+        raise NotImplementedError
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndex if the file cannot be a valid index of this kind; the loader then rebuilds it."""
         raise NotImplementedError
 
     # --- plain attributes ------------------------------------------------------------------------------------------
@@ -286,10 +291,9 @@ class AbstractIndex(Generic[_Entry]):
                     os.truncate(self._path, rounded)
                 except OSError as exc:
                     raise _storage_error(f"resize to {rounded} bytes", self._path, exc) from exc
-                self._length_bytes = rounded
             else:
-                self._length_bytes = rounded
-                self._create()
+                self._create(rounded)
+            self._length_bytes = rounded
             max_entries = rounded // self.ENTRY_BYTES
             if self._entries > max_entries:
                 self._entries = max_entries
@@ -322,7 +326,7 @@ class AbstractIndex(Generic[_Entry]):
             if not self._writable:
                 return
             if not self._on_disk:
-                self._create()
+                self._create(self._length_bytes)
             try:
                 if self._mmap is not None:
                     self._mmap.flush()
@@ -362,6 +366,7 @@ class AbstractIndex(Generic[_Entry]):
         """
         with self._lock:
             target = Path(new_path)
+            self._check_writable(f"rename to {target}")
             try:
                 os.replace(self._path, target)
             except FileNotFoundError as exc:
@@ -382,6 +387,7 @@ class AbstractIndex(Generic[_Entry]):
         The index reads as empty afterwards, and a later write would create a new, full-size file.
         """
         with self._lock:
+            self._check_writable("delete")
             self._release()
             self._loaded = False
             self._on_disk = False
@@ -430,6 +436,10 @@ class AbstractIndex(Generic[_Entry]):
                 return middle
         if not smallest_upper_bound:
             return low
+        # Kafka returns low + 1 here even when the entry at low equals the target, which happens when the range
+        # narrows to it without probing it; that is still a valid bound but not the smallest, so check it.
+        if self._parse(buffer, low)[field] == target:
+            return low
         return -1 if low == self._entries - 1 else low + 1
 
     # --- the file and its mapping (every caller holds the lock) -------------------------------------------------------
@@ -471,12 +481,12 @@ class AbstractIndex(Generic[_Entry]):
             raise _storage_error("map", self._path, exc) from exc
         return self._mmap
 
-    def _create(self) -> None:
-        """Create the file at ``_length_bytes`` of zeros: sparse, so a 10 MiB index costs no disk until written."""
+    def _create(self, length_bytes: int) -> None:
+        """Create the file at ``length_bytes`` of zeros: sparse, so a 10 MiB index costs no disk until written."""
         try:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                os.ftruncate(fd, self._length_bytes)
+                os.ftruncate(fd, length_bytes)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -490,7 +500,7 @@ class AbstractIndex(Generic[_Entry]):
 
     def _check_writable(self, doing: str) -> None:
         if not self._writable:
-            raise StorageError(f"cannot {doing} in {self._path}: the index is open read-only")
+            raise StorageError(f"cannot {doing}: {self._path} is open read-only")
 
     def _truncate_to_entries(self, entries: int) -> None:
         self._entries = entries
@@ -509,7 +519,7 @@ class AbstractIndex(Generic[_Entry]):
     def _write(self, slot: int, first: int, second: int) -> None:
         """Write one entry into ``slot`` and count it, creating the file on the first write."""
         if not self._on_disk:
-            self._create()
+            self._create(self._length_bytes)
         self._ENTRY.pack_into(self._mapped(), slot * self.ENTRY_BYTES, first, second)
         self._entries = slot + 1
 
@@ -697,7 +707,9 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                     f"cannot append {what} at slot {slot} of {self._path}: offset below the last offset {last.offset}"
                 )
             if slot > 0 and timestamp < last.timestamp:
-                raise TimestampOutOfOrder(timestamp, last.timestamp, f"slot {slot} of {self._path}")
+                raise TimestampOutOfOrder(
+                    timestamp, last.timestamp, f"the entry for offset {offset} at slot {slot} of {self._path}"
+                )
             if timestamp > last.timestamp:
                 # Only now does a full index matter to the roll and close: offering the last entry again is a no-op.
                 self._check_free_slot(what, reserved_slots=0)

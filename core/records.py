@@ -41,6 +41,7 @@ from .errors import InvalidRecord
 from .varint import INT32_MAX, INT64_MAX, INT64_MIN, VARINT_MAX_BYTES, VARLONG_MAX_BYTES
 
 Buffer: TypeAlias = bytes | bytearray
+IntColumn: TypeAlias = list[int] | npt.NDArray[np.int64]
 
 # Below this many records the fixed cost of numpy calls (~1 µs each, ~40 of them) exceeds the loop's cost.
 NUMPY_WALK_MIN_RECORDS = 48
@@ -60,12 +61,12 @@ class RecordColumns:
     """
 
     data: Buffer
-    timestamp_delta: Sequence[int]
-    offset_delta: Sequence[int]
-    key_position: Sequence[int]
-    key_length: Sequence[int]
-    value_position: Sequence[int]
-    value_length: Sequence[int]
+    timestamp_delta: IntColumn
+    offset_delta: IntColumn
+    key_position: IntColumn
+    key_length: IntColumn
+    value_position: IntColumn
+    value_length: IntColumn
     headers: Sequence[list[tuple[str, bytes | None]] | None]
 
     def __len__(self) -> int:
@@ -77,7 +78,10 @@ class RecordColumns:
             return self
         return RecordColumns(
             self.data,
-            *(_as_list(c) for c in (self.timestamp_delta, self.offset_delta, self.key_position, self.key_length)),
+            _as_list(self.timestamp_delta),
+            _as_list(self.offset_delta),
+            _as_list(self.key_position),
+            _as_list(self.key_length),
             _as_list(self.value_position),
             _as_list(self.value_length),
             self.headers,
@@ -89,12 +93,12 @@ class RecordColumns:
         if isinstance(vp, np.ndarray) and isinstance(vl, np.ndarray):
             starts = vp[first:]
             return starts.tolist(), (starts + np.maximum(vl[first:], 0)).tolist()
-        starts_l = list(vp[first:])
-        return starts_l, [p + n if n > 0 else p for p, n in zip(starts_l, vl[first:], strict=True)]
+        starts_l = _as_list(vp)[first:]
+        return starts_l, [p + n if n > 0 else p for p, n in zip(starts_l, _as_list(vl)[first:], strict=True)]
 
 
-def _as_list(column: Sequence[int]) -> list[int]:
-    return column.tolist() if isinstance(column, np.ndarray) else list(column)
+def _as_list(column: IntColumn) -> list[int]:
+    return column.tolist() if isinstance(column, np.ndarray) else column
 
 
 def walk(

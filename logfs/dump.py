@@ -43,13 +43,15 @@ class DumpResult:
 
 def dump_file(path: Path, *, records: bool, result: DumpResult) -> Iterator[str]:
     """Lines describing ``path``, chosen by its suffix."""
-    yield f"Dumping {path}"
+    if path.suffix not in (".log", ".index", ".timeindex"):
+        raise ValueError(f"{path}: not a .log, .index or .timeindex file")
     base_offset = _base_offset(path)
+    yield f"Dumping {path}"
     if path.suffix == ".log":
         yield from _dump_log(path, records=records, result=result)
     elif path.suffix == ".index":
         index = OffsetIndex(path, base_offset, writable=False)
-        for n in range(index.entries):
+        for n in range(index.entries()):
             entry = index.entry(n)
             if n > 0 and entry.offset == base_offset:
                 break
@@ -57,14 +59,12 @@ def dump_file(path: Path, *, records: bool, result: DumpResult) -> Iterator[str]
         index.close_handler()
     elif path.suffix == ".timeindex":
         tindex = TimeIndex(path, base_offset, writable=False)
-        for n in range(tindex.entries):
+        for n in range(tindex.entries()):
             tentry = tindex.entry(n)
             if n > 0 and tentry.offset == base_offset:
                 break
             yield f"timestamp: {tentry.timestamp} offset: {tentry.offset}"
         tindex.close_handler()
-    else:
-        raise ValueError(f"{path}: not a .log, .index or .timeindex file")
 
 
 def _base_offset(path: Path) -> int:

@@ -109,10 +109,10 @@ def main() -> int:
             rows.append((op, n, "rec/s", rate, other, verdict))
             rows.append((op, n, "MB/s", rate * mb, None if other is None else other * mb, ""))
         view = memoryview(batch)[ATTRIBUTES_OFFSET:]
-        crc_ours = best_rate(lambda: crc32c.crc32c(view), len(view), budget) / 1e9
+        crc_ours = best_rate(lambda v=view: crc32c.crc32c(v), len(view), budget) / 1e9
         crc_theirs = None
         if DefaultRecordBatch is not None:
-            crc_theirs = best_rate(lambda: calc_crc32c(bytes(view)), len(view), budget) / 1e9
+            crc_theirs = best_rate(lambda v=bytes(view): calc_crc32c(v), len(view), budget) / 1e9
         verdict = ("ok" if crc_ours >= CRC_TARGET_GBPS else f"below {CRC_TARGET_GBPS}") if n == 10_000 else ""
         rows.append(("crc", n, "GB/s", crc_ours, crc_theirs, verdict))
     print_table(rows, markdown=args.markdown)
@@ -143,7 +143,8 @@ def print_table(rows: list[tuple[str, int, str, float, float | None, str]], *, m
         return
     widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
     for line in [head, *lines]:
-        print("  ".join(str(c).rjust(w) if i >= 3 else str(c).ljust(w) for i, (c, w) in enumerate(zip(line, widths))))
+        cells = zip(line, widths, strict=True)
+        print("  ".join(str(c).rjust(w) if i >= 3 else str(c).ljust(w) for i, (c, w) in enumerate(cells)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,277 @@
+"""Opening one partition directory as a :class:`~logfs.core.log.Log`, with Kafka's load passes (reference §4).
+
+1. Temp files: every ``*.deleted`` file goes; ``*.cleaned`` files go, and ``*.swap`` files at or above the lowest
+   cleaned base (an interrupted split); other swaps are kept for pass 2.
+2. Swaps: the segments a swap replaces (its offset range) are deleted and the swap takes its name.
+3. Segments: an index without its ``.log`` is deleted; each ``.log`` becomes a segment; a missing or corrupt offset
+   index sends that segment to recovery whatever the shutdown was.
+4. Recovery, after an unclean shutdown: from the segment holding the recovery point to the end, each segment is
+   validated batch by batch and its indexes rebuilt (``LogSegment.recover``). The first segment that had to be cut
+   ends it: every later segment is moved into quarantine (``<name>.log.<ms>.quarantine``, its indexes deleted) —
+   Kafka deletes them; logfs keeps the bytes for inspection (spec §6).
+5. Afterwards: a log ending below the checkpointed log start offset is emptied; an empty directory gets one segment
+   at the log start offset; the active segment's indexes get their full size back; the epoch cache is trimmed to
+   ``[log start, LEO]``.
+
+A clean load opens no ``.log`` beyond a ``stat`` and reads only the active segment's tail (for the LEO), so opening a
+large clean store does not scan its logs. Each finding is reported to ``on_event`` (the store logs them; ``logfs
+check`` prints them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import LeaderEpochCheckpointFile
+from .epoch import LeaderEpochFileCache
+from .errors import CorruptIndex, StorageError
+from .handles import HandleCache
+from .log import Log, LogSettings
+from .logfile import LogFile
+from .segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    QUARANTINE_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    ScanResult,
+    offset_from_filename,
+)
+
+_log = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadEvent:
+    """Something the load found and did: ``kind`` is one of temp-file, orphan-index, bad-index, truncated,
+    quarantined, emptied."""
+
+    kind: str
+    path: Path
+    detail: str
+
+
+EventSink = Callable[[LoadEvent], None]
+
+
+def _report(on_event: EventSink | None, kind: str, path: Path, detail: str) -> None:
+    level = logging.WARNING if kind in ("truncated", "quarantined", "bad-index") else logging.INFO
+    _log.log(level, "%s: %s: %s", path, kind, detail)
+    if on_event is not None:
+        on_event(LoadEvent(kind, path, detail))
+
+
+def load_log(
+    directory: Path,
+    config: LogSettings,
+    handles: HandleCache,
+    *,
+    had_clean_shutdown: bool,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    high_watermark: int = 0,
+    on_event: EventSink | None = None,
+) -> Log:
+    """Open the partition in ``directory`` (created if missing). Writer thread of the new log."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_temp_files(directory, on_event)
+    epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile.in_dir(directory))
+    segments, needs_recovery = _load_segments(directory, config, handles, on_event, full_check=had_clean_shutdown)
+    if not had_clean_shutdown:
+        segments = _recover(directory, segments, recovery_point, needs_recovery, epoch_cache, on_event)
+    else:
+        for segment in segments:
+            if segment.base_offset in needs_recovery:
+                _recover_one(segment, epoch_cache, on_event)
+    if segments:
+        leo = segments[-1].read_next_offset()
+        if leo < log_start_offset:
+            for segment in segments:
+                segment.delete_if_exists()
+            _report(on_event, "emptied", directory, f"log end offset {leo} is below the log start offset checkpoint")
+            segments = []
+            epoch_cache.clear_and_flush()
+    if not segments:
+        segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
+    active = segments[-1]
+    active.offset_index.resize(config.segment_index_bytes)
+    active.time_index.resize(config.segment_index_bytes)
+    leo = active.read_next_offset()
+    recovery = leo if had_clean_shutdown else min(recovery_point, leo)
+    start = max(log_start_offset, segments[0].base_offset)
+    epoch_cache.truncate_from_end(leo)
+    epoch_cache.truncate_from_start(start)
+    return Log(
+        directory,
+        config,
+        handles,
+        epoch_cache,
+        segments,
+        log_start_offset=start,
+        recovery_point=recovery,
+        high_watermark=high_watermark,
+    )
+
+
+def _segment(
+    directory: Path, base_offset: int, config: LogSettings, handles: HandleCache, *, log_size_bytes: int | None
+) -> LogSegment:
+    return LogSegment(
+        directory,
+        base_offset,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_bytes=config.segment_index_bytes,
+        handles=handles,
+        log_size_bytes=log_size_bytes,
+    )
+
+
+def _remove_temp_files(directory: Path, on_event: EventSink | None) -> None:
+    """Passes 1 and 2: ``.deleted`` and ``.cleaned`` files go; swaps replace what they cover."""
+    cleaned_bases: list[int] = []
+    swaps: list[Path] = []
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if name.endswith(DELETED_SUFFIX) and not name.endswith(".checkpoint" + DELETED_SUFFIX):
+            entry.unlink(missing_ok=True)
+            _report(on_event, "temp-file", entry, "deleted (left by an interrupted deletion)")
+        elif name.endswith(CLEANED_SUFFIX):
+            cleaned_bases.append(_base_or(name, -1))
+            entry.unlink(missing_ok=True)
+            _report(on_event, "temp-file", entry, "deleted (left by an interrupted clean)")
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(entry)
+    min_cleaned = min((b for b in cleaned_bases if b >= 0), default=None)
+    for swap in list(swaps):
+        if min_cleaned is not None and _base_or(swap.name, -1) >= min_cleaned:
+            swap.unlink(missing_ok=True)
+            swaps.remove(swap)
+            _report(on_event, "temp-file", swap, "deleted (an incomplete split)")
+    log_swaps = [s for s in swaps if s.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    if log_swaps:
+        low = min(_base_or(s.name, 0) for s in log_swaps)
+        high = max(_swap_next_offset(s) for s in log_swaps)
+        for entry in directory.iterdir():
+            name = entry.name
+            if name.endswith(SWAP_SUFFIX) or not name.endswith((LOG_SUFFIX, *INDEX_SUFFIXES)):
+                continue
+            base = _base_or(name, -1)
+            if low <= base < high:
+                entry.unlink(missing_ok=True)
+                _report(on_event, "temp-file", entry, "deleted (replaced by a swap)")
+    for swap in swaps:
+        swap.rename(swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+        _report(on_event, "temp-file", swap, "swap renamed into place")
+
+
+def _swap_next_offset(path: Path) -> int:
+    next_offset = _base_or(path.name, 0)
+    for b in LogFile(path).batches():
+        next_offset = b.last_offset + 1
+    return next_offset
+
+
+def _base_or(name: str, default: int) -> int:
+    try:
+        return offset_from_filename(name)
+    except ValueError:
+        return default
+
+
+def _load_segments(
+    directory: Path, config: LogSettings, handles: HandleCache, on_event: EventSink | None, *, full_check: bool
+) -> tuple[list[LogSegment], set[int]]:
+    """Pass 3: segments from ``.log`` files, orphan indexes deleted, segments that need recovery noted.
+
+    A missing offset index always means recovery. After a clean shutdown the indexes are also sanity-checked (they
+    were trimmed, so damage shows); after an unclean one Kafka skips that, since recovery rebuilds every index from
+    the recovery point on anyway, and a preallocated active index would fail it.
+    """
+    logs: dict[int, int] = {}
+    indexes: list[tuple[int, Path]] = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            name = entry.name
+            if name.endswith(QUARANTINE_SUFFIX) or not entry.is_file():
+                continue
+            base = _base_or(name, -1)
+            if base < 0:
+                continue
+            if name.endswith(LOG_SUFFIX):
+                logs[base] = entry.stat().st_size
+            elif name.endswith(INDEX_SUFFIXES):
+                indexes.append((base, Path(entry.path)))
+    for base, path in indexes:
+        if base not in logs:
+            path.unlink(missing_ok=True)
+            _report(on_event, "orphan-index", path, "deleted (no .log beside it)")
+    segments = []
+    needs_recovery: set[int] = set()
+    for base in sorted(logs):
+        segment = _segment(directory, base, config, handles, log_size_bytes=logs[base])
+        if logs[base] > 0:
+            try:
+                segment.sanity_check(full=full_check)
+            except CorruptIndex as exc:
+                needs_recovery.add(base)
+                _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered")
+        segments.append(segment)
+    return segments, needs_recovery
+
+
+def _recover_one(segment: LogSegment, epoch_cache: LeaderEpochFileCache, on_event: EventSink | None) -> ScanResult:
+    result = segment.recover(epoch_cache)
+    if result.damaged_bytes:
+        what = result.reason or "torn tail"
+        _report(on_event, "truncated", segment.log_path, f"{what}: {result.damaged_bytes} bytes moved to quarantine")
+    return result
+
+
+def _recover(
+    directory: Path,
+    segments: list[LogSegment],
+    recovery_point: int,
+    needs_recovery: set[int],
+    epoch_cache: LeaderEpochFileCache,
+    on_event: EventSink | None,
+) -> list[LogSegment]:
+    """Pass 4: recover from the segment holding the recovery point on; the first cut segment ends the log."""
+    start_index = 0
+    for i, segment in enumerate(segments):
+        if segment.base_offset <= recovery_point:
+            start_index = i
+    for i, segment in enumerate(segments):
+        if i < start_index and segment.base_offset not in needs_recovery:
+            continue
+        result = _recover_one(segment, epoch_cache, on_event)
+        if result.damaged_bytes and i >= start_index:
+            for later in segments[i + 1 :]:
+                _quarantine_segment(later, on_event)
+            return segments[: i + 1]
+    return segments
+
+
+def _quarantine_segment(segment: LogSegment, on_event: EventSink | None) -> None:
+    """Move a whole segment's ``.log`` into quarantine and delete its indexes (they are rebuilt from a log)."""
+    log_path = segment.log_path
+    target = log_path.with_name(f"{log_path.name}.{time.time_ns() // 1_000_000}{QUARANTINE_SUFFIX}")
+    segment.close_handler()
+    try:
+        os.rename(log_path, target)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot quarantine {log_path}: {exc.strerror}") from exc
+    segment.offset_index.delete_if_exists()
+    segment.time_index.delete_if_exists()
+    _report(on_event, "quarantined", log_path, f"follows a truncated segment; kept as {target.name}")

@@ -1,0 +1,628 @@
+"""One partition's log: its segments, offsets and appends (Kafka's LocalLog with the log-level rules of UnifiedLog).
+
+State and its single owner (this class, under ``_lock``):
+
+* the segments, by base offset, as an immutable snapshot replaced on every roll, deletion and truncation, so
+  readers on other threads never lock: they read the snapshot they got;
+* the log end offset (LEO) with its position (``LogOffsetMetadata``), published after each append;
+* the log start offset, the recovery point (everything below it is flushed), the high watermark
+  (``core/highwatermark.py``) and the leader-epoch cache (``core/epoch.py``).
+
+Appends. :meth:`append_as_leader` takes one producer batch (Kafka's v2 produce carries exactly one per
+partition): it is validated deeply (``validate_batch(client=True)``), its offsets start at the LEO and its leader
+epoch is stamped in place, its maxTimestamp corrected (or set to now for LOG_APPEND_TIME), and it is appended to the
+active segment, rolling first when a roll rule says so (``LogSegment.should_roll``). :meth:`append_as_follower`
+takes batches whose offsets the leader assigned: they must ascend (OffsetsOutOfOrder) and start at or above the LEO
+(UnexpectedAppendOffset); a gap rolls to a new segment based at the incoming first offset.
+
+Reads (:meth:`read`) follow reference §5 exactly: below the log start offset or above the LEO is
+OffsetOutOfRange; at the isolation bound or between it and the LEO an empty result; otherwise bytes from the start
+of the batch holding the offset, at most ``max_bytes`` (at least one batch with ``min_one_message``) and never past
+the bound (the HW for HIGH_WATERMARK, the LEO for LOG_END).
+
+Retention (:meth:`delete_old_segments`) never deletes at or above the HW; deleted segments are renamed
+``.deleted`` and unlinked by :meth:`delete_expired_files` after ``file.delete.delay.ms``. A reader that pinned a
+segment keeps reading it.
+
+Threads: appends, rolls, truncations, flushes of the recovery point, retention and close are the writer's (any
+thread, serialised by ``_lock``; the mount calls them from worker threads, never the trio thread). Reads and the
+offset properties are safe from any thread at any time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from .batch import TimestampType, assign_offset_and_epoch, iter_batch_positions, set_max_timestamp, validate_batch
+from .epoch import LeaderEpochFileCache
+from .errors import (
+    InvalidTimestamp,
+    OffsetOutOfRange,
+    OffsetsOutOfOrder,
+    RecordBatchTooLarge,
+    RecordTooLarge,
+    StorageError,
+    UnexpectedAppendOffset,
+)
+from .handles import HandleCache
+from .highwatermark import HighWatermark
+from .index import TimestampOffset
+from .retention import (
+    Rule,
+    SegmentSummary,
+    deletable_prefix,
+    log_start_rule,
+    retention_bytes_rule,
+    retention_ms_rule,
+)
+from .segment import DELETED_SUFFIX, FetchDataInfo, LogOffsetMetadata, LogSegment
+
+_log = logging.getLogger(__name__)
+
+NO_LIMIT = 2**63 - 1
+
+
+class Isolation(Enum):
+    """Kafka's FetchIsolation: how far a read may go (LSO-bounded TXN_COMMITTED arrives with transactions)."""
+
+    LOG_END = "log_end"
+    HIGH_WATERMARK = "high_watermark"
+
+
+class LogSettings(Protocol):
+    """The per-topic configs the log reads (``core/config.py``'s LogConfig provides them, Kafka's names)."""
+
+    @property
+    def segment_bytes(self) -> int: ...
+    @property
+    def segment_ms(self) -> int: ...
+    @property
+    def segment_jitter_ms(self) -> int: ...
+    @property
+    def segment_index_bytes(self) -> int: ...
+    @property
+    def index_interval_bytes(self) -> int: ...
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def retention_bytes(self) -> int: ...
+    @property
+    def file_delete_delay_ms(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+    @property
+    def message_timestamp_type(self) -> TimestampType: ...
+    @property
+    def message_timestamp_before_max_ms(self) -> int: ...
+    @property
+    def message_timestamp_after_max_ms(self) -> int: ...
+    @property
+    def flush_messages(self) -> int: ...
+    @property
+    def flush_ms(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did: the offsets it took, its max timestamp and where that is, its bytes and records."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    records_count: int
+    size_bytes: int
+    rolled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Segments:
+    """An immutable view of the segments: base offsets ascending and the segments in the same order."""
+
+    bases: tuple[int, ...]
+    segments: tuple[LogSegment, ...]
+
+    def floor(self, offset: int) -> LogSegment | None:
+        i = bisect.bisect_right(self.bases, offset) - 1
+        return self.segments[i] if i >= 0 else None
+
+    def index_of(self, base_offset: int) -> int:
+        return bisect.bisect_left(self.bases, base_offset)
+
+
+def _view(segments: Sequence[LogSegment]) -> _Segments:
+    return _Segments(tuple(s.base_offset for s in segments), tuple(segments))
+
+
+class Log:
+    """One partition's log. Built by ``core/loader.py`` from a partition directory; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogSettings,
+        handles: HandleCache,
+        epoch_cache: LeaderEpochFileCache,
+        segments: Sequence[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int = 0,
+    ) -> None:
+        if not segments:
+            raise StorageError(f"{directory}: a log needs at least one segment")
+        self._dir = directory
+        self.config = config
+        self._handles = handles
+        self._lock = threading.RLock()
+        self._segments = _view(sorted(segments, key=lambda s: s.base_offset))
+        self.epoch_cache = epoch_cache
+        active = self._segments.segments[-1]
+        self._leo = LogOffsetMetadata(active.read_next_offset(), active.base_offset, active.size_bytes)
+        self._log_start_offset = max(log_start_offset, self._segments.bases[0])
+        self._recovery_point = min(recovery_point, self._leo.message_offset)
+        self._hw = HighWatermark(LogOffsetMetadata(self._log_start_offset))
+        self._hw.update(LogOffsetMetadata(high_watermark), self._log_start_offset, self._leo)
+        self._unflushed_records = 0
+        self._last_flush_ms = _now_ms()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({str(self._dir)!r}, start={self._log_start_offset}, hw={self.high_watermark}, "
+            f"leo={self.log_end_offset}, segments={len(self._segments.bases)})"
+        )
+
+    # --- offsets (any thread) --------------------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo.message_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw.offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments.segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments.segments)
+
+    @property
+    def unflushed_records(self) -> int:
+        return self._unflushed_records
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment whose range holds ``offset`` (the floor by base offset). Any thread."""
+        return self._segments.floor(offset)
+
+    # --- appends (writer) ------------------------------------------------------------------------------------------
+
+    def append_as_leader(self, batch: bytes | bytearray, leader_epoch: int, now_ms: int | None = None) -> AppendInfo:
+        """Validate one producer batch, give it offsets from the LEO and the leader epoch, and append it."""
+        now = _now_ms() if now_ms is None else now_ms
+        size = len(batch)
+        if size > self.config.max_message_bytes:
+            raise RecordTooLarge(size, self.config.max_message_bytes)
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLarge(size, self.config.segment_bytes)
+        valid = validate_batch(batch, 0, client=True, size=size)
+        header = valid.header
+        log_append = self.config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+        if not log_append:
+            self._check_timestamp(valid.max_timestamp, now)
+        data = bytearray(batch)
+        with self._lock:
+            first = self._leo.message_offset
+            if log_append:
+                set_max_timestamp(data, 0, size, TimestampType.LOG_APPEND_TIME, now)
+                max_ts = now
+            else:
+                set_max_timestamp(data, 0, size, TimestampType.CREATE_TIME, valid.max_timestamp)
+                max_ts = valid.max_timestamp
+            assign_offset_and_epoch(data, 0, first, leader_epoch)
+            last = first + header.last_offset_delta
+            rolled = self._maybe_roll(size, max_ts, last, first, now)
+            self.active_segment.append(last, max_ts, last, bytes(data))
+            self.epoch_cache.assign(leader_epoch, first)
+            self._advance_leo(last + 1, header.records_count)
+            return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
+
+    def _check_timestamp(self, timestamp: int, now: int) -> None:
+        if timestamp < 0:
+            return
+        before, after = self.config.message_timestamp_before_max_ms, self.config.message_timestamp_after_max_ms
+        if now - timestamp > before or timestamp - now > after:
+            raise InvalidTimestamp(
+                f"timestamp {timestamp} is outside [now - {before}, now + {after}] "
+                "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)"
+            )
+
+    def append_as_follower(self, data: bytes | bytearray, now_ms: int | None = None) -> AppendInfo | None:
+        """Append batches whose offsets the leader assigned (one or more, back to back); None for no batch."""
+        now = _now_ms() if now_ms is None else now_ms
+        headers = []
+        for position, size in iter_batch_positions(data):
+            if size > self.config.max_message_bytes:
+                raise RecordTooLarge(size, self.config.max_message_bytes)
+            headers.append(validate_batch(data, position, client=False, size=size).header)
+        if not headers:
+            return None
+        consumed = sum(h.size for h in headers)
+        if consumed != len(data):
+            raise StorageError(f"follower append carries {len(data) - consumed} bytes after its last whole batch")
+        for prev, cur in itertools.pairwise(headers):
+            if cur.base_offset <= prev.last_offset:
+                raise OffsetsOutOfOrder(
+                    f"batch at offset {cur.base_offset} follows one ending at {prev.last_offset}: offsets must ascend"
+                )
+        first, last = headers[0].base_offset, headers[-1].last_offset
+        if consumed > self.config.segment_bytes:
+            raise RecordBatchTooLarge(consumed, self.config.segment_bytes)
+        max_h = max(headers, key=lambda h: h.max_timestamp)
+        with self._lock:
+            if first < self._leo.message_offset:
+                raise UnexpectedAppendOffset(first, last, self._leo.message_offset)
+            rolled = self._maybe_roll(consumed, max_h.max_timestamp, last, first, now)
+            self.active_segment.append(last, max_h.max_timestamp, max_h.last_offset, bytes(data))
+            for h in headers:
+                if h.partition_leader_epoch >= 0:
+                    self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+            records = sum(h.records_count for h in headers)
+            self._advance_leo(last + 1, records)
+            return AppendInfo(
+                first, last, max_h.max_timestamp, max_h.last_offset, -1, records, consumed, rolled
+            )  # fmt: skip
+
+    def _advance_leo(self, next_offset: int, records: int) -> None:
+        active = self.active_segment
+        self._leo = LogOffsetMetadata(next_offset, active.base_offset, active.size_bytes)
+        self._unflushed_records += records
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush(next_offset)
+
+    def _maybe_roll(self, size: int, max_ts: int, last_offset: int, first_offset: int, now: int) -> bool:
+        active = self.active_segment
+        if active.should_roll(
+            segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.segment_ms,
+            messages_bytes=size,
+            max_timestamp_in_messages=max_ts,
+            max_offset_in_messages=last_offset,
+            now_ms=now,
+        ):
+            self.roll(max(first_offset, self._leo.message_offset))
+            return True
+        return False
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``max(expected_next_offset, LEO)``; the old one is trimmed and flushed.
+
+        Rolling onto the base of an empty active segment re-creates it. Writer.
+        """
+        with self._lock:
+            new_base = max(expected_next_offset or 0, self._leo.message_offset)
+            active = self.active_segment
+            if active.base_offset == new_base:
+                if active.size_bytes == 0:
+                    return active  # an empty active segment at that base is what a roll would create
+                raise StorageError(f"cannot roll onto {new_base}: segment {active.log_path} already holds offsets")
+            if new_base < active.base_offset:
+                raise StorageError(f"cannot roll to {new_base}, below the active segment's base {active.base_offset}")
+            active.on_become_inactive_segment()
+            segment = self._new_segment(new_base)
+            self._segments = _view([*self._segments.segments, segment])
+            self._leo = LogOffsetMetadata(self._leo.message_offset, new_base, 0)
+            self.flush(new_base)
+            return segment
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        for suffix in (".log", ".index", ".timeindex"):
+            stale = self._dir / f"{base_offset:020d}{suffix}"
+            if stale.exists():
+                _log.warning("deleting stale %s before creating a segment at %d", stale, base_offset)
+                stale.unlink()
+        jitter = self.config.segment_jitter_ms
+        return LogSegment(
+            self._dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            handles=self._handles,
+            roll_jitter_ms=_roll_jitter(jitter, self.config.segment_ms),
+            log_size_bytes=0,
+        )
+
+    # --- reads (any thread) ---------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        isolation: Isolation = Isolation.HIGH_WATERMARK,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Kafka's read (reference §5). Any thread."""
+        if start_offset < self._log_start_offset:
+            raise OffsetOutOfRange(start_offset, self._log_start_offset, self._leo.message_offset)
+        end = self._leo
+        bound = end if isolation is Isolation.LOG_END else self.fetch_high_watermark_metadata()
+        view = self._segments
+        if start_offset == bound.message_offset:
+            return FetchDataInfo(bound, b"")
+        if start_offset > end.message_offset:
+            raise OffsetOutOfRange(start_offset, self._log_start_offset, end.message_offset)
+        if start_offset > bound.message_offset:
+            return FetchDataInfo(self.offset_metadata(start_offset), b"")
+        segment = view.floor(start_offset)
+        if segment is None:
+            raise OffsetOutOfRange(start_offset, self._log_start_offset, end.message_offset)
+        i = view.index_of(segment.base_offset)
+        while i < len(view.segments):
+            segment = view.segments[i]
+            if bound.message_offset_only or bound.segment_base_offset < segment.base_offset:
+                return FetchDataInfo(self.offset_metadata(start_offset), b"")
+            max_position = bound.relative_position if bound.segment_base_offset == segment.base_offset else None
+            fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if fetched is not None:
+                return fetched
+            i += 1
+        return FetchDataInfo(end, b"")
+
+    def offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` lies (segment and position of its batch), for a bound; the LEO's when at the end."""
+        end = self._leo
+        if offset >= end.message_offset:
+            return end
+        fetched = self.read(offset, 1, Isolation.LOG_END, min_one_message=False)
+        return fetched.fetch_offset_metadata
+
+    def fetch_high_watermark_metadata(self) -> LogOffsetMetadata:
+        """The HW with its position, materialised from a message-only value the first time it is needed."""
+        hw = self._hw.metadata
+        if not hw.message_offset_only:
+            return hw
+        with self._lock:
+            hw = self._hw.metadata
+            if hw.message_offset_only:
+                full = self.offset_metadata(hw.message_offset)
+                if full.message_offset == hw.message_offset:
+                    self._hw.metadata = full
+                    hw = full
+            return hw
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record with timestamp ≥ ``timestamp`` at or after the log start offset (reference §5)."""
+        for segment in self._segments.segments:
+            if segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def batches_from(
+        self, start_offset: int, end_offset: int | None = None
+    ) -> Iterator[tuple[LogSegment, int, int]]:
+        """``(segment, position, size)`` of each stored batch holding offsets in ``[start_offset, end_offset)``."""
+        end = self._leo.message_offset if end_offset is None else end_offset
+        view = self._segments
+        segment = view.floor(start_offset)
+        i = view.index_of(segment.base_offset) if segment is not None else 0
+        for seg in view.segments[i:]:
+            found = seg.translate_offset(start_offset)
+            if found is None:
+                continue
+            for b in seg.batches(found.position):
+                if b.base_offset >= end:
+                    return
+                yield seg, b.position, b.size
+
+    # --- the high watermark (writer) ---------------------------------------------------------------------------------
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the HW clamped to ``[log start, LEO]`` (it may move back). Returns the new HW. Writer."""
+        with self._lock:
+            return self._hw.update(LogOffsetMetadata(hw), self._log_start_offset, self._leo)
+
+    def maybe_increment_high_watermark(self, hw: LogOffsetMetadata) -> LogOffsetMetadata | None:
+        """The leader's forward-only HW move (OffsetOutOfRange past the LEO). Writer."""
+        with self._lock:
+            return self._hw.maybe_increment(hw, self._leo)
+
+    def maybe_update_high_watermark(self, hw: int) -> int | None:
+        """The follower's HW move: clamped, returns the new HW if it changed. Writer."""
+        with self._lock:
+            return self._hw.maybe_update_as_follower(hw, self._log_start_offset, self._leo)
+
+    # --- flush and recovery point (writer) -------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: the LEO) and raise the recovery point.
+
+        Blocking disk work: call it off the trio thread.
+        """
+        with self._lock:
+            target = self._leo.message_offset if offset is None else offset
+            if target <= self._recovery_point:
+                return
+            for segment in self._segments.segments:
+                nxt_base = self._next_base(segment)
+                if nxt_base is not None and nxt_base <= self._recovery_point:
+                    continue  # flushed before
+                if segment.base_offset >= target:
+                    break
+                segment.flush()
+            self._recovery_point = target
+            if target >= self._leo.message_offset:
+                self._unflushed_records = 0
+            self._last_flush_ms = _now_ms()
+
+    def _next_base(self, segment: LogSegment) -> int | None:
+        view = self._segments
+        i = view.index_of(segment.base_offset)
+        return view.bases[i + 1] if i + 1 < len(view.bases) else None
+
+    def ms_since_last_flush(self, now_ms: int | None = None) -> int:
+        return (_now_ms() if now_ms is None else now_ms) - self._last_flush_ms
+
+    # --- truncation (writer) ---------------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at or after ``target_offset``; False if the log already ends there. Writer."""
+        if target_offset < 0:
+            raise OffsetOutOfRange(target_offset, self._log_start_offset, self.log_end_offset, what="truncation")
+        with self._lock:
+            if target_offset >= self._leo.message_offset:
+                return False
+            if self._segments.bases[0] > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            keep = [s for s in self._segments.segments if s.base_offset <= target_offset]
+            drop = [s for s in self._segments.segments if s.base_offset > target_offset]
+            self._segments = _view(keep)
+            for segment in drop:
+                self._schedule_delete(segment)
+            active = self.active_segment
+            active.truncate_to(target_offset)
+            self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size_bytes)
+            self._recovery_point = min(self._recovery_point, target_offset)
+            self._log_start_offset = min(self._log_start_offset, target_offset)
+            self.epoch_cache.truncate_from_end(target_offset)
+            if self._hw.offset >= target_offset:
+                self._hw.update(self._leo, self._log_start_offset, self._leo)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at ``new_offset`` (LEO = log start = HW = recovery point). Writer."""
+        with self._lock:
+            old = self._segments.segments
+            for segment in old:
+                self._schedule_delete(segment)
+            segment = self._new_segment(new_offset)
+            self._segments = _view([segment])
+            self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
+            self._log_start_offset = new_offset
+            self._recovery_point = new_offset
+            self.epoch_cache.clear_and_flush()
+            self._hw.update(self._leo, new_offset, self._leo)
+
+    # --- log start offset and retention (writer) ----------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Raise the log start offset (Kafka's deleteRecords); never past the HW. True if it moved. Writer."""
+        with self._lock:
+            if new_start > self._hw.offset:
+                raise OffsetOutOfRange(
+                    new_start, self._log_start_offset, self._hw.offset, what="log start offset increment past the HW"
+                )
+            if new_start <= self._log_start_offset:
+                return False
+            self._log_start_offset = new_start
+            self.epoch_cache.truncate_from_start(new_start)
+            if self._recovery_point < new_start:
+                self._recovery_point = new_start
+            return True
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply the log start offset, retention.ms and retention.bytes (reference §8); the segments deleted."""
+        now = _now_ms() if now_ms is None else now_ms
+        deleted = 0
+        with self._lock:
+            deleted += self._delete_prefix(lambda segs: log_start_rule(self._log_start_offset))
+            if self.config.retention_ms >= 0:
+                deleted += self._delete_prefix(lambda segs: retention_ms_rule(now, self.config.retention_ms))
+            retention_bytes = self.config.retention_bytes
+            if retention_bytes >= 0 and self.size_bytes >= retention_bytes:
+                deleted += self._delete_prefix(lambda segs: retention_bytes_rule(segs, retention_bytes))
+        return deleted
+
+    def _delete_prefix(self, make_rule: Callable[[list[SegmentSummary]], Rule]) -> int:
+        summaries = [SegmentSummary(s.base_offset, s.size_bytes, s.largest_timestamp) for s in self.segments]
+        rule = make_rule(summaries)
+        count = deletable_prefix(summaries, rule, self._hw.offset, self._leo.message_offset)
+        if count == 0:
+            return 0
+        if count == len(self._segments.segments):
+            self.roll()
+        doomed = self._segments.segments[:count]
+        self._segments = _view(self._segments.segments[count:])
+        for segment in doomed:
+            self._schedule_delete(segment)
+        new_start = self._segments.bases[0]
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            self.epoch_cache.truncate_from_start(new_start)
+            if self._recovery_point < new_start:
+                self._recovery_point = new_start
+        _log.info("%s: retention deleted %d segment(s); log start offset %d", self._dir.name, count, new_start)
+        return count
+
+    def _schedule_delete(self, segment: LogSegment) -> None:
+        segment.close()
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+        self._pending_deletes.append((_now_ms() + self.config.file_delete_delay_ms, segment))
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Unlink ``.deleted`` segments whose delay has passed; returns how many. Writer."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            due = [s for t, s in self._pending_deletes if t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+        for segment in due:
+            segment.delete_if_exists()
+        return len(due)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, trim and close every segment; unlink pending deletions. Writer."""
+        with self._lock:
+            self.flush()
+            for segment in self._segments.segments:
+                segment.close()
+            self.delete_expired_files(NO_LIMIT)
+
+
+def _roll_jitter(jitter_ms: int, segment_ms: int) -> int:
+    """Kafka's ``abs(random) % min(segment.jitter.ms, segment.ms)``, fixed per segment."""
+    bound = min(jitter_ms, segment_ms)
+    return random.randrange(bound) if bound > 0 else 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

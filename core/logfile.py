@@ -1,0 +1,244 @@
+"""A segment's ``.log`` file: positional appends and reads of RecordBatch bytes (Kafka's FileRecords).
+
+The file holds whole batches back to back; nothing else. This class knows bytes and positions, and batch
+*framing* (where each batch starts and how long it is, from its first 61 bytes); the meaning of the batches is
+``core/batch.py``'s business and index bookkeeping the segment's.
+
+Descriptors. A store may hold 10,000 segments, so a ``LogFile`` opens its descriptor on first use and gives it
+back on :meth:`close_handler`, which the store's :class:`~logfs.core.handles.HandleCache` calls for the least
+recently used segments. A read or write *leases* the descriptor for its duration, so a close_handler that races
+with it waits until the lease ends instead of closing a descriptor under it; a reader that must outlive a
+deletion (a FUSE handle reading a segment that retention removes) holds a :meth:`pin`, which keeps the descriptor
+open, and the unlinked file's bytes with it, until the pin is released.
+
+Threads. One writer thread appends, truncates and renames; any thread may read, flush, pin or close_handler.
+Reads never see bytes past the size published after a completed append: ``size_bytes`` moves only once the bytes
+are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from .batch import HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, RECORD_BATCH_OVERHEAD
+from .errors import CorruptRecord, DiskFull, StorageError
+
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+# How much one pread fetches while scanning batch headers: one pread per batch header would cost a syscall per
+# batch (~1 µs); scanning a 4 KiB index interval of small batches in one read is what the index density assumes.
+SCAN_READ_BYTES = 64 * 1024
+
+
+class BatchPosition(NamedTuple):
+    """Where one batch lies in the file, with the header fields a scan needs (no CRC check)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    partition_leader_epoch: int
+
+
+class LogFile:
+    """The ``.log`` file of one segment. See the module docstring for descriptors and threads."""
+
+    def __init__(self, path: Path, *, size_bytes: int | None = None) -> None:
+        """Describe the file; ``size_bytes`` (from the caller's stat) saves a stat. Creates nothing. Any thread."""
+        self._path = path
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._fd: int | None = None
+        self._leases = 0
+        self._pins = 0
+        self._size = size_bytes if size_bytes is not None else self._stat_size(path)
+
+    @staticmethod
+    def _stat_size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def __repr__(self) -> str:
+        return f"LogFile({str(self._path)!r}, size={self._size})"
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of whole batches in the file. Any thread."""
+        return self._size
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    # --- descriptors --------------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _leased(self) -> Iterator[int]:
+        with self._lock:
+            if self._fd is None:
+                self._fd = self._open()
+            self._leases += 1
+            fd = self._fd
+        try:
+            yield fd
+        finally:
+            with self._lock:
+                self._leases -= 1
+                if self._leases == 0:
+                    self._idle.notify_all()
+
+    def _open(self) -> int:
+        try:
+            return os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:
+            return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StorageError(f"cannot open {self._path}: {exc.strerror}") from exc
+
+    def close_handler(self) -> bool:
+        """Close the descriptor unless pinned; waits for reads in progress. True if it was closed. Any thread."""
+        with self._lock:
+            if self._pins or self._fd is None:
+                return False
+            while self._leases:
+                self._idle.wait()
+            os.close(self._fd)
+            self._fd = None
+            return True
+
+    @contextlib.contextmanager
+    def pin(self) -> Iterator[None]:
+        """Keep the descriptor open for the duration (a reader that must survive the file's deletion). Any thread."""
+        with self._lock:
+            if self._fd is None:
+                self._fd = self._open()
+            self._pins += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pins -= 1
+
+    # --- writes (writer thread) ---------------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append whole batches; returns the position they start at. On a full disk nothing partial stays."""
+        with self._leased() as fd:
+            position = self._size
+            view = memoryview(data)
+            written = 0
+            try:
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], position + written)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, position)
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"no space left to append {len(view)} bytes to {self._path}") from exc
+                raise StorageError(f"cannot append to {self._path}: {exc.strerror}") from exc
+            self._size = position + written
+            return position
+
+    def truncate_to(self, size_bytes: int) -> int:
+        """Cut the file to ``size_bytes``; returns the bytes removed (0 if it is not longer). Writer thread."""
+        if size_bytes < 0 or size_bytes > self._size:
+            raise StorageError(f"cannot truncate {self._path} of {self._size} bytes to {size_bytes} bytes")
+        removed = self._size - size_bytes
+        if removed:
+            with self._leased() as fd:
+                os.ftruncate(fd, size_bytes)
+            self._size = size_bytes
+        return removed
+
+    def flush(self) -> None:
+        """fsync the file (blocking: never call it on the trio thread). Any thread."""
+        if not self._path.exists() and self._fd is None:
+            return
+        with self._leased() as fd:
+            os.fsync(fd)
+
+    def rename_to(self, new_path: Path) -> None:
+        """Rename the file; an open descriptor keeps working. Writer thread."""
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self._path, new_path)
+        self._path = new_path
+
+    def delete_if_exists(self) -> bool:
+        """Unlink the file (a pinned reader keeps its bytes) and close an unpinned descriptor. Writer thread."""
+        self.close_handler()
+        try:
+            os.unlink(self._path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    # --- reads (any thread) -------------------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position``, never past the published size."""
+        end = min(self._size, position + size)
+        if end <= position:
+            return b""
+        with self._leased() as fd:
+            return _pread_fully(fd, end - position, position)
+
+    def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
+        """Frame the batches from ``start_position`` on, from their headers alone (no CRC check).
+
+        Stops silently at a torn tail (fewer bytes left than a batch declares, or than its header), as Kafka's
+        FileLogInputStream does; a declared size below 14 bytes raises CorruptRecord, a header cut short by
+        ``end_position`` ends the scan.
+        """
+        end = self._size if end_position is None else min(end_position, self._size)
+        position = start_position
+        chunk = b""
+        chunk_start = position
+        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+            offset_in_chunk = position - chunk_start
+            if offset_in_chunk < 0 or offset_in_chunk + RECORD_BATCH_OVERHEAD > len(chunk):
+                chunk = self.read(position, max(SCAN_READ_BYTES, RECORD_BATCH_OVERHEAD))
+                chunk_start = position
+                offset_in_chunk = 0
+            base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, offset_in_chunk)
+            size = length + LOG_OVERHEAD
+            if size < MIN_DECLARED_BATCH_BYTES:
+                raise CorruptRecord(
+                    f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position
+                )
+            if position + size > end:
+                return
+            if size < RECORD_BATCH_OVERHEAD or offset_in_chunk + RECORD_BATCH_OVERHEAD > len(chunk):
+                yield BatchPosition(position, size, base_offset, base_offset, -1, -1)
+            else:
+                h = HEADER.unpack_from(chunk, offset_in_chunk)
+                yield BatchPosition(position, size, base_offset, base_offset + h[6], h[8], h[2])
+            position += size
+
+
+def _pread_fully(fd: int, size: int, position: int) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) == size:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, position + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)

@@ -1,0 +1,452 @@
+"""A store: one directory of partitions laid out as a Kafka log directory (Kafka's LogManager), owned by one process.
+
+Layout (spec §1)::
+
+    STORE/
+      <topic>-<partition>/              one Log each (core/log.py), loaded by core/loader.py
+      recovery-point-offset-checkpoint  flushed offsets, per partition            (Kafka's text format)
+      log-start-offset-checkpoint       log start offsets above the first segment's base
+      replication-offset-checkpoint     high watermarks
+      meta.properties                   node.id (and Kafka's version, cluster.id, directory.id), fixed at first use
+      .kafka_cleanshutdown              written last by a clean close; deleted as soon as a load reads it
+      .lock                             flock'ed by the owner: a second owner fails with StoreLocked
+      .logfs/topics/<topic>.properties  topic config overrides (a name a Kafka broker ignores)
+
+Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
+time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
+unclean shutdown each recovers from its recovery point. ``*-delete`` directories (a deletion that was interrupted)
+are removed.
+
+Periodic work. The core has no threads of its own: :meth:`Store.tick` runs what is due (retention every
+``log.retention.check.interval.ms``, unlinking ``.deleted`` files, ``flush.ms`` flushes, checkpoint writes every
+5 s for HWs and 60 s for the others) and the process that owns the store calls it from a worker thread.
+
+Threads: every method may be called from any thread; topic creation and deletion are serialised by ``_lock``; each
+Log serialises its own writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import OffsetCheckpointFile, TopicPartition
+from .config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
+from .errors import (
+    ConfigError,
+    CorruptCheckpoint,
+    InvalidPartitions,
+    InvalidTopic,
+    StoreLocked,
+    TopicExists,
+    TopicNameTooLong,
+    TopicNotEmpty,
+    UnknownTopicOrPartition,
+)
+from .handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
+from .loader import EventSink, load_log
+from .log import Log
+
+_log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+META_PROPERTIES = "meta.properties"
+LOGFS_DIR = ".logfs"
+TOPICS_DIR = "topics"
+DELETE_DIR_SUFFIX = "-delete"
+
+# Kafka's checkpoint intervals: replica.high.watermark.checkpoint.interval.ms and
+# log.flush.offset.checkpoint.interval.ms / log.flush.start.offset.checkpoint.interval.ms.
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
+OFFSET_CHECKPOINT_INTERVAL_MS = 60_000
+# How often tick() looks for .deleted files whose file.delete.delay.ms has passed.
+DELETE_EXPIRED_INTERVAL_MS = 1_000
+
+TOPIC_NAME_MAX_CHARS = 249
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic rules (``Topic.validate``), plus no leading ``.`` (reserved for logfs's own names)."""
+    if not name:
+        raise InvalidTopic("a topic name cannot be empty")
+    if len(name) > TOPIC_NAME_MAX_CHARS:
+        raise TopicNameTooLong(f"topic name of {len(name)} characters exceeds {TOPIC_NAME_MAX_CHARS}")
+    if name in (".", ".."):
+        raise InvalidTopic(f"topic name {name!r} is not allowed")
+    if not _TOPIC_CHARS.fullmatch(name):
+        raise InvalidTopic(f"topic name {name!r} has characters outside [A-Za-z0-9._-]")
+    if name.startswith("."):
+        raise InvalidTopic(f"topic name {name!r} starts with '.', which logfs reserves")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    """``<topic>-<partition>`` → TopicPartition, or None for any other name (the topic may contain ``-``)."""
+    m = _PARTITION_DIR.match(name)
+    if m is None:
+        return None
+    try:
+        validate_topic_name(m["topic"])
+    except InvalidTopic:
+        return None
+    return TopicPartition(m["topic"], int(m["partition"]))
+
+
+@dataclass
+class _Due:
+    """The next time each periodic job runs (ms since the epoch)."""
+
+    retention: int = 0
+    delete_expired: int = 0
+    hw_checkpoint: int = 0
+    offset_checkpoint: int = 0
+
+
+class Store:
+    """An open store. Create with :meth:`open`; end with :meth:`close`."""
+
+    def __init__(
+        self,
+        path: Path,
+        config: StoreConfig,
+        lock_fd: int,
+        *,
+        handles: HandleCache,
+        had_clean_shutdown: bool,
+        on_event: EventSink | None,
+    ) -> None:
+        self.path = path
+        self.config = config
+        self.handles = handles
+        self.had_clean_shutdown = had_clean_shutdown
+        self._lock_fd = lock_fd
+        self._on_event = on_event
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._overrides: dict[str, dict[str, str]] = {}
+        self._due = _Due()
+        self._closed = False
+
+    # --- opening ------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        max_open_segments: int = MAX_OPEN_SEGMENTS_DEFAULT,
+        on_event: EventSink | None = None,
+    ) -> Store:
+        """Lock and load the store at ``path`` (created if missing). StoreLocked if another process owns it."""
+        root = Path(path)
+        config = config or StoreConfig()
+        root.mkdir(parents=True, exist_ok=True)
+        lock_fd = _acquire_lock(root)
+        try:
+            _check_meta_properties(root, config.node_id)
+            marker = root / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            if clean:
+                marker.unlink()
+                _fsync_dir(root)
+            store = cls(
+                root,
+                config,
+                lock_fd,
+                handles=HandleCache(max_open_segments),
+                had_clean_shutdown=clean,
+                on_event=on_event,
+            )
+            store._load_all()
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return store
+
+    def _load_all(self) -> None:
+        recovery = _read_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
+        starts = _read_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
+        hws = _read_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT)
+        for entry in sorted(self.path.iterdir()):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+                _log.info("removed %s, left by an interrupted topic deletion", entry)
+                continue
+            tp = parse_partition_dir(entry.name)
+            if tp is None:
+                continue
+            self._logs[tp] = load_log(
+                entry,
+                self.topic_config(tp.topic),
+                self.handles,
+                had_clean_shutdown=self.had_clean_shutdown,
+                recovery_point=recovery.get(tp, 0),
+                log_start_offset=starts.get(tp, 0),
+                high_watermark=hws.get(tp, 0),
+                on_event=self._on_event,
+            )
+        _log.info(
+            "opened store %s: %d partitions, %s shutdown",
+            self.path, len(self._logs), "clean" if self.had_clean_shutdown else "unclean",
+        )  # fmt: skip
+
+    # --- topics and partitions -------------------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return sorted({tp.topic for tp in self._logs})
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(tp.partition for tp in self._logs if tp.topic == topic)
+
+    def has_topic(self, topic: str) -> bool:
+        return any(tp.topic == topic for tp in self._logs)
+
+    def logs(self) -> Iterator[tuple[TopicPartition, Log]]:
+        yield from sorted(self._logs.items())
+
+    def log(self, topic: str, partition: int) -> Log:
+        try:
+            return self._logs[TopicPartition(topic, partition)]
+        except KeyError:
+            raise UnknownTopicOrPartition(f"no partition {partition} of topic {topic!r}") from None
+
+    def create_topic(self, topic: str, partitions: int | None = None, overrides: dict[str, str] | None = None) -> None:
+        """Create ``topic`` with ``partitions`` (default ``num.partitions``) empty partitions."""
+        validate_topic_name(topic)
+        count = self.config.num_partitions if partitions is None else partitions
+        if count < 1:
+            raise InvalidPartitions(f"a topic needs at least one partition, not {count}")
+        with self._lock:
+            if self.has_topic(topic):
+                raise TopicExists(f"topic {topic!r} exists")
+            if overrides:
+                self.set_topic_overrides(topic, overrides)
+            for p in range(count):
+                self._create_partition(topic, p)
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        """Add partition ``partition``, which must be the next number (Kafka only grows partition counts)."""
+        with self._lock:
+            existing = self.partitions(topic)
+            if not existing:
+                raise UnknownTopicOrPartition(f"no topic {topic!r}")
+            if partition != len(existing):
+                raise InvalidPartitions(f"topic {topic!r} has {len(existing)} partitions: the next is {len(existing)}")
+            self._create_partition(topic, partition)
+
+    def _create_partition(self, topic: str, partition: int) -> None:
+        directory = self.path / partition_dir_name(topic, partition)
+        tp = TopicPartition(topic, partition)
+        log = load_log(directory, self.topic_config(topic), self.handles, had_clean_shutdown=True)
+        _fsync_dir(self.path)
+        self._logs[tp] = log
+
+    def delete_topic(self, topic: str, *, only_if_empty: bool = False) -> None:
+        """Delete ``topic`` and all its data (``only_if_empty``: refuse with TopicNotEmpty when it has records)."""
+        with self._lock:
+            tps = [tp for tp in self._logs if tp.topic == topic]
+            if not tps:
+                raise UnknownTopicOrPartition(f"no topic {topic!r}")
+            if only_if_empty and any(self._logs[tp].log_end_offset > 0 for tp in tps):
+                raise TopicNotEmpty(f"topic {topic!r} holds records")
+            for tp in tps:
+                log = self._logs.pop(tp)
+                log.close()
+                doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                os.rename(log.directory, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+            (self._topics_dir() / f"{topic}.properties").unlink(missing_ok=True)
+            self._overrides.pop(topic, None)
+            _fsync_dir(self.path)
+            self._write_checkpoints(hw=True, offsets=True)
+
+    # --- configs ---------------------------------------------------------------------------------------------------
+
+    def _topics_dir(self) -> Path:
+        return self.path / LOGFS_DIR / TOPICS_DIR
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        if topic not in self._overrides:
+            self._overrides[topic] = load_topic_overrides(self._topics_dir() / f"{topic}.properties")
+        return dict(self._overrides[topic])
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The effective config of ``topic``: the store's defaults with the topic's overrides on top."""
+        return apply_overrides(self.config.log_defaults(), self.topic_overrides(topic))
+
+    def set_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
+        """Persist a topic's overrides and apply them to its logs (ConfigError leaves everything unchanged)."""
+        effective = apply_overrides(self.config.log_defaults(), overrides)
+        save_topic_overrides(self._topics_dir() / f"{topic}.properties", overrides)
+        with self._lock:
+            self._overrides[topic] = dict(overrides)
+            for tp, log in self._logs.items():
+                if tp.topic == topic:
+                    log.config = effective
+
+    # --- records and periodic work ---------------------------------------------------------------------------------
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> None:
+        """Kafka's deleteRecords: raise the log start offset to ``offset`` (never past the HW), then retention."""
+        log = self.log(topic, partition)
+        log.maybe_increment_log_start_offset(offset)
+        log.delete_old_segments()
+        self._write_checkpoints(hw=False, offsets=True)
+
+    def tick(self, now_ms: int | None = None) -> None:
+        """Run the periodic jobs that are due (see the module docstring). Blocking: call from a worker thread."""
+        now = _now_ms() if now_ms is None else now_ms
+        due = self._due
+        logs = list(self._logs.values())
+        if now >= due.retention:
+            for log in logs:
+                log.delete_old_segments(now)
+            due.retention = now + self.config.log_retention_check_interval_ms
+        if now >= due.delete_expired:
+            for log in logs:
+                log.delete_expired_files(now)
+            due.delete_expired = now + DELETE_EXPIRED_INTERVAL_MS
+        for log in logs:
+            if log.unflushed_records and log.ms_since_last_flush(now) >= log.config.flush_ms:
+                log.flush()
+        write_hw = now >= due.hw_checkpoint
+        write_offsets = now >= due.offset_checkpoint
+        if write_hw or write_offsets:
+            self._write_checkpoints(hw=write_hw, offsets=write_offsets)
+            if write_hw:
+                due.hw_checkpoint = now + HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
+            if write_offsets:
+                due.offset_checkpoint = now + OFFSET_CHECKPOINT_INTERVAL_MS
+
+    def _write_checkpoints(self, *, hw: bool, offsets: bool) -> None:
+        items = list(self._logs.items())
+        if hw:
+            OffsetCheckpointFile(self.path / HIGH_WATERMARK_CHECKPOINT).write(
+                {tp: log.high_watermark for tp, log in items}
+            )
+        if offsets:
+            OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT).write(
+                {tp: log.recovery_point for tp, log in items}
+            )
+            OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT).write(
+                {tp: log.log_start_offset for tp, log in items if log.log_start_offset > log.segments[0].base_offset}
+            )
+
+    # --- closing ---------------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Clean shutdown: flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            for log in self._logs.values():
+                log.close()
+            self._write_checkpoints(hw=True, offsets=True)
+            marker = self.path / CLEAN_SHUTDOWN_FILE
+            with open(marker, "w") as f:
+                json.dump({"version": 0, "brokerEpoch": 0}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(self.path)
+            self._closed = True
+            os.close(self._lock_fd)
+
+    def abandon(self) -> None:
+        """Release the lock without a clean shutdown (tests that simulate a crash, failed opens)."""
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+        self._closed = True
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _acquire_lock(root: Path) -> int:
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        with contextlib.suppress(OSError, ValueError):
+            holder = f" (process {int(os.pread(fd, 32, 0).decode().strip())})"
+        os.close(fd)
+        raise StoreLocked(f"store {root} is in use by another logfs process{holder}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _check_meta_properties(root: Path, node_id: int) -> None:
+    """Write meta.properties on first use; refuse a different node.id later (Kafka's format)."""
+    path = root / META_PROPERTIES
+    if path.exists():
+        props: dict[str, str] = {}
+        for line in path.read_text().splitlines():
+            if line.startswith("#") or "=" not in line:
+                continue
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+        stored = int(props.get("node.id", "0"))
+        if stored != node_id:
+            raise ConfigError(f"store {root} belongs to node.id={stored}; refusing node.id={node_id}")
+        return
+    cluster = uuid.uuid4().hex
+    directory = uuid.uuid4().hex
+    text = (
+        f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+        f"cluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
+    )
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    _fsync_dir(root)
+
+
+def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CorruptCheckpoint as exc:
+        _log.warning("%s is damaged (%s): treating it as empty, as Kafka does", path, exc)
+        return {}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
