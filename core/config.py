@@ -47,9 +47,10 @@ applies. Rolling is reference §3, retention §8, min.insync.replicas §6.3; doc
                                                         log.retention.bytes.
     retention.ms                    604800000           long, at least -1. Delete a closed segment once its newest
                                                         record is older than this (7 days); -1: keep forever. Broker:
-                                                        log.retention.ms (negative: -1), log.retention.minutes (minutes
-                                                        to ms; int; negative: -1), log.retention.hours (hours to ms;
-                                                        int; negative: -1).
+                                                        log.retention.ms (negative: -1; 0 refused),
+                                                        log.retention.minutes (minutes to ms; int; negative: -1; 0
+                                                        refused), log.retention.hours (hours to ms; int; negative: -1; 0
+                                                        refused).
     segment.bytes                   1073741824          int, at least 14. Roll a new segment before an append would take
                                                         the active one past this size (1 GiB); a single append larger
                                                         than this fails with EFBIG. Broker: log.segment.bytes.
@@ -129,6 +130,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import os
 import re
 import textwrap
@@ -138,7 +140,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch import LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, TimestampType
-from .errors import ConfigError, StorageError
+from .errors import ConfigError, DiskFull, StorageError
 from .varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 # --- constants: units, Kafka's spellings, and the limits behind the rules ------------------------------------------
@@ -409,46 +411,18 @@ LOG_KEYS: dict[str, ConfigKey] = _keys_of(LogConfig)
 
 # Every topic key Kafka defines (LogConfig's ConfigDef at the reference commit): the ones logfs does not implement
 # are refused as such, not as unknown keys.
-KAFKA_TOPIC_KEYS = frozenset(
-    {
-        "cleanup.policy",
-        "compression.gzip.level",
-        "compression.lz4.level",
-        "compression.type",
-        "compression.zstd.level",
-        "delete.retention.ms",
-        "file.delete.delay.ms",
-        "flush.messages",
-        "flush.ms",
-        "follower.replication.throttled.replicas",
-        "index.interval.bytes",
-        "leader.replication.throttled.replicas",
-        "local.retention.bytes",
-        "local.retention.ms",
-        "max.compaction.lag.ms",
-        "max.message.bytes",
-        "message.downconversion.enable",
-        "message.format.version",
-        "message.timestamp.after.max.ms",
-        "message.timestamp.before.max.ms",
-        "message.timestamp.difference.max.ms",
-        "message.timestamp.type",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-        "min.insync.replicas",
-        "preallocate",
-        "remote.log.copy.disable",
-        "remote.log.delete.on.disable",
-        "remote.storage.enable",
-        "retention.bytes",
-        "retention.ms",
-        "segment.bytes",
-        "segment.index.bytes",
-        "segment.jitter.ms",
-        "segment.ms",
-        "unclean.leader.election.enable",
-    }
-)
+KAFKA_TOPIC_KEYS = frozenset([
+    "cleanup.policy", "compression.gzip.level", "compression.lz4.level", "compression.type",
+    "compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "message.timestamp.type",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable", "retention.bytes",
+    "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
+    "unclean.leader.election.enable",
+])  # fmt: skip
 
 assert LOG_KEYS.keys() <= KAFKA_TOPIC_KEYS
 assert [f.name for f in dataclasses.fields(LogConfig)] == [key.attribute for key in LOG_KEYS.values()]
@@ -704,9 +678,11 @@ def apply_overrides(defaults: LogConfig, overrides: Mapping[str, str]) -> LogCon
     errors: list[str] = []
     for key, text in overrides.items():
         try:
-            changes[LOG_KEYS[key].attribute] = _override_value(key, text)
+            value = _override_value(key, text)
         except ConfigError as exc:
             errors.append(str(exc))
+        else:
+            changes[LOG_KEYS[key].attribute] = value
     if errors:
         raise ConfigError("; ".join(errors))
     return dataclasses.replace(defaults, **changes)
@@ -807,7 +783,7 @@ def save_topic_overrides(path: str | os.PathLike[str], overrides: Mapping[str, s
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory, creating the directory
     (and fsyncing its parent) when it is missing. ConfigError (nothing written) for an override logfs cannot take;
-    StorageError when the disk fails.
+    DiskFull or StorageError (the old file intact, no ``.tmp`` left) when the disk fails.
     """
     path = Path(path)
     lines = [TOPIC_OVERRIDES_HEADER]
@@ -817,7 +793,8 @@ def save_topic_overrides(path: str | os.PathLike[str], overrides: Mapping[str, s
     try:
         _replace_file(path, data)
     except OSError as exc:
-        raise StorageError(f"cannot write topic config {path}: {exc.strerror or exc}") from exc
+        error = DiskFull if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
+        raise error(f"cannot write topic config {path}: {exc.strerror or exc}") from exc
 
 
 def _replace_file(path: Path, data: bytes) -> None:
@@ -826,13 +803,20 @@ def _replace_file(path: Path, data: bytes) -> None:
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)  # nothing partial stays behind (a full disk, spec §3)
+        except OSError:
+            pass
+        raise
     for directory in (path.parent, *(d.parent for d in missing)):  # the new entry, then each new directory's entry
         _fsync_dir(directory)
 

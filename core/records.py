@@ -258,6 +258,8 @@ def walk_numpy(
 ) -> tuple[int, RecordColumns | None] | None:
     """The fast walker. Returns None when the batch holds something it leaves to the reference (headers, or any
     fault: the reference then produces the precise error), so both walkers always agree."""
+    if count == 0:
+        return None  # nothing to vectorise; the reference answers (an empty section, or trailing bytes)
     # 1. Chain the record starts: the only sequential dependency, so the loop does nothing else (~110 ns a record;
     #    the first-byte table saves a third). It reads each length as if non-negative and at most two bytes; step
     #    2 re-checks every length vectorised.

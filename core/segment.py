@@ -235,7 +235,11 @@ class LogSegment:
         return 0 <= offset - self._base_offset <= INT32_MAX
 
     def append(
-        self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: bytes
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: bytes | bytearray,
     ) -> int:
         """Append validated batches whose offsets are assigned; returns the position they start at. Writer thread.
 
@@ -266,10 +270,8 @@ class LogSegment:
         """The first batch whose last offset is at or after ``offset``, or None. Any thread."""
         self._touch()
         mapping = self._offset_index.lookup(offset)
-        for b in self._log.batches(max(mapping.position, starting_position)):
-            if b.last_offset >= offset:
-                return LogOffsetPosition(b.last_offset, b.position, b.size)
-        return None
+        found = self._log.search_for_offset(offset, max(mapping.position, starting_position))
+        return None if found is None else LogOffsetPosition(*found)
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
@@ -364,8 +366,11 @@ class LogSegment:
 
     # --- truncation and recovery (writer thread) ----------------------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> int:
-        """Remove every batch from the one holding ``offset`` on; returns the bytes removed. Writer thread."""
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
+        """Remove every batch from the one holding ``offset`` on; returns the bytes removed. Writer thread.
+
+        A segment left empty counts as created at ``now_ms`` (default: the wall clock) for segment.ms.
+        """
         self._touch()
         mapping = self.translate_offset(offset)
         self._offset_index.truncate_to(offset)
@@ -374,7 +379,7 @@ class LogSegment:
         self._time_index.resize(self._max_index_bytes)
         removed = 0 if mapping is None else self._log.truncate_to(mapping.position)
         if self._log.size_bytes == 0:
-            self._created_ms = _now_ms()
+            self._created_ms = _now_ms() if now_ms is None else now_ms
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset = None

@@ -10,7 +10,9 @@ Layout (spec §1)::
       meta.properties                   node.id (and Kafka's version, cluster.id, directory.id), fixed at first use
       .kafka_cleanshutdown              written last by a clean close; deleted as soon as a load reads it
       .lock                             flock'ed by the owner: a second owner fails with StoreLocked
-      .logfs/topics/<topic>.properties  topic config overrides (a name a Kafka broker ignores)
+      .logfs-topic.<topic>.properties   topic config overrides: a plain file at the root, which a Kafka broker
+                                        ignores (it parses every *directory* of a log dir as <topic>-<partition>
+                                        and fails to start on any other, so logfs keeps no directory of its own)
 
 Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
 time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
@@ -66,8 +68,8 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
-LOGFS_DIR = ".logfs"
-TOPICS_DIR = "topics"
+TOPIC_OVERRIDES_PREFIX = ".logfs-topic."
+TOPIC_OVERRIDES_SUFFIX = ".properties"
 DELETE_DIR_SUFFIX = "-delete"
 
 # Kafka's checkpoint intervals: replica.high.watermark.checkpoint.interval.ms and
@@ -162,7 +164,7 @@ class Store:
         root = Path(path)
         config = config or StoreConfig()
         root.mkdir(parents=True, exist_ok=True)
-        lock_fd = _acquire_lock(root)
+        lock_fd = lock_store(root)
         try:
             _check_meta_properties(root, config.node_id)
             marker = root / CLEAN_SHUTDOWN_FILE
@@ -278,19 +280,19 @@ class Store:
                 doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
                 os.rename(log.directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
-            (self._topics_dir() / f"{topic}.properties").unlink(missing_ok=True)
+            self._overrides_path(topic).unlink(missing_ok=True)
             self._overrides.pop(topic, None)
             _fsync_dir(self.path)
             self._write_checkpoints(hw=True, offsets=True)
 
     # --- configs ---------------------------------------------------------------------------------------------------
 
-    def _topics_dir(self) -> Path:
-        return self.path / LOGFS_DIR / TOPICS_DIR
+    def _overrides_path(self, topic: str) -> Path:
+        return self.path / f"{TOPIC_OVERRIDES_PREFIX}{topic}{TOPIC_OVERRIDES_SUFFIX}"
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         if topic not in self._overrides:
-            self._overrides[topic] = load_topic_overrides(self._topics_dir() / f"{topic}.properties")
+            self._overrides[topic] = load_topic_overrides(self._overrides_path(topic))
         return dict(self._overrides[topic])
 
     def topic_config(self, topic: str) -> LogConfig:
@@ -300,7 +302,7 @@ class Store:
     def set_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
         """Persist a topic's overrides and apply them to its logs (ConfigError leaves everything unchanged)."""
         effective = apply_overrides(self.config.log_defaults(), overrides)
-        save_topic_overrides(self._topics_dir() / f"{topic}.properties", overrides)
+        save_topic_overrides(self._overrides_path(topic), overrides)
         with self._lock:
             self._overrides[topic] = dict(overrides)
             for tp, log in self._logs.items():
@@ -387,7 +389,13 @@ class Store:
         self.close()
 
 
-def _acquire_lock(root: Path) -> int:
+def lock_store(root: Path) -> int:
+    """Take the store's exclusive lock (flock on ``.lock``, which then holds our pid); the descriptor holds it.
+
+    StoreLocked, naming the holder's pid, when another process has it.
+    """
+    if not root.is_dir():
+        raise FileNotFoundError(f"no store at {root}")
     fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -406,13 +414,7 @@ def _check_meta_properties(root: Path, node_id: int) -> None:
     """Write meta.properties on first use; refuse a different node.id later (Kafka's format)."""
     path = root / META_PROPERTIES
     if path.exists():
-        props: dict[str, str] = {}
-        for line in path.read_text().splitlines():
-            if line.startswith("#") or "=" not in line:
-                continue
-            key, _, value = line.partition("=")
-            props[key.strip()] = value.strip()
-        stored = int(props.get("node.id", "0"))
+        stored = stored_node_id(root)
         if stored != node_id:
             raise ConfigError(f"store {root} belongs to node.id={stored}; refusing node.id={node_id}")
         return
@@ -429,6 +431,22 @@ def _check_meta_properties(root: Path, node_id: int) -> None:
         os.fsync(f.fileno())
     os.rename(tmp, path)
     _fsync_dir(root)
+
+
+def stored_node_id(root: Path) -> int:
+    """The node.id in the store's meta.properties (0 when the file or the key is absent)."""
+    try:
+        text = (root / META_PROPERTIES).read_text()
+    except FileNotFoundError:
+        return 0
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#") and key.strip() == "node.id":
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{root / META_PROPERTIES}: node.id={value.strip()!r} is not a number") from None
+    return 0
 
 
 def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:

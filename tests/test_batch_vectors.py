@@ -243,9 +243,14 @@ def test_encode_varint_rejects_values_outside_int64() -> None:
 @pytest.mark.parametrize(("control_type", "type_id"), [(ControlType.COMMIT, 1), (ControlType.ABORT, 0)])
 def test_end_txn_marker_is_78_bytes_with_one_17_byte_record(control_type: ControlType, type_id: int) -> None:
     marker = encode_end_txn_marker(
-        control_type, producer_id=4242, producer_epoch=7, coordinator_epoch=0x01020304, timestamp=1234,
-        base_offset=10, partition_leader_epoch=3,
-    )  # fmt: skip
+        control_type,
+        producer_id=4242,
+        producer_epoch=7,
+        coordinator_epoch=0x01020304,
+        timestamp=1234,
+        base_offset=10,
+        partition_leader_epoch=3,
+    )
     assert len(marker) == 78 == END_TXN_MARKER_BATCH_BYTES
     header = read_header(marker)
     assert header.attributes == 0x30  # transactional + control, CREATE_TIME, no compression

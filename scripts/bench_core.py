@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Benchmark the storage core (no FUSE), each figure beside its same-run baseline on the same disk.
+
+Rows (issue 3):
+
+* append of 1 MiB batches (MB/s), as leader (deep validation, offsets stamped in place, indexes kept) vs
+  ``os.write`` of the same bytes to a file in the same directory. Target: >= 80 % of the baseline.
+* records/s for 100-byte values appended as leader in batches of 1, 100 and 10,000. Target: >= 1,500,000
+  records/s in 10,000-record batches. (Baseline: os.write of the same batches.)
+* sequential HIGH_WATERMARK reads of a 1 GiB log with 1 MiB maxBytes vs ``os.pread`` of the same files in 1 MiB
+  pieces. Target: >= 80 %.
+* recovery (MB/s validated: CRC and framing of every batch, indexes rebuilt) vs reading the files. Target: >= 500 MB/s.
+* random offset lookups/s over the 1 GiB log (Log.read of one batch at a random offset). Target: >= 50,000/s.
+
+Neither side fsyncs (both measure the page cache path; the store's fsync is the disk's speed). Files go under
+``--dir`` (default ./var/bench), deleted afterwards.
+
+Usage: ``python scripts/bench_core.py [--gib 1.0] [--dir var/bench] [--markdown]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from logfs.core.batch import encode_values
+from logfs.core.config import parse_store_config
+from logfs.core.log import Isolation
+from logfs.core.store import Store
+
+MIB = 1024 * 1024
+TIMESTAMP = 1_700_000_000_000
+
+
+def values(n: int, size: int) -> list[bytes]:
+    """``n`` distinct printable values of ``size`` bytes."""
+    base = os.urandom(size // 2 + 1).hex().encode()[:size]
+    return [(b"%08d" % i + base)[:size] for i in range(n)]
+
+
+def timed(fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gib", type=float, default=1.0, help="size of the log for the read/recovery/lookup rows")
+    ap.add_argument("--dir", default="var/bench", help="scratch directory on the disk to measure")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    root = Path(args.dir)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    rows: list[tuple[str, str, float, float, str, float | None]] = []
+    try:
+        rows += bench_append_mib(root)
+        rows += bench_records(root)
+        rows += bench_big_log(root, int(args.gib * 1024 * MIB))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_table(rows, markdown=args.markdown)
+    return 0
+
+
+def new_store(root: Path, name: str, *extra: str) -> Store:
+    # 10,000 records of 100 bytes are a 1.1 MB batch: max.message.bytes is raised to 4 MiB to admit it.
+    return Store.open(root / name, parse_store_config(["segment.bytes=1073741824", "max.message.bytes=4194304", *extra]))
+
+
+def bench_append_mib(root: Path) -> list[tuple[str, str, float, float, str, float | None]]:
+    total = 512 * MIB
+    batch = encode_values(values(1000, 1024), TIMESTAMP)  # ~1 MiB of 1 KiB records
+    n = total // len(batch)
+    baseline_path = root / "baseline.bin"
+    fd = os.open(baseline_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    t_base = timed(lambda: [os.write(fd, batch) for _ in range(n)])
+    os.close(fd)
+    baseline_path.unlink()
+    store = new_store(root, "append")
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    copies = [bytearray(batch) for _ in range(8)]  # the leader stamps a bytearray in place, as the mount hands it
+    t_core = timed(lambda: [log.append_as_leader(copies[i % 8], 0) for i in range(n)])
+    store.close()
+    shutil.rmtree(root / "append")
+    mb = n * len(batch) / 1e6
+    return [("append 1 MiB batches (1 KiB records)", "MB/s", mb / t_core, mb / t_base, "os.write", 0.8)]
+
+
+def bench_records(root: Path) -> list[tuple[str, str, float, float, str, float | None]]:
+    rows = []
+    for per_batch, total in ((1, 50_000), (100, 500_000), (10_000, 2_000_000)):
+        batch = encode_values(values(per_batch, 100), TIMESTAMP)
+        n = total // per_batch
+        baseline_path = root / "baseline.bin"
+        fd = os.open(baseline_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        t_base = timed(lambda b=batch, k=n: [os.write(fd, b) for _ in range(k)])
+        os.close(fd)
+        baseline_path.unlink()
+        store = new_store(root, f"rec{per_batch}")
+        store.create_topic("t", 1)
+        log = store.log("t", 0)
+        copies = [bytearray(batch) for _ in range(min(n, 64))]
+        t_core = timed(lambda c=copies, k=n: [log.append_as_leader(c[i % len(c)], 0) for i in range(k)])
+        store.close()
+        shutil.rmtree(root / f"rec{per_batch}")
+        target = 1_500_000 / (total / t_base) if per_batch == 10_000 else None
+        rows.append((f"append 100-byte records, batches of {per_batch:,}", "records/s", total / t_core,
+                     total / t_base, "os.write", target))  # fmt: skip
+    return rows
+
+
+def bench_big_log(root: Path, size: int) -> list[tuple[str, str, float, float, str, float | None]]:
+    store = new_store(root, "big")
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    batch = encode_values(values(9000, 100), TIMESTAMP)
+    while log.size_bytes < size:
+        log.append_as_leader(bytearray(batch), 0)
+    log.update_high_watermark(log.log_end_offset)
+    leo = log.log_end_offset
+    store.close()
+    files = sorted((root / "big" / "t-0").glob("*.log"))
+    total = sum(f.stat().st_size for f in files)
+    rows = []
+
+    # Sequential reads, warm page cache on both sides (both read the same files just after a full pass).
+    def pread_all() -> None:
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            pos = 0
+            while chunk := os.pread(fd, MIB, pos):
+                pos += len(chunk)
+            os.close(fd)
+
+    pread_all()
+    t_base = min(timed(pread_all) for _ in range(2))
+    store = new_store(root, "big")
+    log = store.log("t", 0)
+
+    def read_all() -> None:
+        offset = 0
+        while offset < leo:
+            fetched = log.read(offset, MIB, Isolation.HIGH_WATERMARK)
+            data = fetched.records
+            # the next offset: after the last whole batch in the slice
+            pos = 0
+            last = offset
+            while pos + 61 <= len(data):
+                length = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
+                if pos + length > len(data):
+                    break
+                last = int.from_bytes(data[pos : pos + 8], "big") + int.from_bytes(data[pos + 23 : pos + 27], "big")
+                pos += length
+            offset = last + 1
+
+    t_read = min(timed(read_all) for _ in range(2))
+    rows.append(("sequential HW reads, 1 MiB maxBytes", "MB/s", total / 1e6 / t_read, total / 1e6 / t_base,
+                 "os.pread 1 MiB", 0.8))  # fmt: skip
+
+    rng = random.Random(1)
+    lookups = 20_000
+    offsets = [rng.randrange(leo) for _ in range(lookups)]
+    t_lookup = timed(lambda: [log.locate(o) for o in offsets])
+    rows.append(("random offset lookups over the log", "lookups/s", lookups / t_lookup, float("nan"), "-", None))
+    store.abandon()
+
+    # Recovery: an unclean open with the recovery point at 0 validates every batch and rebuilds every index.
+    (root / "big" / "recovery-point-offset-checkpoint").unlink(missing_ok=True)
+    (root / "big" / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    start = time.perf_counter()
+    store = new_store(root, "big")
+    t_recover = time.perf_counter() - start
+    assert store.log("t", 0).log_end_offset == leo
+    store.close()
+    rows.append(("recovery (validate + rebuild indexes)", "MB/s", total / 1e6 / t_recover, total / 1e6 / t_base,
+                 "reading the files", None))  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, float, float, str, float | None]], *, markdown: bool) -> None:
+    head = ("measure", "unit", "logfs core", "baseline", "baseline is", "ratio", "target")
+    targets = {
+        "append 1 MiB batches (1 KiB records)": ">= 80 % of baseline",
+        "append 100-byte records, batches of 10,000": ">= 1,500,000",
+        "sequential HW reads, 1 MiB maxBytes": ">= 80 % of baseline",
+        "recovery (validate + rebuild indexes)": ">= 500 MB/s",
+        "random offset lookups over the log": ">= 50,000",
+    }
+    lines = []
+    for name, unit, ours, base, base_name, _ in rows:
+        ratio = "-" if base != base else f"{ours / base:.0%}"
+        lines.append((name, unit, f"{ours:,.0f}", "-" if base != base else f"{base:,.0f}", base_name, ratio,
+                      targets.get(name, "")))  # fmt: skip
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
+    for line in [head, *lines]:
+        cells = zip(line, widths, strict=True)
+        print("  ".join(c.rjust(w) if 2 <= i <= 3 or i == 5 else c.ljust(w) for i, (c, w) in enumerate(cells)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
