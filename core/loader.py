@@ -93,8 +93,8 @@ def load_log(
         for segment in segments:
             if segment.base_offset in needs_recovery:
                 _recover_one(segment, epoch_cache, on_event)
+    leo = segments[-1].read_next_offset() if segments else log_start_offset
     if segments:
-        leo = segments[-1].read_next_offset()
         if leo < log_start_offset:
             for segment in segments:
                 segment.delete_if_exists()
@@ -103,10 +103,10 @@ def load_log(
             epoch_cache.clear_and_flush()
     if not segments:
         segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
+        leo = log_start_offset
     active = segments[-1]
     active.offset_index.resize(config.segment_index_bytes)
     active.time_index.resize(config.segment_index_bytes)
-    leo = active.read_next_offset()
     recovery = leo if had_clean_shutdown else min(recovery_point, leo)
     start = max(log_start_offset, segments[0].base_offset)
     epoch_cache.truncate_from_end(leo)
@@ -120,6 +120,7 @@ def load_log(
         log_start_offset=start,
         recovery_point=recovery,
         high_watermark=high_watermark,
+        log_end_offset=leo,
     )
 
 
@@ -225,6 +226,7 @@ def _load_segments(
             except CorruptIndex as exc:
                 needs_recovery.add(base)
                 _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered")
+            segment.close_handler()  # the check mapped its indexes: give them back (10,000 segments, 10,000 fds)
         segments.append(segment)
     return segments, needs_recovery
 

@@ -159,7 +159,9 @@ class Log:
         log_start_offset: int,
         recovery_point: int,
         high_watermark: int = 0,
+        log_end_offset: int | None = None,
     ) -> None:
+        """Adopt loaded segments; ``log_end_offset``, when the loader knows it, saves a scan of the active tail."""
         if not segments:
             raise StorageError(f"{directory}: a log needs at least one segment")
         self._dir = directory
@@ -169,7 +171,8 @@ class Log:
         self._segments = _view(sorted(segments, key=lambda s: s.base_offset))
         self.epoch_cache = epoch_cache
         active = self._segments.segments[-1]
-        self._leo = LogOffsetMetadata(active.read_next_offset(), active.base_offset, active.size_bytes)
+        leo = active.read_next_offset() if log_end_offset is None else log_end_offset
+        self._leo = LogOffsetMetadata(leo, active.base_offset, active.size_bytes)
         self._log_start_offset = max(log_start_offset, self._segments.bases[0])
         self._recovery_point = min(recovery_point, self._leo.message_offset)
         self._hw = HighWatermark(LogOffsetMetadata(self._log_start_offset))
@@ -177,6 +180,7 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = _now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._rolled_upto = 0  # base of the newest rolled-to segment: everything below awaits flush_rolled()
 
     def __repr__(self) -> str:
         return (
@@ -357,8 +361,15 @@ class Log:
             segment = self._new_segment(new_base, now_ms)
             self._segments = _view([*self._segments.segments, segment])
             self._leo = LogOffsetMetadata(self._leo.message_offset, new_base, 0)
-            self.flush(new_base)
+            # Kafka flushes the rolled segment asynchronously; so do we: the store's tick calls flush_rolled() on
+            # a worker thread, so an append that rolls never waits for an fsync of the segment it leaves.
+            self._rolled_upto = max(self._rolled_upto, new_base)
             return segment
+
+    def flush_rolled(self) -> None:
+        """fsync the segments left by rolls since the last call and raise the recovery point to them. Writer."""
+        if self._rolled_upto > self._recovery_point:
+            self.flush(self._rolled_upto)
 
     def _new_segment(self, base_offset: int, now_ms: int | None = None) -> LogSegment:
         for suffix in (".log", ".index", ".timeindex"):

@@ -332,6 +332,7 @@ class Store:
                 log.delete_expired_files(now)
             due.delete_expired = now + DELETE_EXPIRED_INTERVAL_MS
         for log in logs:
+            log.flush_rolled()
             if log.unflushed_records and log.ms_since_last_flush(now) >= log.config.flush_ms:
                 log.flush()
         write_hw = now >= due.hw_checkpoint

@@ -179,7 +179,7 @@ def test_kafka_python_reads_our_lz4_batch_of_several_64k_blocks() -> None:
     assert kafka_records(batch) == records
 
 
-# --- (b) kafka-python builds, logfs reads -------------------------------------------------------------------------------
+# --- (b) kafka-python builds, logfs reads -----------------------------------------------------------------------------
 
 
 def build_with_kafka_python(

@@ -50,7 +50,7 @@ SETTINGS = {
 
 CODECS = list(Compression)
 
-# --- strategies ---------------------------------------------------------------------------------------------------------
+# --- strategies -------------------------------------------------------------------------------------------------------
 
 
 def seeded_bytes(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
@@ -162,7 +162,7 @@ def producer_fields(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-# --- round trips ----------------------------------------------------------------------------------------------------------
+# --- round trips ------------------------------------------------------------------------------------------------------
 
 
 def with_offsets(records: list[Record], base_offset: int) -> list[Record]:
@@ -235,7 +235,7 @@ def test_compacted_batch_with_offset_gaps_round_trips(records: list[Record], dat
     assert decode_records(buf) == records
     validate_batch(buf, client=False)
     if offsets[-1] != len(records) - 1:
-        with pytest.raises(InvalidRecord, match="does not match lastOffsetDelta|offsetDelta"):
+        with pytest.raises(InvalidRecord, match=r"does not match lastOffsetDelta|offsetDelta"):
             validate_batch(buf, client=True)
 
 
@@ -285,7 +285,7 @@ def test_encode_batch_refuses_an_empty_batch() -> None:
         encode_values([], 0)
 
 
-# --- the two walkers ----------------------------------------------------------------------------------------------------
+# --- the two walkers --------------------------------------------------------------------------------------------------
 
 
 def record_starts(section: bytes) -> list[int]:
@@ -412,9 +412,8 @@ def assert_walkers_agree(
         expected = None
     got = walk_numpy(data, start, end, count, last_offset_delta, client=client, columns=columns)
     if currently_in_test_context():  # hypothesis --hypothesis-show-statistics: how often each path is taken
-        event(
-            f"reference {'raised' if expected is None else 'answered'}, numpy {'declined' if got is None else 'answered'}"
-        )
+        reference = "raised" if expected is None else "answered"
+        event(f"reference {reference}, numpy {'declined' if got is None else 'answered'}")
     if expected is None:
         assert got is None, f"walk_python raised but walk_numpy answered ({context})"
     elif got is not None:
@@ -591,7 +590,7 @@ def test_walk_numpy_of_zero_records_agrees_with_walk_python() -> None:
     assert walk_numpy(b"\x00", 0, 1, 0, -1, client=False) is None
 
 
-# --- renderings ---------------------------------------------------------------------------------------------------------
+# --- renderings -------------------------------------------------------------------------------------------------------
 
 
 def expected_plain(records: list[Record]) -> bytes:

@@ -45,7 +45,7 @@ from logfs.core.varint import (
     varint,
 )
 
-# --- the reference's worked example (§1.2) ---------------------------------------------------------------------------
+# --- the reference's worked example (§1.2) ----------------------------------------------------------------------------
 
 # value "a", null key, no headers, baseOffset 0, partitionLeaderEpoch 0, timestamp 1000, no producer.
 SINGLE_RECORD_BATCH = bytes.fromhex(
@@ -84,7 +84,7 @@ def test_reference_single_record_batch_validates_and_decodes() -> None:
     assert decode_records(SINGLE_RECORD_BATCH) == [Record(0, 1000, None, b"a")]
 
 
-# --- a batch a real 0.11 broker wrote (kafka-python's fixture) ---------------------------------------------------------
+# --- a batch a real 0.11 broker wrote (kafka-python's fixture) --------------------------------------------------------
 
 BROKER_TIMESTAMP = 1503229838908  # 0x15dff7b063c, from the fixture
 BROKER_CRC = 0x0318A270
@@ -175,7 +175,7 @@ def test_all_four_kafka_python_fixture_batches_frame_validate_and_decode() -> No
     assert records[3] == [Record(0, 1535546684353, None, b"hdr", (Header("hkey", b"hval"),))]
 
 
-# --- varints (reference §1.2, ByteUtils) ----------------------------------------------------------------------------
+# --- varints (reference §1.2, ByteUtils) ------------------------------------------------------------------------------
 
 VARINT_EXAMPLES = [(0, "00"), (-1, "01"), (1, "02"), (63, "7e"), (-64, "7f"), (64, "8001"), (300, "d804")]
 
