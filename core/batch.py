@@ -63,7 +63,7 @@ RECORDS_OFFSET = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
 RECORD_BATCH_OVERHEAD = RECORDS_OFFSET  # a batch with no records
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # what a reader needs to see before it can frame a batch
-MIN_DECLARED_BATCH_BYTES = 14  # Kafka's RECORD_OVERHEAD_V0: a smaller declared size is corruption, not a torn tail
+MIN_DECLARED_BATCH_BYTES = 14  # Kafka's RECORD_OVERHEAD_V0: a smaller batchLength is corruption, not a torn tail
 MAGIC = 2
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -221,18 +221,18 @@ def increment_sequence(sequence: int, increment: int) -> int:
 def batch_size_at(buf: bytes | bytearray | memoryview, position: int = 0) -> int | None:
     """Total size of the batch starting at ``position``, or None when ``buf`` does not hold all of it yet.
 
-    Mirrors Kafka's ``FileLogInputStream.nextBatch``: fewer than 17 bytes, or a declared size running past the end,
-    is a batch still arriving (or a torn tail); a declared size below 14 bytes is corruption.
+    Mirrors Kafka's ``FileLogInputStream.nextBatch``: 17 bytes or fewer, or a declared size running past the end,
+    is a batch still arriving (or a torn tail); a batchLength field below 14 is corruption.
     """
     remaining = len(buf) - position
-    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+    if remaining <= HEADER_SIZE_UP_TO_MAGIC:
         return None
     _, length = _OFFSET_AND_LENGTH.unpack_from(buf, position)
-    size = length + LOG_OVERHEAD
-    if size < MIN_DECLARED_BATCH_BYTES:
+    if length < MIN_DECLARED_BATCH_BYTES:
         raise CorruptRecord(
-            f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position
+            f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position
         )
+    size = length + LOG_OVERHEAD
     if size > remaining:
         return None
     return size
@@ -365,6 +365,10 @@ def _records_section(
 def record_columns(buf: bytes | bytearray | memoryview, position: int = 0) -> tuple[BatchHeader, RecordColumns]:
     """Header and field positions of a stored batch (decompressed once); validates the framing, not the CRC."""
     header = read_header(buf, position)
+    if header.size > len(buf) - position:
+        raise CorruptRecord(
+            f"batch is truncated: {len(buf) - position} bytes of the {header.size} it declares", position=position
+        )
     data, start, end = _records_section(buf, position, header.size, header.compression)
     _, cols = walk(data, start, end, header.records_count, header.last_offset_delta, client=False)
     assert cols is not None

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
 
 import cramjam
+import numpy as np
+import numpy.typing as npt
 
 from .errors import CorruptRecord, UnsupportedCompression
 
@@ -107,22 +110,37 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         if codec == Compression.SNAPPY:
             return _snappy_decompress(bytes(data))
         if codec == Compression.LZ4:
-            out = bytes(cramjam.lz4.decompress(bytes(data)))
-        elif codec == Compression.ZSTD:
-            out = bytes(cramjam.zstd.decompress(bytes(data)))
-        else:
-            raise UnsupportedCompression(f"compression id {codec} is not one Kafka defines (0-4)")
+            return _bounded(cramjam.lz4.decompress_into, bytes(data))
+        if codec == Compression.ZSTD:
+            return _bounded(cramjam.zstd.decompress_into, bytes(data))
+        raise UnsupportedCompression(f"compression id {codec} is not one Kafka defines (0-4)")
     except (zlib.error, cramjam.DecompressionError, ValueError, struct.error) as exc:
         name = Compression(codec).name.lower() if codec in Compression.__members__.values() else str(codec)
-        raise CorruptRecord(f"{name} records do not decompress: {exc}") from None
-    if len(out) > DECOMPRESSED_MAX_BYTES:
-        raise CorruptRecord(f"records inflate past {DECOMPRESSED_MAX_BYTES} bytes")
-    return out
+        raise CorruptRecord(
+            f"{name} records do not decompress (damaged, or inflating past {DECOMPRESSED_MAX_BYTES} bytes): {exc}"
+        ) from None
+
+
+def _bounded(decompress_into: Callable[[bytes, npt.NDArray[np.uint8]], int], data: bytes) -> bytes:
+    """Inflate into a buffer of DECOMPRESSED_MAX_BYTES, so a decompression bomb fails instead of taking memory.
+
+    ``np.empty`` maps the buffer without touching it: only the pages the output fills are ever allocated.
+    """
+    out = np.empty(DECOMPRESSED_MAX_BYTES, dtype=np.uint8)
+    written = decompress_into(data, out)
+    return out[:written].tobytes()
+
+
+def _snappy_raw(block: bytes) -> bytes:
+    """One raw snappy block, refused before inflating when its length preamble is over the bound."""
+    if cramjam.snappy.decompress_raw_len(block) > DECOMPRESSED_MAX_BYTES:
+        raise CorruptRecord(f"a snappy block declares more than {DECOMPRESSED_MAX_BYTES} bytes")
+    return bytes(cramjam.snappy.decompress_raw(block))
 
 
 def _snappy_decompress(data: bytes) -> bytes:
     if not data.startswith(SNAPPY_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_raw(data)
     pos = len(_SNAPPY_HEADER)
     if len(data) < pos:
         raise CorruptRecord("snappy stream header is truncated")
@@ -135,7 +153,7 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if size < 0 or pos + size > len(data):
             raise CorruptRecord(f"snappy block of {size} bytes runs past the records")
-        block = bytes(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+        block = _snappy_raw(data[pos : pos + size])
         total += len(block)
         if total > DECOMPRESSED_MAX_BYTES:
             raise CorruptRecord(f"snappy records inflate past {DECOMPRESSED_MAX_BYTES} bytes")

@@ -5,10 +5,12 @@
 2. Swaps: the segments a swap replaces (its offset range) are deleted and the swap takes its name.
 3. Segments: an index without its ``.log`` is deleted; each ``.log`` becomes a segment; a missing or corrupt offset
    index sends that segment to recovery whatever the shutdown was.
-4. Recovery, after an unclean shutdown: from the segment holding the recovery point to the end, each segment is
-   validated batch by batch and its indexes rebuilt (``LogSegment.recover``). The first segment that had to be cut
-   ends it: every later segment is moved into quarantine (``<name>.log.<ms>.quarantine``, its indexes deleted) —
-   Kafka deletes them; logfs keeps the bytes for inspection (spec §6).
+4. Recovery: the segments of step 3 and, after an unclean shutdown, every segment from the one holding the
+   recovery point to the end are validated batch by batch and their indexes rebuilt (``LogSegment.recover``). The
+   first segment that had to be cut ends the log: every later segment is moved into quarantine
+   (``<name>.log.<ms>.quarantine``, its indexes deleted) — Kafka deletes them; logfs keeps the bytes for inspection
+   (spec §6). So the log is always a prefix of what was written, with no hole; Kafka keeps the later segments when
+   the cut one was recovered for a bad index.
 5. Afterwards: a log ending below the checkpointed log start offset is emptied; an empty directory gets one segment
    at the log start offset; the active segment's indexes get their full size back; the epoch cache is trimmed to
    ``[log start, LEO]``.
@@ -20,9 +22,9 @@ check`` prints them).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ from .segment import (
     LogSegment,
     ScanResult,
     offset_from_filename,
+    quarantine_path,
 )
 
 _log = logging.getLogger(__name__)
@@ -49,26 +52,29 @@ _log = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+NO_LIMIT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class LoadEvent:
     """Something the load found and did: ``kind`` is one of temp-file, orphan-index, bad-index, truncated,
-    quarantined, emptied."""
+    quarantined, emptied. ``dropped_bytes`` is what it cut from the log into quarantine: the tail of a truncated
+    segment, all of a quarantined one (0 for the other kinds)."""
 
     kind: str
     path: Path
     detail: str
+    dropped_bytes: int = 0
 
 
 EventSink = Callable[[LoadEvent], None]
 
 
-def _report(on_event: EventSink | None, kind: str, path: Path, detail: str) -> None:
+def _report(on_event: EventSink | None, kind: str, path: Path, detail: str, dropped_bytes: int = 0) -> None:
     level = logging.WARNING if kind in ("truncated", "quarantined", "bad-index") else logging.INFO
     _log.log(level, "%s: %s: %s", path, kind, detail)
     if on_event is not None:
-        on_event(LoadEvent(kind, path, detail))
+        on_event(LoadEvent(kind, path, detail, dropped_bytes))
 
 
 def load_log(
@@ -86,21 +92,19 @@ def load_log(
     directory.mkdir(parents=True, exist_ok=True)
     _remove_temp_files(directory, on_event)
     epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile.in_dir(directory))
-    segments, needs_recovery = _load_segments(directory, config, handles, on_event, full_check=had_clean_shutdown)
+    checked_below = NO_LIMIT if had_clean_shutdown else recovery_point
+    segments, needs_recovery = _load_segments(directory, config, handles, on_event, full_check_below=checked_below)
+    first = len(segments)  # a clean log recovers only the segments of step 3
     if not had_clean_shutdown:
-        segments = _recover(directory, segments, recovery_point, needs_recovery, epoch_cache, on_event)
-    else:
-        for segment in segments:
-            if segment.base_offset in needs_recovery:
-                _recover_one(segment, epoch_cache, on_event)
+        first = max((i for i, s in enumerate(segments) if s.base_offset <= recovery_point), default=0)
+    segments = _recover(segments, first, needs_recovery, epoch_cache, on_event)
     leo = segments[-1].read_next_offset() if segments else log_start_offset
-    if segments:
-        if leo < log_start_offset:
-            for segment in segments:
-                segment.delete_if_exists()
-            _report(on_event, "emptied", directory, f"log end offset {leo} is below the log start offset checkpoint")
-            segments = []
-            epoch_cache.clear_and_flush()
+    if segments and leo < log_start_offset:
+        for segment in segments:
+            segment.delete_if_exists()
+        _report(on_event, "emptied", directory, f"log end offset {leo} is below the log start offset checkpoint")
+        segments = []
+        epoch_cache.clear_and_flush()
     if not segments:
         segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
         leo = log_start_offset
@@ -190,13 +194,15 @@ def _base_or(name: str, default: int) -> int:
 
 
 def _load_segments(
-    directory: Path, config: LogSettings, handles: HandleCache, on_event: EventSink | None, *, full_check: bool
+    directory: Path, config: LogSettings, handles: HandleCache, on_event: EventSink | None, *, full_check_below: int
 ) -> tuple[list[LogSegment], set[int]]:
     """Pass 3: segments from ``.log`` files, orphan indexes deleted, segments that need recovery noted.
 
-    A missing offset index always means recovery. After a clean shutdown the indexes are also sanity-checked (they
-    were trimmed, so damage shows); after an unclean one Kafka skips that, since recovery rebuilds every index from
-    the recovery point on anyway, and a preallocated active index would fail it.
+    A missing offset index always means recovery. The indexes of every segment that ends at or below
+    ``full_check_below`` are also sanity-checked: they were trimmed when the log rolled past them, so damage shows.
+    That is every segment after a clean shutdown, and those wholly below the recovery point after an unclean one:
+    recovery rebuilds the others' indexes anyway, and a preallocated active index would fail the check. (Kafka
+    checks none; an index below the recovery point that is damaged but passes is still used as it is.)
     """
     logs: dict[int, int] = {}
     indexes: list[tuple[int, Path]] = []
@@ -218,11 +224,12 @@ def _load_segments(
             _report(on_event, "orphan-index", path, "deleted (no .log beside it)")
     segments = []
     needs_recovery: set[int] = set()
-    for base in sorted(logs):
+    bases = sorted(logs)
+    for base, next_base in itertools.pairwise([*bases, NO_LIMIT]):
         segment = _segment(directory, base, config, handles, log_size_bytes=logs[base])
         if logs[base] > 0:
             try:
-                segment.sanity_check(full=full_check)
+                segment.sanity_check(full=full_check_below == NO_LIMIT or next_base <= full_check_below)
             except CorruptIndex as exc:
                 needs_recovery.add(base)
                 _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered")
@@ -235,28 +242,26 @@ def _recover_one(segment: LogSegment, epoch_cache: LeaderEpochFileCache, on_even
     result = segment.recover(epoch_cache)
     if result.damaged_bytes:
         what = result.reason or "torn tail"
-        _report(on_event, "truncated", segment.log_path, f"{what}: {result.damaged_bytes} bytes moved to quarantine")
+        _report(
+            on_event, "truncated", segment.log_path, f"{what}: {result.damaged_bytes} bytes moved to quarantine",
+            result.damaged_bytes,
+        )  # fmt: skip
     return result
 
 
 def _recover(
-    directory: Path,
     segments: list[LogSegment],
-    recovery_point: int,
+    first: int,
     needs_recovery: set[int],
     epoch_cache: LeaderEpochFileCache,
     on_event: EventSink | None,
 ) -> list[LogSegment]:
-    """Pass 4: recover from the segment holding the recovery point on; the first cut segment ends the log."""
-    start_index = 0
+    """Pass 4: recover ``segments[first:]`` and every earlier one in ``needs_recovery``; the first segment that is
+    cut ends the log, and the segments after it go to quarantine."""
     for i, segment in enumerate(segments):
-        if segment.base_offset <= recovery_point:
-            start_index = i
-    for i, segment in enumerate(segments):
-        if i < start_index and segment.base_offset not in needs_recovery:
+        if i < first and segment.base_offset not in needs_recovery:
             continue
-        result = _recover_one(segment, epoch_cache, on_event)
-        if result.damaged_bytes and i >= start_index:
+        if _recover_one(segment, epoch_cache, on_event).damaged_bytes:
             for later in segments[i + 1 :]:
                 _quarantine_segment(later, on_event)
             return segments[: i + 1]
@@ -264,9 +269,11 @@ def _recover(
 
 
 def _quarantine_segment(segment: LogSegment, on_event: EventSink | None) -> None:
-    """Move a whole segment's ``.log`` into quarantine and delete its indexes (they are rebuilt from a log)."""
+    """Move a whole segment's ``.log`` into quarantine, delete its indexes (they are rebuilt from a log) and let
+    the handle cache forget it."""
     log_path = segment.log_path
-    target = log_path.with_name(f"{log_path.name}.{time.time_ns() // 1_000_000}{QUARANTINE_SUFFIX}")
+    target = quarantine_path(log_path)
+    size = segment.size_bytes
     segment.close_handler()
     try:
         os.rename(log_path, target)
@@ -274,6 +281,5 @@ def _quarantine_segment(segment: LogSegment, on_event: EventSink | None) -> None
         return
     except OSError as exc:
         raise StorageError(f"cannot quarantine {log_path}: {exc.strerror}") from exc
-    segment.offset_index.delete_if_exists()
-    segment.time_index.delete_if_exists()
-    _report(on_event, "quarantined", log_path, f"follows a truncated segment; kept as {target.name}")
+    segment.delete_if_exists()  # the .log is gone already: this takes the indexes
+    _report(on_event, "quarantined", log_path, f"follows a truncated segment; kept as {target.name}", size)

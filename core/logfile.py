@@ -219,19 +219,19 @@ class LogFile:
         end = self._size
         position = start_position
         read_bytes = SCAN_FIRST_READ_BYTES
-        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+        while position + HEADER_SIZE_UP_TO_MAGIC < end:
             chunk = self.read(position, read_bytes)
             read_bytes = min(2 * read_bytes, SCAN_READ_BYTES)
             at = 0
             limit = len(chunk) - _LAST_OFFSET_DELTA_END
             while at <= limit:
                 base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
-                size = length + LOG_OVERHEAD
-                if size < MIN_DECLARED_BATCH_BYTES:
+                if length < MIN_DECLARED_BATCH_BYTES:
                     raise CorruptRecord(
-                        f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
+                        f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
                         position=position + at,
                     )
+                size = length + LOG_OVERHEAD
                 if position + at + size > end:
                     return None
                 last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
@@ -255,7 +255,7 @@ class LogFile:
         chunk = b""
         chunk_start = position
         read_bytes = SCAN_FIRST_READ_BYTES
-        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+        while position + HEADER_SIZE_UP_TO_MAGIC < end:
             offset_in_chunk = position - chunk_start
             if offset_in_chunk < 0 or offset_in_chunk + RECORD_BATCH_OVERHEAD > len(chunk):
                 chunk = self.read(position, read_bytes)
@@ -263,11 +263,12 @@ class LogFile:
                 chunk_start = position
                 offset_in_chunk = 0
             base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, offset_in_chunk)
-            size = length + LOG_OVERHEAD
-            if size < MIN_DECLARED_BATCH_BYTES:
+            if length < MIN_DECLARED_BATCH_BYTES:
                 raise CorruptRecord(
-                    f"declared batch size {size} is below the minimum of {MIN_DECLARED_BATCH_BYTES}", position=position
+                    f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
+                    position=position,
                 )
+            size = length + LOG_OVERHEAD
             if position + size > end:
                 return
             if size < RECORD_BATCH_OVERHEAD or offset_in_chunk + RECORD_BATCH_OVERHEAD > len(chunk):

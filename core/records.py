@@ -110,7 +110,9 @@ def walk(
     ``client`` selects the offset-delta rule (sequential from 0 for a producer's batch, increasing for a stored
     one). Raises :class:`InvalidRecord` naming the record and the fault. Any thread may call it.
     """
-    if count >= NUMPY_WALK_MIN_RECORDS:
+    # A count the bytes cannot hold (each record takes at least 7) goes to the reference walker, which fails at
+    # the first missing record instead of sizing arrays from a hostile header.
+    if NUMPY_WALK_MIN_RECORDS <= count <= (end - start) // (1 + RECORD_BODY_MIN_BYTES):
         result = walk_numpy(data, start, end, count, last_offset_delta, client=client, columns=columns)
         if result is not None:
             return result

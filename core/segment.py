@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from .batch import LENGTH_OFFSET, LOG_OVERHEAD, TimestampType, batch_size_at, decode_records, validate_batch
+from .batch import (
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    BatchHeader,
+    TimestampType,
+    batch_size_at,
+    decode_records,
+    validate_batch,
+)
 from .errors import CorruptIndex, CorruptRecord, InvalidRecord, OffsetOverflow
 from .handles import HandleCache
 from .index import OffsetIndex, TimeIndex, TimestampOffset
@@ -398,7 +406,8 @@ class LogSegment:
         return best
 
     def scan(self, on_batch: Callable[[BatchPosition], None] | None = None) -> ScanResult:
-        """Validate every batch (size, magic, CRC, as Kafka's ``ensureValid``) from the start of the ``.log``.
+        """Validate every batch from the start of the ``.log``: size, magic and CRC, as Kafka's ``ensureValid``, and
+        offsets (see :meth:`_check_offsets`).
 
         A torn tail ends the scan silently; an invalid batch ends it with a reason. Reads the file once, in
         8 MiB chunks. Changes nothing. Writer thread (or any thread on a store no one has open).
@@ -415,10 +424,7 @@ class LogSegment:
             try:
                 while (size := batch_size_at(chunk, at)) is not None:
                     h = validate_batch(chunk, at, client=False, size=size, deep=False).header
-                    if not self.can_convert_to_relative_offset(h.last_offset):
-                        raise InvalidRecord(
-                            f"offset {h.last_offset} cannot be stored relative to base offset {self._base_offset}"
-                        )
+                    self._check_offsets(h, next_offset)
                     if on_batch is not None:
                         on_batch(
                             BatchPosition(
@@ -440,6 +446,7 @@ class LogSegment:
                 chunk = self._log.read(position, declared)
                 try:
                     h = validate_batch(chunk, 0, client=False, size=declared, deep=False).header
+                    self._check_offsets(h, next_offset)
                 except (CorruptRecord, InvalidRecord) as exc:
                     return ScanResult(valid, total, exc.reason, False, batches, next_offset)
                 if on_batch is not None:
@@ -451,6 +458,22 @@ class LogSegment:
                 batches += 1
             position += at
         return ScanResult(valid, total, None, valid < total, batches, next_offset)
+
+    def _check_offsets(self, h: BatchHeader, next_offset: int) -> None:
+        """InvalidRecord unless the batch starts at or after ``next_offset`` (where the batch before it ended, or the
+        segment's base offset) and its last offset fits a relative offset.
+
+        Gaps are allowed (a follower may roll past missing offsets); a step back is not. The base offset lies
+        outside the CRC, so damage to it passes ``validate_batch``: Kafka's recovery then fails to append the
+        index entry and empties the whole segment, where this check cuts it at that batch.
+        """
+        if h.base_offset < next_offset:
+            raise InvalidRecord(
+                f"base offset {h.base_offset} is below {next_offset}, where the batch before it ended or the segment "
+                "starts: offsets must ascend"
+            )
+        if not self.can_convert_to_relative_offset(h.last_offset):
+            raise InvalidRecord(f"offset {h.last_offset} cannot be stored relative to base offset {self._base_offset}")
 
     def recover(self, epoch_cache: EpochCache | None = None, *, quarantine: bool = True) -> ScanResult:
         """Rebuild both indexes from the ``.log``, cut it after the last valid batch, and return what was found.
@@ -500,7 +523,7 @@ class LogSegment:
         size = self._log.size_bytes
         if from_position >= size:
             return None
-        target = self._log.path.with_name(f"{self._log.path.name}.{_now_ms()}{QUARANTINE_SUFFIX}")
+        target = quarantine_path(self._log.path)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             position = from_position
@@ -508,7 +531,9 @@ class LogSegment:
                 chunk = self._log.read(position, min(RECOVERY_READ_BYTES, size - position))
                 if not chunk:
                     break
-                os.write(fd, chunk)
+                written = 0
+                while written < len(chunk):
+                    written += os.write(fd, chunk[written:])
                 position += len(chunk)
             os.fsync(fd)
         finally:
@@ -561,6 +586,18 @@ class LogSegment:
         self._handles.forget(self)
 
 
+def quarantine_path(path: Path) -> Path:
+    """A free name for quarantined bytes of ``path``: ``<name>.<ms>.quarantine``, the ms moved on past any taken.
+
+    Two recoveries of one segment within a millisecond (a repair right after a mount, a test) must neither
+    overwrite the first quarantine file nor fail on it. Writer thread (the store's lock keeps other processes out).
+    """
+    ms = _now_ms()
+    while (target := path.with_name(f"{path.name}.{ms}{QUARANTINE_SUFFIX}")).exists():
+        ms += 1
+    return target
+
+
 def _declared_size(chunk: bytes) -> int | None:
     """The size the batch at the start of ``chunk`` declares, when at least its length field is there."""
     if len(chunk) < LOG_OVERHEAD:
@@ -589,4 +626,5 @@ __all__ = [
     "TimestampType",
     "filename_prefix",
     "offset_from_filename",
+    "quarantine_path",
 ]

@@ -195,11 +195,6 @@ def test_batch_running_past_the_buffer_is_truncated() -> None:
         validate_batch(buf[:-1])
 
 
-BATCH_LENGTH_PLUS_12_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="core/batch.py batch_size_at compares batchLength + LOG_OVERHEAD (the total size) with 14, Kafka compares "
-    "batchLength itself: batchLength 2..13 passes as a tiny batch (or a torn tail when it runs past the buffer)",
-)
 
 
 @pytest.mark.parametrize(
@@ -210,8 +205,8 @@ BATCH_LENGTH_PLUS_12_BUG = pytest.mark.xfail(
         -1,
         0,
         1,
-        pytest.param(2, marks=BATCH_LENGTH_PLUS_12_BUG),
-        pytest.param(13, marks=BATCH_LENGTH_PLUS_12_BUG),
+        pytest.param(2, marks=()),
+        pytest.param(13, marks=()),
     ],
 )
 def test_declared_batch_length_below_14_is_corrupt_in_batch_size_at(batch_length: int) -> None:
@@ -235,11 +230,6 @@ def test_fewer_than_17_bytes_left_stop_the_scan_silently() -> None:
     assert list(iter_batch_positions(first + b"\x00" * 16)) == [(0, len(first))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/batch.py batch_size_at returns None only when fewer than 17 bytes remain; Kafka's "
-    "FileLogInputStream.nextBatch stops when position + HEADER_SIZE_UP_TO_MAGIC >= end, i.e. at <= 17",
-)
 def test_exactly_17_bytes_left_stop_the_scan_silently() -> None:
     first = good_batch()
     assert list(iter_batch_positions(first + b"\x00" * 17)) == [(0, len(first))]
@@ -339,11 +329,6 @@ def test_empty_batch_is_invalid_from_a_client_but_valid_in_a_log() -> None:
     assert valid.max_timestamp == 1000 and decode_records(buf) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/records.py walk_numpy allocates `starts = [0] * count` from the header's recordsCount before "
-    "looking at the bytes: a 79-byte batch claiming 10M records makes validate_batch allocate 80 MB",
-)
 def test_huge_records_count_is_refused_without_allocating_for_it() -> None:
     buf = batch_of(three_records(), count=10_000_000, last_offset_delta=9_999_999)
     tracemalloc.start()
@@ -386,11 +371,6 @@ def run_memory_limited(call: str, data: bytes, tmp_path: Path) -> subprocess.Com
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/records.py walk_numpy: `[0] * count` for recordsCount 2**31 - 1 is a 16 GiB list: MemoryError "
-    "(or the OOM killer) instead of InvalidRecord",
-)
 def test_records_count_of_int32_max_is_invalid_not_out_of_memory(tmp_path: Path) -> None:
     buf = batch_of(three_records(), count=2**31 - 1, last_offset_delta=2**31 - 2)
     proc = run_memory_limited("validate_batch(data)", buf, tmp_path)
@@ -596,7 +576,7 @@ COMPRESSED_DAMAGES = [
     (Compression.GZIP, "truncate", None, "gzip stream is truncated"),
     (Compression.GZIP, "garble", 24, "gzip records do not decompress"),
     (Compression.ZSTD, "truncate", None, "zstd records do not decompress"),
-    (Compression.ZSTD, "garble", 0, "zstd records do not decompress: Unknown frame descriptor"),
+    (Compression.ZSTD, "garble", 0, "zstd records do not decompress.*Unknown frame descriptor"),
     (Compression.LZ4, "truncate", None, "lz4 records do not decompress"),
     (Compression.LZ4, "garble", 7, "lz4 records do not decompress"),  # the first block's size
     (Compression.SNAPPY, "truncate", None, "snappy block of [0-9]+ bytes runs past the records"),
@@ -649,12 +629,6 @@ def lz4_of_zeros(size: int) -> bytes:
         pytest.param(Compression.SNAPPY, lambda: b"\xff\xff\xff\xff\x0f" + b"\x00" * 100, id="snappy-declares-4GiB"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/compression.py decompress inflates zstd, lz4 and raw snappy completely (cramjam) before checking "
-    "DECOMPRESSED_MAX_BYTES; only gzip is bounded while inflating. Under a memory limit the process aborts "
-    "('memory allocation of N bytes failed'); without one a 1 MiB zstd batch can inflate to ~32 GiB",
-)
 def test_payload_inflating_past_the_bound_is_corrupt_without_inflating_it(
     codec: Compression, payload: object, tmp_path: Path
 ) -> None:
@@ -670,11 +644,6 @@ def test_payload_inflating_past_the_bound_is_corrupt_without_inflating_it(
 
 @pytest.mark.parametrize("reader", ["decode_records", "record_columns", "render_plain", "render_jsonl"])
 @pytest.mark.parametrize("records", [3, 60], ids=["3-records", "60-records"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/batch.py record_columns walks to header.size without checking the buffer holds it: a torn batch "
-    "raises IndexError (walk_python) or ValueError (np.frombuffer in walk_numpy), not a RecordError",
-)
 def test_reading_a_torn_batch_is_corrupt(reader: str, records: int) -> None:
     buf = encode_values([b"abc"] * records, 5)[:-5]
     call = {

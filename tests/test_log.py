@@ -103,7 +103,7 @@ def test_append_info_first_offset_follows_the_log_end_across_a_roll(tmp_path: Pa
 # --- rolling (20-22, 24-27) ----------------------------------------------------------------------------------------
 
 
-def test_size_based_roll_after_ten_batches(tmp_path: Path) -> None:
+def test_size_based_roll_when_the_next_batch_would_pass_segment_bytes(tmp_path: Path) -> None:
     """UnifiedLogTest.testSizeBasedLogRoll"""
     now = now_ms()
     set_size = len(singleton(b"test", now))
