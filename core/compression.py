@@ -28,10 +28,10 @@ import struct
 import zlib
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 import cramjam
 import numpy as np
-import numpy.typing as npt
 
 from .errors import CorruptRecord, UnsupportedCompression
 
@@ -121,7 +121,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         ) from None
 
 
-def _bounded(decompress_into: Callable[[bytes, npt.NDArray[np.uint8]], int], data: bytes) -> bytes:
+def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes) -> bytes:
     """Inflate into a buffer of DECOMPRESSED_MAX_BYTES, so a decompression bomb fails instead of taking memory.
 
     ``np.empty`` maps the buffer without touching it: only the pages the output fills are ever allocated.
