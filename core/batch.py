@@ -271,8 +271,8 @@ def validate_batch(
 ) -> ValidBatch:
     """Check one batch completely and return what the append path needs.
 
-    ``client=True`` applies the rules for a producer's batch (Kafka's ``AppendOrigin.CLIENT``): baseOffset is
-    ignored (the leader assigns it), ``recordsCount == lastOffsetDelta + 1 > 0``, offset deltas run 0, 1, 2 …, no
+    ``client=True`` applies the rules for a producer's batch (Kafka's ``AppendOrigin.CLIENT``): baseOffset 0 (the
+    leader assigns the real one), ``recordsCount == lastOffsetDelta + 1 > 0``, offset deltas run 0, 1, 2 …, no
     control attribute, producer fields consistent. ``client=False`` is for batches already in a log or from the
     leader: compaction gaps allowed, control batches checked for a well-formed key. ``deep=False`` stops after the
     size, magic and CRC checks, which is all Kafka's ``ensureValid`` does when a log is recovered (the batches were
@@ -319,6 +319,8 @@ def _validate_body(buf: bytes | bytearray | memoryview, position: int, size: int
     if codec > Compression.ZSTD:
         raise UnsupportedCompression(f"compression id {codec} is not one Kafka defines (0-4)")
     if client:
+        if h.base_offset != 0:
+            raise InvalidRecord(f"a producer's batch must have baseOffset 0, not {h.base_offset} (the leader assigns it)")
         if h.is_control:
             raise ControlRecordNotAllowed("clients are not allowed to write control batches")
         if h.records_count == 0:

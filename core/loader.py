@@ -107,6 +107,7 @@ def load_log(
         epoch_cache.clear_and_flush()
     if not segments:
         segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
+        segments[0].log_file.create()  # so that the next load finds it, as Kafka's does (see Log._new_segment)
         leo = log_start_offset
     active = segments[-1]
     active.offset_index.resize(config.segment_index_bytes)

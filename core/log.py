@@ -378,7 +378,7 @@ class Log:
                 _log.warning("deleting stale %s before creating a segment at %d", stale, base_offset)
                 stale.unlink()
         jitter = self.config.segment_jitter_ms
-        return LogSegment(
+        segment = LogSegment(
             self._dir,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
@@ -388,6 +388,10 @@ class Log:
             created_ms=now_ms,
             log_size_bytes=0,
         )
+        # An empty segment that leaves no file behind would be forgotten by a restart, which would then start the log
+        # over at the log start offset checkpoint (absent when it equals the first segment's base): offsets reused.
+        segment.log_file.create()
+        return segment
 
     # --- reads (any thread) ---------------------------------------------------------------------------------------
 

@@ -148,6 +148,14 @@ class LogFile:
 
     # --- writes (writer thread) ---------------------------------------------------------------------------------------
 
+    def create(self) -> None:
+        """Create the file, empty, unless it exists: a new segment's ``.log`` is on disk from the start, as Kafka's
+        is, so that a restart finds the segment even while it is empty (its base offset is the log end offset)."""
+        try:
+            os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError as exc:
+            raise StorageError(f"cannot create {self._path}: {exc.strerror}") from exc
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append whole batches; returns the position they start at. On a full disk nothing partial stays."""
         with self._leased() as fd:

@@ -195,9 +195,13 @@ def test_decode_of_encode_is_identity_and_validates(
     assert header.base_sequence == producer["base_sequence"]
     assert header.is_transactional == producer["is_transactional"] and not header.is_control
     assert header.timestamp_type is TimestampType.CREATE_TIME
-    for client in (True, False):
+    # a producer's batch (client=True) must carry baseOffset 0; a stored one may have any base
+    for client in (True, False) if base_offset == 0 else (False,):
         valid = validate_batch(buf, client=client)
         assert valid.max_timestamp == max(r.timestamp for r in records) and valid.size == len(buf)
+    if base_offset != 0:
+        with pytest.raises(InvalidRecord, match="baseOffset 0"):
+            validate_batch(buf, client=True)
 
 
 @settings(max_examples=60, **SETTINGS)
