@@ -33,7 +33,7 @@ from .checkpoint import LeaderEpochCheckpointFile
 from .epoch import LeaderEpochFileCache
 from .errors import CorruptIndex, StorageError
 from .handles import HandleCache
-from .log import Log, LogSettings
+from .log import Log, LogSettings, roll_jitter
 from .logfile import LogFile
 from .segment import (
     DELETED_SUFFIX,
@@ -138,6 +138,7 @@ def _segment(
         index_interval_bytes=config.index_interval_bytes,
         max_index_bytes=config.segment_index_bytes,
         handles=handles,
+        roll_jitter_ms=roll_jitter(config.segment_jitter_ms, config.segment_ms),
         log_size_bytes=log_size_bytes,
     )
 

@@ -384,7 +384,7 @@ class Log:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             handles=self._handles,
-            roll_jitter_ms=_roll_jitter(jitter, self.config.segment_ms),
+            roll_jitter_ms=roll_jitter(jitter, self.config.segment_ms),
             created_ms=now_ms,
             log_size_bytes=0,
         )
@@ -661,7 +661,7 @@ class Log:
             self.delete_expired_files(NO_LIMIT)
 
 
-def _roll_jitter(jitter_ms: int, segment_ms: int) -> int:
+def roll_jitter(jitter_ms: int, segment_ms: int) -> int:
     """Kafka's ``abs(random) % min(segment.jitter.ms, segment.ms)``, fixed per segment."""
     bound = min(jitter_ms, segment_ms)
     return random.randrange(bound) if bound > 0 else 0

@@ -100,10 +100,10 @@ class LogFile:
     # --- descriptors --------------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _leased(self) -> Iterator[int]:
+    def _leased(self, *, create: bool = False) -> Iterator[int]:
         with self._lock:
             if self._fd is None:
-                self._fd = self._open()
+                self._fd = self._open(create)
             self._leases += 1
             fd = self._fd
         try:
@@ -114,9 +114,11 @@ class LogFile:
                 if self._leases == 0:
                     self._idle.notify_all()
 
-    def _open(self) -> int:
+    def _open(self, create: bool) -> int:
+        """Only an append creates the file: a read of a deleted segment must fail, not leave an empty file."""
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
-            return os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return os.open(self._path, flags, 0o644)
         except PermissionError:
             return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -138,7 +140,7 @@ class LogFile:
         """Keep the descriptor open for the duration (a reader that must survive the file's deletion). Any thread."""
         with self._lock:
             if self._fd is None:
-                self._fd = self._open()
+                self._fd = self._open(False)
             self._pins += 1
         try:
             yield
@@ -158,7 +160,7 @@ class LogFile:
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append whole batches; returns the position they start at. On a full disk nothing partial stays."""
-        with self._leased() as fd:
+        with self._leased(create=True) as fd:
             position = self._size
             view = memoryview(data)
             written = 0

@@ -126,7 +126,8 @@ def bench_big_log(root: Path, size: int) -> list[tuple[str, str, float, float, s
     store = new_store(root, "big")
     store.create_topic("t", 1)
     log = store.log("t", 0)
-    batch = encode_values(values(9000, 100), TIMESTAMP)
+    # 1,000-record batches (~110 KB): a producer's batch.size is usually 16 KiB to 1 MiB.
+    batch = encode_values(values(1000, 100), TIMESTAMP)
     while log.size_bytes < size:
         log.append_as_leader(bytearray(batch), 0)
     log.update_high_watermark(log.log_end_offset)
