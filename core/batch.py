@@ -320,7 +320,7 @@ def _validate_body(buf: bytes | bytearray | memoryview, position: int, size: int
         raise UnsupportedCompression(f"compression id {codec} is not one Kafka defines (0-4)")
     if client:
         if h.base_offset != 0:
-            raise InvalidRecord(f"a producer's batch must have baseOffset 0, not {h.base_offset} (the leader assigns it)")
+            raise InvalidRecord(f"a producer batch must have baseOffset 0, not {h.base_offset}: the leader assigns it")
         if h.is_control:
             raise ControlRecordNotAllowed("clients are not allowed to write control batches")
         if h.records_count == 0:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
+from .durable import replace_file
 from .errors import CorruptCheckpoint, StorageError
 from .varint import INT64_MAX, INT64_MIN
 
@@ -49,7 +50,6 @@ LEADER_EPOCH_CHECKPOINT_FILENAME = "leader-epoch-checkpoint"
 RECOVERY_POINT_CHECKPOINT_FILENAME = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILENAME = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT_FILENAME = "replication-offset-checkpoint"  # high watermarks
-TEMP_SUFFIX = ".tmp"
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -161,24 +161,8 @@ class CheckpointFile(Generic[_Entry]):
         for entry, line in zip(entries, lines, strict=True):  # validate twice: each line must read back as its entry
             assert _LINE_END.search(line) is None and self._parse_entry(line) == entry, f"unreadable line {line!r}"
         data = "".join(f"{line}\n" for line in [str(self._version), str(len(lines)), *lines]).encode()
-        temp = self._path.with_name(self._path.name + TEMP_SUFFIX)
         with self._lock:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, self._path)
-            if sync:
-                dir_fd = os.open(self._path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+            replace_file(self._path, data, sync=sync)
 
     def _parse(self, data: bytes) -> list[_Entry]:
         path = str(self._path)

@@ -140,6 +140,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch import LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, TimestampType
+from .durable import replace_file
 from .errors import ConfigError, DiskFull, StorageError
 from .varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -745,7 +746,6 @@ def render_config(effective: LogConfig, overrides: Mapping[str, str]) -> str:
 # --- overrides on disk ----------------------------------------------------------------------------------------------
 
 TOPIC_OVERRIDES_HEADER = "# logfs topic config overrides: written by logfs, changed through MOUNT/<topic>/config"
-TEMP_SUFFIX = ".tmp"
 
 
 def load_topic_overrides(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -791,42 +791,10 @@ def save_topic_overrides(path: str | os.PathLike[str], overrides: Mapping[str, s
         lines.append(f"{key}={_canonical_override(key, text)}")
     data = "".join(f"{line}\n" for line in lines).encode()
     try:
-        _replace_file(path, data)
+        replace_file(path, data, make_parents=True)
     except OSError as exc:
         error = DiskFull if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
         raise error(f"cannot write topic config {path}: {exc.strerror or exc}") from exc
-
-
-def _replace_file(path: Path, data: bytes) -> None:
-    missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + TEMP_SUFFIX)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except OSError:
-        try:
-            os.unlink(temp)  # nothing partial stays behind (a full disk, spec §3)
-        except OSError:
-            pass
-        raise
-    for directory in (path.parent, *(d.parent for d in missing)):  # the new entry, then each new directory's entry
-        _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- the docs table -------------------------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ import itertools
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .batch import TimestampType, assign_offset_and_epoch, iter_batch_positions, set_max_timestamp, validate_batch
+from .durable import now_ms as wall_clock_ms
 from .epoch import LeaderEpochFileCache
 from .errors import (
     InvalidTimestamp,
@@ -178,7 +178,7 @@ class Log:
         self._hw = HighWatermark(LogOffsetMetadata(self._log_start_offset))
         self._hw.update(LogOffsetMetadata(high_watermark), self._log_start_offset, self._leo)
         self._unflushed_records = 0
-        self._last_flush_ms = _now_ms()
+        self._last_flush_ms = wall_clock_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._rolled_upto = 0  # base of the newest rolled-to segment: everything below awaits flush_rolled()
 
@@ -242,7 +242,7 @@ class Log:
         A ``bytearray`` is taken over and stamped in place (no copy: at 1 MiB a batch a copy costs ~10 % of the
         append); ``bytes`` are copied first.
         """
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         size = len(batch)
         if size > self.config.max_message_bytes:
             raise RecordTooLarge(size, self.config.max_message_bytes)
@@ -282,7 +282,7 @@ class Log:
 
     def append_as_follower(self, data: bytes | bytearray, now_ms: int | None = None) -> AppendInfo | None:
         """Append batches whose offsets the leader assigned (one or more, back to back); None for no batch."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         headers = []
         for position, size in iter_batch_positions(data):
             if size > self.config.max_message_bytes:
@@ -533,7 +533,7 @@ class Log:
             self._recovery_point = target
             if target >= self._leo.message_offset:
                 self._unflushed_records = 0
-            self._last_flush_ms = _now_ms()
+            self._last_flush_ms = wall_clock_ms()
 
     def _next_base(self, segment: LogSegment) -> int | None:
         view = self._segments
@@ -541,7 +541,7 @@ class Log:
         return view.bases[i + 1] if i + 1 < len(view.bases) else None
 
     def ms_since_last_flush(self, now_ms: int | None = None) -> int:
-        return (_now_ms() if now_ms is None else now_ms) - self._last_flush_ms
+        return (wall_clock_ms() if now_ms is None else now_ms) - self._last_flush_ms
 
     # --- truncation (writer) ---------------------------------------------------------------------------------------
 
@@ -603,7 +603,7 @@ class Log:
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply the log start offset, retention.ms and retention.bytes (reference §8); the segments deleted."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         deleted = 0
         with self._lock:
             deleted += self._delete_prefix(lambda segs: log_start_rule(self._log_start_offset))
@@ -638,11 +638,11 @@ class Log:
     def _schedule_delete(self, segment: LogSegment) -> None:
         segment.close()
         segment.change_file_suffixes("", DELETED_SUFFIX)
-        self._pending_deletes.append((_now_ms() + self.config.file_delete_delay_ms, segment))
+        self._pending_deletes.append((wall_clock_ms() + self.config.file_delete_delay_ms, segment))
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose delay has passed; returns how many. Writer."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         with self._lock:
             due = [s for t, s in self._pending_deletes if t <= now]
             self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
@@ -665,7 +665,3 @@ def roll_jitter(jitter_ms: int, segment_ms: int) -> int:
     """Kafka's ``abs(random) % min(segment.jitter.ms, segment.ms)``, fixed per segment."""
     bound = min(jitter_ms, segment_ms)
     return random.randrange(bound) if bound > 0 else 0
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

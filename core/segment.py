@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,8 @@ from .batch import (
     decode_records,
     validate_batch,
 )
+from .durable import fsync_dir
+from .durable import now_ms as wall_clock_ms
 from .errors import CorruptIndex, CorruptRecord, InvalidRecord, OffsetOverflow
 from .handles import HandleCache
 from .index import OffsetIndex, TimeIndex, TimestampOffset
@@ -155,7 +156,7 @@ class LogSegment:
         self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes)
         self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
         self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
-        self._created_ms = created_ms if created_ms is not None else _now_ms()
+        self._created_ms = created_ms if created_ms is not None else wall_clock_ms()
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily from the time index
@@ -387,7 +388,7 @@ class LogSegment:
         self._time_index.resize(self._max_index_bytes)
         removed = 0 if mapping is None else self._log.truncate_to(mapping.position)
         if self._log.size_bytes == 0:
-            self._created_ms = _now_ms() if now_ms is None else now_ms
+            self._created_ms = wall_clock_ms() if now_ms is None else now_ms
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset = None
@@ -538,7 +539,7 @@ class LogSegment:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         return target
 
     def sanity_check(self, *, full: bool = True) -> None:
@@ -592,7 +593,7 @@ def quarantine_path(path: Path) -> Path:
     Two recoveries of one segment within a millisecond (a repair right after a mount, a test) must neither
     overwrite the first quarantine file nor fail on it. Writer thread (the store's lock keeps other processes out).
     """
-    ms = _now_ms()
+    ms = wall_clock_ms()
     while (target := path.with_name(f"{path.name}.{ms}{QUARANTINE_SUFFIX}")).exists():
         ms += 1
     return target
@@ -603,18 +604,6 @@ def _declared_size(chunk: bytes) -> int | None:
     if len(chunk) < LOG_OVERHEAD:
         return None
     return int.from_bytes(chunk[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = [

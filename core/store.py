@@ -45,6 +45,8 @@ from pathlib import Path
 
 from .checkpoint import OffsetCheckpointFile, TopicPartition
 from .config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
+from .durable import fsync_dir, replace_file
+from .durable import now_ms as wall_clock_ms
 from .errors import (
     ConfigError,
     CorruptCheckpoint,
@@ -171,7 +173,7 @@ class Store:
             clean = marker.exists()
             if clean:
                 marker.unlink()
-                _fsync_dir(root)
+                fsync_dir(root)
             store = cls(
                 root,
                 config,
@@ -263,7 +265,7 @@ class Store:
         directory = self.path / partition_dir_name(topic, partition)
         tp = TopicPartition(topic, partition)
         log = load_log(directory, self.topic_config(topic), self.handles, had_clean_shutdown=True)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self._logs[tp] = log
 
     def delete_topic(self, topic: str, *, only_if_empty: bool = False) -> None:
@@ -282,7 +284,7 @@ class Store:
                 shutil.rmtree(doomed, ignore_errors=True)
             self._overrides_path(topic).unlink(missing_ok=True)
             self._overrides.pop(topic, None)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
             self._write_checkpoints(hw=True, offsets=True)
 
     # --- configs ---------------------------------------------------------------------------------------------------
@@ -320,7 +322,7 @@ class Store:
 
     def tick(self, now_ms: int | None = None) -> None:
         """Run the periodic jobs that are due (see the module docstring). Blocking: call from a worker thread."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         due = self._due
         logs = list(self._logs.values())
         if now >= due.retention:
@@ -368,12 +370,7 @@ class Store:
             for log in self._logs.values():
                 log.close()
             self._write_checkpoints(hw=True, offsets=True)
-            marker = self.path / CLEAN_SHUTDOWN_FILE
-            with open(marker, "w") as f:
-                json.dump({"version": 0, "brokerEpoch": 0}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(self.path)
+            replace_file(self.path / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": 0}).encode())
             self._closed = True
             os.close(self._lock_fd)
 
@@ -425,13 +422,7 @@ def _check_meta_properties(root: Path, node_id: int) -> None:
         f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
         f"cluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
     )
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-    _fsync_dir(root)
+    replace_file(path, text.encode())
 
 
 def stored_node_id(root: Path) -> int:
@@ -456,16 +447,3 @@ def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
     except CorruptCheckpoint as exc:
         _log.warning("%s is damaged (%s): treating it as empty, as Kafka does", path, exc)
         return {}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
