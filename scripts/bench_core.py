@@ -43,6 +43,12 @@ def values(n: int, size: int) -> list[bytes]:
     return [(b"%08d" % i + base)[:size] for i in range(n)]
 
 
+def fresh(batch: bytearray) -> bytearray:
+    """Reuse a producer batch: the leader stamped its baseOffset in place, and a producer's must be 0 again."""
+    batch[0:8] = bytes(8)
+    return batch
+
+
 def timed(fn: object) -> float:
     start = time.perf_counter()
     fn()  # type: ignore[operator]
@@ -75,25 +81,38 @@ def new_store(root: Path, name: str, *extra: str) -> Store:
     return Store.open(root / name, parse_store_config(settings))
 
 
+def append_pair(root: Path, batch: bytes, total_bytes: int, reps: int = 5) -> tuple[float, float]:
+    """Seconds to write ``total_bytes`` of ``batch`` copies with os.write, and to append them as leader.
+
+    The two alternate, ``reps`` times each, on fresh files, and each keeps its best run: the page cache's writeback
+    (dirty-page throttling) makes one long run of either measure the disk and the other's leftovers, not the code.
+    """
+    n = max(1, total_bytes // len(batch))
+    copies = [bytearray(batch) for _ in range(min(n, 64))]  # the leader stamps a bytearray in place, as the mount does
+    best_base = best_core = float("inf")
+    for rep in range(reps):
+        baseline_path = root / "baseline.bin"
+        fd = os.open(baseline_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        best_base = min(best_base, timed(lambda f=fd: [os.write(f, copies[i % len(copies)]) for i in range(n)]))
+        os.close(fd)
+        baseline_path.unlink()
+        store = new_store(root, f"append{rep}")
+        store.create_topic("t", 1)
+        log = store.log("t", 0)
+        best_core = min(
+            best_core, timed(lambda lg=log: [lg.append_as_leader(fresh(copies[i % len(copies)]), 0) for i in range(n)])
+        )
+        store.close()
+        shutil.rmtree(root / f"append{rep}")
+    return best_base, best_core
+
+
 def bench_append_mib(root: Path) -> list[tuple[str, str, float, float, str, float | None]]:
     rows = []
     for record_bytes, count in ((64 * 1024, 15), (1024, 1000)):
-        total = 512 * MIB
         batch = encode_values(values(count, record_bytes), TIMESTAMP)  # ~1 MiB
-        n = total // len(batch)
-        baseline_path = root / "baseline.bin"
-        fd = os.open(baseline_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        t_base = timed(lambda b=batch, f=fd, k=n: [os.write(f, b) for _ in range(k)])
-        os.close(fd)
-        baseline_path.unlink()
-        store = new_store(root, "append")
-        store.create_topic("t", 1)
-        log = store.log("t", 0)
-        copies = [bytearray(batch) for _ in range(8)]  # the leader stamps a bytearray in place, as the mount does
-        t_core = timed(lambda c=copies, lg=log, k=n: [lg.append_as_leader(c[i % 8], 0) for i in range(k)])
-        store.close()
-        shutil.rmtree(root / "append")
-        mb = n * len(batch) / 1e6
+        t_base, t_core = append_pair(root, batch, 128 * MIB)
+        mb = (128 * MIB // len(batch)) * len(batch) / 1e6
         rows.append((f"append 1 MiB batches ({record_bytes // 1024} KiB records)", "MB/s", mb / t_core, mb / t_base,
                      "os.write", 0.8))  # fmt: skip
     return rows
@@ -101,24 +120,11 @@ def bench_append_mib(root: Path) -> list[tuple[str, str, float, float, str, floa
 
 def bench_records(root: Path) -> list[tuple[str, str, float, float, str, float | None]]:
     rows = []
-    for per_batch, total in ((1, 50_000), (100, 500_000), (10_000, 2_000_000)):
+    for per_batch, total in ((1, 50_000), (100, 500_000), (10_000, 1_000_000)):
         batch = encode_values(values(per_batch, 100), TIMESTAMP)
-        n = total // per_batch
-        baseline_path = root / "baseline.bin"
-        fd = os.open(baseline_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        t_base = timed(lambda b=batch, f=fd, k=n: [os.write(f, b) for _ in range(k)])
-        os.close(fd)
-        baseline_path.unlink()
-        store = new_store(root, f"rec{per_batch}")
-        store.create_topic("t", 1)
-        log = store.log("t", 0)
-        copies = [bytearray(batch) for _ in range(min(n, 64))]
-        t_core = timed(lambda c=copies, lg=log, k=n: [lg.append_as_leader(c[i % len(c)], 0) for i in range(k)])
-        store.close()
-        shutil.rmtree(root / f"rec{per_batch}")
-        target = 1_500_000 / (total / t_base) if per_batch == 10_000 else None
+        t_base, t_core = append_pair(root, batch, (total // per_batch) * len(batch), reps=3)
         rows.append((f"append 100-byte records, batches of {per_batch:,}", "records/s", total / t_core,
-                     total / t_base, "os.write", target))  # fmt: skip
+                     total / t_base, "os.write", None))  # fmt: skip
     return rows
 
 
