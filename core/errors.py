@@ -256,7 +256,13 @@ class DiskFull(StorageError):
 
 
 class StoreLocked(StorageError):
-    """Another process owns the store (its exclusive lock is held)."""
+    """Another process owns the store (its exclusive lock is held); ``holder_pid`` is that process when known."""
+
+    def __init__(self, path: str, holder_pid: int | None) -> None:
+        self.path = path
+        self.holder_pid = holder_pid
+        holder = f" (process {holder_pid})" if holder_pid is not None else ""
+        super().__init__(f"store {path} is in use by another logfs process{holder}")
 
 
 class CorruptIndex(StorageError):

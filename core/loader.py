@@ -11,9 +11,10 @@
    (``<name>.log.<ms>.quarantine``, its indexes deleted) — Kafka deletes them; logfs keeps the bytes for inspection
    (spec §6). So the log is always a prefix of what was written, with no hole; Kafka keeps the later segments when
    the cut one was recovered for a bad index.
-5. Afterwards: a log ending below the checkpointed log start offset is emptied; an empty directory gets one segment
-   at the log start offset; the active segment's indexes get their full size back; the epoch cache is trimmed to
-   ``[log start, LEO]``.
+5. Afterwards: a damaged ``leader-epoch-checkpoint`` (moved to quarantine when it was read) is rebuilt from the
+   batches' leader epochs; a log ending below the checkpointed log start offset is emptied; an empty directory gets
+   one segment at the log start offset; the active segment's indexes get their full size back; the epoch cache is
+   trimmed to ``[log start, LEO]``.
 
 A clean load opens no ``.log`` beyond a ``stat`` and reads only the active segment's tail (for the LEO), so opening a
 large clean store does not scan its logs. Each finding is reported to ``on_event`` (the store logs them; ``logfs
@@ -22,6 +23,7 @@ check`` prints them).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -30,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import LeaderEpochCheckpointFile
+from .durable import fsync_dir
 from .epoch import LeaderEpochFileCache
-from .errors import CorruptIndex, StorageError
+from .errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
 from .handles import HandleCache
 from .log import Log, LogSettings, roll_jitter
 from .logfile import LogFile
@@ -57,9 +60,9 @@ NO_LIMIT = 2**63 - 1
 
 @dataclass(frozen=True, slots=True)
 class LoadEvent:
-    """Something the load found and did: ``kind`` is one of temp-file, orphan-index, bad-index, truncated,
-    quarantined, emptied. ``dropped_bytes`` is what it cut from the log into quarantine: the tail of a truncated
-    segment, all of a quarantined one (0 for the other kinds)."""
+    """Something the load found and did: ``kind`` is one of temp-file, orphan-index, bad-index, bad-checkpoint,
+    truncated, quarantined, emptied. ``dropped_bytes`` is what it cut from the log into quarantine: the tail of a
+    truncated segment, all of a quarantined one (0 for the other kinds)."""
 
     kind: str
     path: Path
@@ -71,7 +74,7 @@ EventSink = Callable[[LoadEvent], None]
 
 
 def _report(on_event: EventSink | None, kind: str, path: Path, detail: str, dropped_bytes: int = 0) -> None:
-    level = logging.WARNING if kind in ("truncated", "quarantined", "bad-index") else logging.INFO
+    level = logging.WARNING if kind in ("truncated", "quarantined", "bad-index", "bad-checkpoint") else logging.INFO
     _log.log(level, "%s: %s: %s", path, kind, detail)
     if on_event is not None:
         on_event(LoadEvent(kind, path, detail, dropped_bytes))
@@ -91,13 +94,15 @@ def load_log(
     """Open the partition in ``directory`` (created if missing). Writer thread of the new log."""
     directory.mkdir(parents=True, exist_ok=True)
     _remove_temp_files(directory, on_event)
-    epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile.in_dir(directory))
+    epoch_cache, epochs_lost = _load_epoch_cache(directory, on_event)
     checked_below = NO_LIMIT if had_clean_shutdown else recovery_point
     segments, needs_recovery = _load_segments(directory, config, handles, on_event, full_check_below=checked_below)
     first = len(segments)  # a clean log recovers only the segments of step 3
     if not had_clean_shutdown:
         first = max((i for i, s in enumerate(segments) if s.base_offset <= recovery_point), default=0)
     segments = _recover(segments, first, needs_recovery, epoch_cache, on_event)
+    if epochs_lost:
+        _rebuild_epochs(segments, epoch_cache)
     leo = segments[-1].read_next_offset() if segments else log_start_offset
     if segments and leo < log_start_offset:
         for segment in segments:
@@ -127,6 +132,36 @@ def load_log(
         high_watermark=high_watermark,
         log_end_offset=leo,
     )
+
+
+def _load_epoch_cache(directory: Path, on_event: EventSink | None) -> tuple[LeaderEpochFileCache, bool]:
+    """The partition's leader epoch cache, and whether its checkpoint was damaged (moved to quarantine, the cache
+    starts empty and must be rebuilt from the batches; Kafka takes the whole log directory offline instead)."""
+    checkpoint = LeaderEpochCheckpointFile.in_dir(directory)
+    try:
+        return LeaderEpochFileCache(checkpoint), False
+    except CorruptCheckpoint as exc:
+        target = quarantine_path(checkpoint.path)
+        os.rename(checkpoint.path, target)
+        _report(
+            on_event, "bad-checkpoint", checkpoint.path,
+            f"{exc.reason}; kept as {target.name}, the epochs are rebuilt from the batches",
+        )  # fmt: skip
+        return LeaderEpochFileCache(checkpoint), True
+
+
+def _rebuild_epochs(segments: list[LogSegment], epoch_cache: LeaderEpochFileCache) -> None:
+    """Assign the leader epoch of every batch that starts a newer one, from the batch headers (no CRC check)."""
+    epoch_cache.clear()
+    for segment in segments:
+        try:
+            for b in segment.batches():
+                latest = epoch_cache.latest_epoch()
+                if b.partition_leader_epoch >= 0 and (latest is None or b.partition_leader_epoch > latest):
+                    epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
+        except CorruptRecord:
+            return  # damage below the recovery point, which recovery did not scan: keep the epochs found so far
+    epoch_cache.flush()
 
 
 def _segment(
@@ -240,8 +275,13 @@ def _load_segments(
     return segments, needs_recovery
 
 
-def _recover_one(segment: LogSegment, epoch_cache: LeaderEpochFileCache, on_event: EventSink | None) -> ScanResult:
-    result = segment.recover(epoch_cache)
+def _recover_one(
+    segment: LogSegment,
+    epoch_cache: LeaderEpochFileCache,
+    on_event: EventSink | None,
+    before_cut: Callable[[ScanResult], None] | None = None,
+) -> ScanResult:
+    result = segment.recover(epoch_cache, before_cut=before_cut)
     if result.damaged_bytes:
         what = result.reason or "torn tail"
         _report(
@@ -259,15 +299,22 @@ def _recover(
     on_event: EventSink | None,
 ) -> list[LogSegment]:
     """Pass 4: recover ``segments[first:]`` and every earlier one in ``needs_recovery``; the first segment that is
-    cut ends the log, and the segments after it go to quarantine."""
+    cut ends the log, and the segments after it go to quarantine (before the cut: see ``LogSegment.recover``)."""
     for i, segment in enumerate(segments):
         if i < first and segment.base_offset not in needs_recovery:
             continue
-        if _recover_one(segment, epoch_cache, on_event).damaged_bytes:
-            for later in segments[i + 1 :]:
-                _quarantine_segment(later, on_event)
+        quarantine_later = functools.partial(_quarantine_segments, segments[i + 1 :], on_event)
+        if _recover_one(segment, epoch_cache, on_event, quarantine_later).damaged_bytes:
             return segments[: i + 1]
     return segments
+
+
+def _quarantine_segments(segments: list[LogSegment], on_event: EventSink | None, _cut: ScanResult) -> None:
+    """The ``before_cut`` of a recovery: every segment after the one to be cut goes to quarantine, durably."""
+    for segment in segments:
+        _quarantine_segment(segment, on_event)
+    if segments:
+        fsync_dir(segments[0].log_path.parent)
 
 
 def _quarantine_segment(segment: LogSegment, on_event: EventSink | None) -> None:

@@ -152,7 +152,8 @@ class LogFile:
 
     def create(self) -> None:
         """Create the file, empty, unless it exists: a new segment's ``.log`` is on disk from the start, as Kafka's
-        is, so that a restart finds the segment even while it is empty (its base offset is the log end offset)."""
+        is, so that a restart finds the segment even while it is empty (its base offset is the log end offset).
+        Writer thread."""
         try:
             os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
         except OSError as exc:

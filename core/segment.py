@@ -11,9 +11,10 @@ and answers the three questions a log asks of it:
 * ``find_offset_by_timestamp(ts)``: the first record with a timestamp at or after ``ts``?
 
 Recovery treats damage as LevelDB's log reader does: a torn tail (the file ends inside a batch) ends the scan
-silently; a batch that fails validation ends it with a reason. Either way everything from there on is *moved aside*
-into ``<base>.log.<ms>.quarantine`` beside the segment before the ``.log`` is cut, so recovery never destroys bytes
-(spec §6). Indexes are rebuilt from the valid prefix. :meth:`scan` does the reading alone, for ``logfs check``.
+silently; a batch that fails validation (size, magic, CRC, or offsets that step back, which the CRC does not cover)
+ends it with a reason. Either way everything from there on is *moved aside* into ``<base>.log.<ms>.quarantine``
+beside the segment before the ``.log`` is cut, so recovery never destroys bytes (spec §6). Indexes are rebuilt from
+the valid prefix. :meth:`scan` does the reading alone, for ``logfs check``.
 
 Threads: one writer thread (the log's) appends, truncates, rolls, recovers, renames and closes; any thread may
 read, translate, look up timestamps, flush and close_handler. Differences from Kafka: no transaction index or
@@ -476,11 +477,20 @@ class LogSegment:
         if not self.can_convert_to_relative_offset(h.last_offset):
             raise InvalidRecord(f"offset {h.last_offset} cannot be stored relative to base offset {self._base_offset}")
 
-    def recover(self, epoch_cache: EpochCache | None = None, *, quarantine: bool = True) -> ScanResult:
+    def recover(
+        self,
+        epoch_cache: EpochCache | None = None,
+        *,
+        quarantine: bool = True,
+        before_cut: Callable[[ScanResult], None] | None = None,
+    ) -> ScanResult:
         """Rebuild both indexes from the ``.log``, cut it after the last valid batch, and return what was found.
 
-        The cut bytes are first copied into a quarantine file beside the segment (unless ``quarantine`` is False).
-        Leader epochs seen in the batches are assigned to ``epoch_cache``. Writer thread.
+        When there is something to cut, ``before_cut`` runs first (the loader moves the later segments aside there:
+        a crash before the cut then finds the same damage again, where one after it would find this segment whole
+        and keep the later ones, leaving a hole); then the cut bytes are copied into a quarantine file beside the
+        segment (unless ``quarantine`` is False); then the ``.log`` is cut. Leader epochs seen in the batches are
+        assigned to ``epoch_cache``. Writer thread.
         """
         self._offset_index.reset()
         self._time_index.reset()
@@ -488,11 +498,17 @@ class LogSegment:
         last_index_entry = 0
         max_ts = TimestampOffset(NO_TIMESTAMP, self._base_offset)
 
+        def full() -> bool:
+            # Only when segment.index.bytes shrank or index.interval.bytes fell since the segment was written
+            # (appends roll before an index fills): the rebuilt index stays sparser, lookups scan further, and
+            # the next append rolls. Kafka fails the load instead.
+            return self._offset_index.is_full() or self._time_index.is_full()
+
         def rebuild(b: BatchPosition) -> None:
             nonlocal last_index_entry, max_ts
             if b.max_timestamp > max_ts.timestamp:
                 max_ts = TimestampOffset(b.max_timestamp, b.last_offset)
-            if b.position - last_index_entry > self._index_interval_bytes:
+            if b.position - last_index_entry > self._index_interval_bytes and not full():
                 self._offset_index.append(b.last_offset, b.position)
                 self._time_index.maybe_append(max_ts.timestamp, max_ts.offset)
                 last_index_entry = b.position
@@ -503,6 +519,8 @@ class LogSegment:
 
         result = self.scan(rebuild)
         if result.damaged_bytes > 0:
+            if before_cut is not None:
+                before_cut(result)
             what = result.reason or "a torn tail (the file ends inside a batch)"
             kept = self.quarantine_tail(result.valid_bytes) if quarantine else None
             _log.warning(

@@ -398,11 +398,11 @@ def lock_store(root: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = ""
+        holder = None
         with contextlib.suppress(OSError, ValueError):
-            holder = f" (process {int(os.pread(fd, 32, 0).decode().strip())})"
+            holder = int(os.pread(fd, 32, 0).decode().strip())
         os.close(fd)
-        raise StoreLocked(f"store {root} is in use by another logfs process{holder}") from None
+        raise StoreLocked(str(root), holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
