@@ -606,15 +606,15 @@ class Log:
         now = wall_clock_ms() if now_ms is None else now_ms
         deleted = 0
         with self._lock:
-            deleted += self._delete_prefix(lambda segs: log_start_rule(self._log_start_offset))
+            deleted += self._delete_prefix(lambda segs: log_start_rule(self._log_start_offset), now)
             if self.config.retention_ms >= 0:
-                deleted += self._delete_prefix(lambda segs: retention_ms_rule(now, self.config.retention_ms))
+                deleted += self._delete_prefix(lambda segs: retention_ms_rule(now, self.config.retention_ms), now)
             retention_bytes = self.config.retention_bytes
             if retention_bytes >= 0 and self.size_bytes >= retention_bytes:
-                deleted += self._delete_prefix(lambda segs: retention_bytes_rule(segs, retention_bytes))
+                deleted += self._delete_prefix(lambda segs: retention_bytes_rule(segs, retention_bytes), now)
         return deleted
 
-    def _delete_prefix(self, make_rule: Callable[[list[SegmentSummary]], Rule]) -> int:
+    def _delete_prefix(self, make_rule: Callable[[list[SegmentSummary]], Rule], now: int) -> int:
         summaries = [SegmentSummary(s.base_offset, s.size_bytes, s.largest_timestamp) for s in self.segments]
         rule = make_rule(summaries)
         count = deletable_prefix(summaries, rule, self._hw.offset, self._leo.message_offset)
@@ -625,7 +625,7 @@ class Log:
         doomed = self._segments.segments[:count]
         self._segments = _view(self._segments.segments[count:])
         for segment in doomed:
-            self._schedule_delete(segment)
+            self._schedule_delete(segment, now)
         new_start = self._segments.bases[0]
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
@@ -635,10 +635,12 @@ class Log:
         _log.info("%s: retention deleted %d segment(s); log start offset %d", self._dir.name, count, new_start)
         return count
 
-    def _schedule_delete(self, segment: LogSegment) -> None:
+    def _schedule_delete(self, segment: LogSegment, now: int | None = None) -> None:
+        """Rename the segment's files ``.deleted``; unlink them ``file.delete.delay.ms`` after ``now``."""
         segment.close()
         segment.change_file_suffixes("", DELETED_SUFFIX)
-        self._pending_deletes.append((wall_clock_ms() + self.config.file_delete_delay_ms, segment))
+        start = wall_clock_ms() if now is None else now
+        self._pending_deletes.append((start + self.config.file_delete_delay_ms, segment))
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose delay has passed; returns how many. Writer."""

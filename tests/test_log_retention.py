@@ -237,19 +237,17 @@ def test_deleted_segments_stay_as_dot_deleted_files_for_the_delete_delay(tmp_pat
     old_files = [s.log_path for s in segments] + [s.offset_index.path for s in segments]
     log.update_high_watermark(log.log_end_offset)
 
-    scheduled_after = now_ms()
     log.delete_old_segments(now)
-    scheduled_before = now_ms()
 
     assert len(log.segments) == 1, "only one segment should remain"
     renamed = [s.log_path for s in segments] + [s.offset_index.path for s in segments]
     assert all(p.name.endswith(".deleted") for p in renamed), "all log and index files should end in .deleted"
     assert all(p.exists() for p in renamed), "the .deleted files should still be there"
     assert not any(p.exists() for p in old_files), "the original files should be gone"
-    assert log.delete_expired_files(scheduled_after + async_delete_ms - 1) == 0
+    assert log.delete_expired_files(now + async_delete_ms - 1) == 0  # the delay runs from the deletion's `now`
     assert all(p.exists() for p in renamed)
 
-    assert log.delete_expired_files(scheduled_before + async_delete_ms + 1) == len(segments)
+    assert log.delete_expired_files(now + async_delete_ms) == len(segments)
     assert not any(p.exists() for p in renamed), "files should all be gone"
 
 
