@@ -39,6 +39,7 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from .compression import Compression, compress, decompress
+from .control import CONTROL_KEY, END_TXN_MARKER_VALUE, ControlType, parse_control_key
 from .errors import ControlRecordNotAllowed, CorruptRecord, InvalidRecord, UnsupportedCompression
 from .records import RecordColumns, walk
 from .varint import INT32_MAX, NEG_ONE, VARINT, varint
@@ -96,18 +97,6 @@ class TimestampType(IntEnum):
 
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
-
-
-class ControlType(IntEnum):
-    """The type in a control record's key (``ControlRecordType``); other values are UNKNOWN and ignored."""
-
-    ABORT = 0
-    COMMIT = 1
-    LEADER_CHANGE = 2
-    SNAPSHOT_HEADER = 3
-    SNAPSHOT_FOOTER = 4
-    KRAFT_VERSION = 5
-    KRAFT_VOTERS = 6
 
 
 # --- values --------------------------------------------------------------------------------------------------------
@@ -569,22 +558,10 @@ def set_max_timestamp(
     _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
 
 
-# --- control records --------------------------------------------------------------------------------------------
-
-CONTROL_KEY = struct.Struct(">hh")  # version, type
-END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 END_TXN_MARKER_BATCH_BYTES = 78  # Kafka's CURRENT_END_TXN_SCHEMA_RECORD_SIZE plus the batch overhead
 
 
-def parse_control_key(key: bytes | None) -> ControlType | int:
-    """The control type of a control record's key; an unknown type comes back as its int (Kafka ignores it)."""
-    if key is None or len(key) < CONTROL_KEY.size:
-        raise InvalidRecord(f"control record key of {0 if key is None else len(key)} bytes, expected at least 4")
-    version, ctype = CONTROL_KEY.unpack_from(key)
-    if version < 0:
-        raise InvalidRecord(f"control record key has negative version {version}")
-    return ControlType(ctype) if ctype in ControlType.__members__.values() else ctype
-
+# --- control records --------------------------------------------------------------------------------------------
 
 def encode_end_txn_marker(
     control_type: ControlType,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from .errors import OffsetOutOfRange
-from .segment import LogOffsetMetadata
+from .offsets import LogOffsetMetadata
 
 _log = logging.getLogger(__name__)
 

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import LeaderEpochCheckpointFile
+from .config import LogConfig
 from .durable import fsync_dir
 from .epoch import LeaderEpochFileCache
 from .errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
 from .handles import HandleCache
-from .log import Log, LogSettings, roll_jitter
+from .log import Log, roll_jitter
 from .logfile import LogFile
 from .segment import (
     DELETED_SUFFIX,
@@ -82,7 +83,7 @@ def _report(on_event: EventSink | None, kind: str, path: Path, detail: str, drop
 
 def load_log(
     directory: Path,
-    config: LogSettings,
+    config: LogConfig,
     handles: HandleCache,
     *,
     had_clean_shutdown: bool,
@@ -165,7 +166,7 @@ def _rebuild_epochs(segments: list[LogSegment], epoch_cache: LeaderEpochFileCach
 
 
 def _segment(
-    directory: Path, base_offset: int, config: LogSettings, handles: HandleCache, *, log_size_bytes: int | None
+    directory: Path, base_offset: int, config: LogConfig, handles: HandleCache, *, log_size_bytes: int | None
 ) -> LogSegment:
     return LogSegment(
         directory,
@@ -231,7 +232,7 @@ def _base_or(name: str, default: int) -> int:
 
 
 def _load_segments(
-    directory: Path, config: LogSettings, handles: HandleCache, on_event: EventSink | None, *, full_check_below: int
+    directory: Path, config: LogConfig, handles: HandleCache, on_event: EventSink | None, *, full_check_below: int
 ) -> tuple[list[LogSegment], set[int]]:
     """Pass 3: segments from ``.log`` files, orphan indexes deleted, segments that need recovery noted.
 

@@ -38,11 +38,10 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Protocol
 
 from .batch import TimestampType, assign_offset_and_epoch, iter_batch_positions, set_max_timestamp, validate_batch
+from .config import LogConfig
 from .durable import now_ms as wall_clock_ms
 from .epoch import LeaderEpochFileCache
 from .errors import (
@@ -57,6 +56,7 @@ from .errors import (
 from .handles import HandleCache
 from .highwatermark import HighWatermark
 from .index import TimestampOffset
+from .offsets import AppendInfo, FetchDataInfo, Isolation, LogOffsetMetadata, LogOffsetPosition
 from .retention import (
     Rule,
     SegmentSummary,
@@ -65,65 +65,11 @@ from .retention import (
     retention_bytes_rule,
     retention_ms_rule,
 )
-from .segment import DELETED_SUFFIX, FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, LogSegment
+from .segment import DELETED_SUFFIX, LogSegment
 
 _log = logging.getLogger(__name__)
 
 NO_LIMIT = 2**63 - 1
-
-
-class Isolation(Enum):
-    """Kafka's FetchIsolation: how far a read may go (LSO-bounded TXN_COMMITTED arrives with transactions)."""
-
-    LOG_END = "log_end"
-    HIGH_WATERMARK = "high_watermark"
-
-
-class LogSettings(Protocol):
-    """The per-topic configs the log reads (``core/config.py``'s LogConfig provides them, Kafka's names)."""
-
-    @property
-    def segment_bytes(self) -> int: ...
-    @property
-    def segment_ms(self) -> int: ...
-    @property
-    def segment_jitter_ms(self) -> int: ...
-    @property
-    def segment_index_bytes(self) -> int: ...
-    @property
-    def index_interval_bytes(self) -> int: ...
-    @property
-    def retention_ms(self) -> int: ...
-    @property
-    def retention_bytes(self) -> int: ...
-    @property
-    def file_delete_delay_ms(self) -> int: ...
-    @property
-    def max_message_bytes(self) -> int: ...
-    @property
-    def message_timestamp_type(self) -> TimestampType: ...
-    @property
-    def message_timestamp_before_max_ms(self) -> int: ...
-    @property
-    def message_timestamp_after_max_ms(self) -> int: ...
-    @property
-    def flush_messages(self) -> int: ...
-    @property
-    def flush_ms(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """What an append did: the offsets it took, its max timestamp and where that is, its bytes and records."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    records_count: int
-    size_bytes: int
-    rolled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +97,7 @@ class Log:
     def __init__(
         self,
         directory: Path,
-        config: LogSettings,
+        config: LogConfig,
         handles: HandleCache,
         epoch_cache: LeaderEpochFileCache,
         segments: Sequence[LogSegment],

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from .batch import (
     LENGTH_OFFSET,
@@ -46,6 +46,7 @@ from .errors import CorruptIndex, CorruptRecord, InvalidRecord, OffsetOverflow
 from .handles import HandleCache
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .logfile import BatchPosition, LogFile
+from .offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
 from .varint import INT32_MAX
 
 _log = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ QUARANTINE_SUFFIX = ".quarantine"
 # (~1 ms per 8 MiB at the disk's speed), small enough to bound memory during a store load.
 RECOVERY_READ_BYTES = 8 * 1024 * 1024
 
-UNKNOWN_OFFSET = -1
 NO_TIMESTAMP = -1
 
 
@@ -72,42 +72,6 @@ def filename_prefix(offset: int) -> str:
 def offset_from_filename(name: str) -> int:
     """The base offset a segment file's name encodes."""
     return int(name.split(".", 1)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class LogOffsetMetadata:
-    """An offset, and where it lies when known: the segment's base offset and the byte position in it.
-
-    A "message-only" metadata (segment unknown) is what a checkpointed HW is until a read materialises it.
-    """
-
-    message_offset: int
-    segment_base_offset: int = UNKNOWN_OFFSET
-    relative_position: int = -1
-
-    @property
-    def message_offset_only(self) -> bool:
-        return self.segment_base_offset == UNKNOWN_OFFSET
-
-    def on_older_segment(self, other: LogOffsetMetadata) -> bool:
-        return self.segment_base_offset < other.segment_base_offset
-
-
-class LogOffsetPosition(NamedTuple):
-    """Kafka's translateOffset result: the batch holding an offset (its last offset, position, size)."""
-
-    offset: int
-    position: int
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDataInfo:
-    """The answer to a read: where it starts, the raw bytes, and whether the first batch was cut short."""
-
-    fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
-    first_entry_incomplete: bool = False
 
 
 @dataclass(frozen=True, slots=True)

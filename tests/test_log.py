@@ -25,7 +25,8 @@ from logfs.core.handles import HandleCache
 from logfs.core.index import SEGMENT_INDEX_BYTES_DEFAULT, OffsetIndex
 from logfs.core.loader import load_log
 from logfs.core.log import Isolation, Log
-from logfs.core.segment import FetchDataInfo, LogOffsetMetadata, LogSegment
+from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
+from logfs.core.segment import LogSegment
 from logfs.core.varint import INT32_MAX
 
 NO_TIMESTAMP = -1

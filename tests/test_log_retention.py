@@ -21,7 +21,7 @@ from logfs.core.errors import OffsetOutOfRange
 from logfs.core.handles import HandleCache
 from logfs.core.loader import load_log
 from logfs.core.log import Log
-from logfs.core.segment import LogOffsetMetadata
+from logfs.core.offsets import LogOffsetMetadata
 from logfs.core.store import LOG_START_OFFSET_CHECKPOINT, Store
 from logfs.core.varint import INT32_MAX
 
