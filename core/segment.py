@@ -171,7 +171,10 @@ class LogSegment:
         """Keep the ``.log`` readable for the duration, even if retention deletes the segment. Any thread."""
         with self._log.pin():
             self._touch()
-            yield
+            try:
+                yield
+            finally:
+                self._touch()  # back under the LRU's bound (a pinned segment leaves it when asked to close)
 
     # --- timestamps --------------------------------------------------------------------------------------------------
 

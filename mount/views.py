@@ -1,0 +1,552 @@
+"""What the read files of a partition hold (spec §2, §4, §5), as pure functions and objects: no pyfuse3, no trio.
+
+The mount (``mount/operations.py``) resolves a name under ``<topic>/<partition>/`` and calls in here:
+
+* ``at/<name>``: :func:`parse_view_name` splits the name into a stem and a :class:`Format`; :func:`resolve_start`
+  (or :func:`parse_range` for ``<start>-<end>``) gives the start offset; the end is the HW at lookup; then
+  :func:`open_range` fixes a :class:`RangeView`, an immutable snapshot whose exact size is known at once.
+* ``hw/``: :func:`hw_files` lists one file per segment, each again a :func:`open_range` per lookup.
+* ``follow/<name>``: :func:`render_follow_chunk` renders whole records from the reader's offset up to the HW.
+* ``state``: :func:`render_state`.
+
+How a view is built. The range ``[start, end)`` is cut at segment boundaries; in each segment it is the batches
+from the one holding ``start`` to the last one with a base offset below ``end``. For ``.kafka`` that is a byte
+span of the ``.log`` (whole batches, unchanged). For plain and JSON lines a segment's part becomes up to three
+pieces: a *head* span holding the batch cut by ``start`` (and what precedes the first indexed chunk), a slice of
+whole chunks from the segment's rendered-size index (``mount/rendersize.py``), and a *tail* span holding the batch
+cut by ``end`` (and what follows the last whole chunk). The view's size is the sum of its pieces; a read bisects
+the pieces, then the chunk prefix sums, and renders only the chunks it touches (shared, recently rendered chunks
+come from the cache). Opening costs O(segments covered + log n) once the index is warm, plus rendering at most about
+one chunk and two batches per end; a cold index renders each batch once.
+
+Retention (spec §5). A view pins every segment it covers (``LogSegment.pin``) until :meth:`RangeView.close`, so a
+segment deleted meanwhile stays readable through it. Each pin keeps one descriptor open: a view over thousands of
+segments holds thousands of descriptors.
+
+Threads: every function may be called from any thread and does blocking disk I/O (call it from a worker thread,
+never the trio thread). A view may be read from several threads at once.
+
+Known limitations:
+
+* The first open of a range learns its size by walking (plain) or rendering (JSON lines) every record once: about
+  0.3 s per million 100-byte records as plain text, 2 s as JSON lines (scripts/bench_views.py); later opens of any
+  range in the same segments use the index.
+* Pins cost a descriptor each, and ``core/handles.py`` retries every pinned segment beyond ``max_open_segments``
+  (256) on each use of any segment: opening a view over 1,500 segments took 1.7 s, nearly all of it there.
+* A segment truncated below an open view's end (a follower's truncation below its HW) makes the view's reads fail
+  with StorageError; views opened afterwards are right.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import functools
+import json
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from logfs.core.batch import read_header
+from logfs.core.errors import OffsetOutOfRange, StorageError
+from logfs.core.log import Log
+from logfs.core.segment import LogSegment
+
+from .rendersize import (
+    SCAN_READ_BYTES,
+    Format,
+    RenderCache,
+    RenderCacheStatistics,
+    RunSlice,
+    SegmentIndex,
+    iter_stored_batches,
+    render_batch,
+    render_span,
+)
+
+# --- names ----------------------------------------------------------------------------------------------------------
+
+_STEM = re.compile(r"earliest|latest|[0-9]+|@[0-9]+|[0-9]+-[0-9]+")
+_RANGE = re.compile(r"([0-9]+)-([0-9]+)")
+
+
+def parse_view_name(name: str) -> tuple[str, Format]:
+    """Split an ``at/`` or ``follow/`` name into its stem and format: ``"42.jsonl"`` → ``("42", JSONL)``,
+    ``"earliest"`` → ``("earliest", PLAIN)``, ``"@1700000000000.kafka"`` → ``("@1700000000000", KAFKA)``,
+    ``"10-20"`` → ``("10-20", PLAIN)``; ``"latest"`` (for ``follow/``) too. ValueError for anything else.
+
+    Which stems a directory accepts (``follow/`` has no ranges, ``at/`` no ``latest``) is the caller's rule.
+    """
+    stem, fmt = name, Format.PLAIN
+    for suffixed in (Format.JSONL, Format.KAFKA):
+        if name.endswith(suffixed.value):
+            stem, fmt = name[: -len(suffixed.value)], suffixed
+            break
+    if not _STEM.fullmatch(stem):
+        raise ValueError(f"{name!r} is not a view name (<offset>, earliest, @<epoch-ms>, <start>-<end>, latest)")
+    return stem, fmt
+
+
+def parse_range(stem: str) -> tuple[int, int] | None:
+    """``"10-20"`` → ``(10, 20)``; None for a stem that is not a range."""
+    m = _RANGE.fullmatch(stem)
+    return None if m is None else (int(m[1]), int(m[2]))
+
+
+def resolve_start(log: Log, stem: str) -> int:
+    """The start offset a stem names: ``earliest`` → the log start offset; ``<digits>`` → that offset;
+    ``@<epoch-ms>`` → the offset of the first record with timestamp ≥ epoch-ms (time index lookup), or the HW when
+    none is that late (an empty view); ``latest`` → the HW. ValueError for anything else (ranges included: see
+    :func:`parse_range`). Any thread; the ``@`` lookup reads indexes and batches."""
+    if stem == "earliest":
+        return log.log_start_offset
+    if stem == "latest":
+        return log.high_watermark
+    if stem.isascii() and stem.isdigit():
+        return int(stem)
+    if stem.startswith("@") and stem[1:].isascii() and stem[1:].isdigit():
+        found = log.fetch_offset_by_timestamp(int(stem[1:]))
+        return log.high_watermark if found is None else found.offset
+    raise ValueError(f"{stem!r} names no start offset")
+
+
+# --- pieces of a view -----------------------------------------------------------------------------------------------
+
+
+class _Raw(NamedTuple):
+    """Stored bytes ``[lo, hi)`` of a segment's ``.log`` (``.kafka`` views)."""
+
+    segment: LogSegment
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+class _Span(NamedTuple):
+    """The rendering of the batches in ``[lo, hi)``, cut to ``[from_offset, until_offset)``; its size known."""
+
+    seg_index: SegmentIndex
+    token: int
+    lo: int
+    hi: int
+    from_offset: int | None
+    until_offset: int | None
+    size: int
+
+
+class _Chunks(NamedTuple):
+    """Whole chunks of a segment index: a run slice."""
+
+    seg_index: SegmentIndex
+    token: int
+    run: RunSlice
+
+    @property
+    def size(self) -> int:
+        return self.run.size
+
+
+_Piece = _Raw | _Span | _Chunks
+
+
+class _Batch(NamedTuple):
+    base_offset: int
+    last_offset: int
+    position: int
+    size: int
+
+
+def _batch_at(segment: LogSegment, offset: int) -> _Batch | None:
+    """The first batch of ``segment`` whose last offset is at or after ``offset`` (offset index, then a scan)."""
+    found = segment.translate_offset(offset)
+    if found is None:
+        return None
+    base = int.from_bytes(segment.log_file.read(found.position, 8), "big", signed=True)
+    return _Batch(base, found.offset, found.position, found.size)
+
+
+class RangeView:
+    """An immutable rendering of offsets ``[start_offset, end_offset)`` of one partition in one format, fixed when
+    opened (by :func:`open_range`). Holds pins on the segments it covers until :meth:`close`.
+
+    Threads: :meth:`read` from any thread, concurrently; it does blocking disk I/O.
+    """
+
+    def __init__(
+        self,
+        cache: RenderCache,
+        topic: str,
+        partition: int,
+        fmt: Format,
+        start_offset: int,
+        end_offset: int,
+        pieces: Sequence[_Piece] = (),
+        pins: contextlib.ExitStack | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.fmt = fmt
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self._cache = cache
+        self._pieces = [p for p in pieces if p.size > 0]
+        self._starts: list[int] = []
+        total = 0
+        for p in self._pieces:
+            self._starts.append(total)
+            total += p.size
+        self._size = total
+        self._pins = pins
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"RangeView({self.topic!r}, {self.partition}, {self.fmt.name}, [{self.start_offset}, {self.end_offset}), "
+            f"size={self._size}, pieces={len(self._pieces)})"
+        )
+
+    @property
+    def size(self) -> int:
+        """The exact byte length, known at open."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._pins is None
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from byte ``position`` (fewer only at the end). Blocking disk I/O; any thread.
+
+        StorageError when the stored bytes no longer render as they did at open (a truncation under the view).
+        """
+        if position < 0 or size < 0:
+            raise ValueError(f"negative position {position} or size {size}")
+        end = min(self._size, position + size)
+        if position >= end:
+            return b""
+        parts: list[bytes | memoryview] = []
+        i = bisect.bisect_right(self._starts, position) - 1
+        pos = position
+        while pos < end:
+            piece, base = self._pieces[i], self._starts[i]
+            want = min(end, base + piece.size) - pos
+            self._read_piece(piece, pos - base, want, parts)
+            pos += want
+            i += 1
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    def _read_piece(self, piece: _Piece, rel: int, want: int, parts: list[bytes | memoryview]) -> None:
+        if isinstance(piece, _Raw):
+            data = piece.segment.log_file.read(piece.lo + rel, want)
+            if len(data) != want:
+                raise StorageError(f"{piece.segment.log_path}: {want} bytes at {piece.lo + rel} are not there")
+            parts.append(data)
+        elif isinstance(piece, _Span):
+            data = self._rendered(
+                piece.seg_index, piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset
+            )
+            if len(data) != piece.size:
+                raise _changed(piece.seg_index, piece.lo, piece.size, len(data))
+            parts.append(memoryview(data)[rel : rel + want])
+        else:
+            run = piece.run
+            k = run.chunk_at(rel)
+            inner = run.cum[run.k0] + rel - run.cum[k]
+            while want > 0:
+                lo, hi = run.bounds[k], run.bounds[k + 1]
+                expected = run.cum[k + 1] - run.cum[k]
+                data = self._rendered(piece.seg_index, piece.token, lo, hi, None, None)
+                if len(data) != expected:
+                    raise _changed(piece.seg_index, lo, expected, len(data))
+                take = min(want, expected - inner)
+                parts.append(memoryview(data)[inner : inner + take])
+                want -= take
+                inner = 0
+                k += 1
+
+    def _rendered(
+        self, index: SegmentIndex, token: int, lo: int, hi: int, from_offset: int | None, until_offset: int | None
+    ) -> bytes:
+        return self._cache.rendered(
+            (token, lo, hi, from_offset, until_offset),
+            lambda: render_span(
+                index.segment.log_file, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset
+            ),
+        )
+
+    def close(self) -> None:
+        """Release the pins (retention may then remove the segments). Idempotent; any thread."""
+        with self._lock:
+            pins, self._pins = self._pins, None
+        if pins is not None:
+            pins.close()
+
+    def __enter__(self) -> RangeView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _changed(index: SegmentIndex, lo: int, expected: int, got: int) -> StorageError:
+    return StorageError(
+        f"{index.segment.log_path}: the batches at byte {lo} render as {got} bytes where the view was opened with "
+        f"{expected} (the segment was truncated under an open view)"
+    )
+
+
+def open_range(
+    log: Log, cache: RenderCache, topic: str, partition: int, fmt: Format, start_offset: int, end_offset: int
+) -> RangeView:
+    """A view of offsets ``[start_offset, end_offset)`` of ``log`` in ``fmt``. Blocking disk I/O; any thread.
+
+    ``start_offset`` below the log start or above the LEO → OffsetOutOfRange (the mount answers ENOENT); so is an
+    ``end_offset`` above the LEO (callers bound it by the HW, or the LSO). ``end_offset <= start_offset`` → an empty
+    view. Plain and JSON lines start exactly at ``start_offset`` even inside a batch and end before ``end_offset``
+    even inside one; control batches render as nothing. ``.kafka`` gives the whole stored batches that hold offsets
+    in the range (the first may hold records before it, the last records after it), control batches included.
+    """
+    log_start, leo = log.log_start_offset, log.log_end_offset
+    if start_offset < log_start or start_offset > leo:
+        raise OffsetOutOfRange(start_offset, log_start, leo)
+    if end_offset <= start_offset:
+        return RangeView(cache, topic, partition, fmt, start_offset, end_offset)
+    if end_offset > leo:
+        raise OffsetOutOfRange(end_offset, log_start, leo, what="range end")
+    pins = contextlib.ExitStack()
+    try:
+        pieces = _plan(log, cache, topic, partition, fmt, start_offset, end_offset, pins)
+    except StorageError:
+        pins.close()
+        if start_offset < log.log_start_offset:  # retention removed the start while we opened
+            raise OffsetOutOfRange(start_offset, log.log_start_offset, log.log_end_offset) from None
+        raise
+    except BaseException:
+        pins.close()
+        raise
+    return RangeView(cache, topic, partition, fmt, start_offset, end_offset, pieces, pins)
+
+
+def _plan(
+    log: Log,
+    cache: RenderCache,
+    topic: str,
+    partition: int,
+    fmt: Format,
+    start: int,
+    end: int,
+    pins: contextlib.ExitStack,
+) -> list[_Piece]:
+    """The pieces of ``[start, end)``, segment by segment; pins each segment it reads."""
+    segments = log.segments
+    i = max(0, bisect.bisect_right(segments, start, key=lambda s: s.base_offset) - 1)
+    pieces: list[_Piece] = []
+    for n in range(i, len(segments)):
+        segment = segments[n]
+        if segment.base_offset >= end:
+            break
+        nxt = segments[n + 1] if n + 1 < len(segments) else None
+        pins.enter_context(segment.pin())
+        # The first batch: the one holding start (which may hold records before it), or the segment's first.
+        head: _Batch | None = None
+        if start > segment.base_offset:
+            head = _batch_at(segment, start)
+            if head is None:
+                continue  # start lies after this segment's last batch
+            lo = head.position
+        else:
+            lo = 0
+        # The end: after the last batch with a base offset below end; `straddle` is that batch if it holds end.
+        straddle: _Batch | None = None
+        if nxt is not None and nxt.base_offset <= end:
+            hi = segment.size_bytes  # a closed segment, wholly below end
+        else:
+            last = _batch_at(segment, end - 1)
+            if last is None:
+                hi = segment.size_bytes  # not the active segment: it holds the LEO's batch
+            elif last.base_offset >= end:
+                hi = last.position
+            else:
+                hi = last.position + last.size
+                straddle = last if last.last_offset >= end else None
+        if hi <= lo:
+            continue
+        if fmt is Format.KAFKA:
+            pieces.append(_Raw(segment, lo, hi))
+            continue
+        from_offset = start if head is not None and head.base_offset < start else None
+        until_offset = end if straddle is not None else None
+        full_lo = lo + head.size if head is not None and from_offset is not None else lo
+        full_hi = straddle.position if straddle is not None else hi
+        index = cache.segment_index(segment, fmt, topic, partition)
+        run = cache.cover(index, full_lo, full_hi, closed=nxt is not None) if full_lo < full_hi else None
+        token = index.token
+        if run is None:
+            size = index.piece_size(lo, hi, from_offset, until_offset)
+            pieces.append(_Span(index, token, lo, hi, from_offset, until_offset, size))
+            continue
+        if run.lo > lo:
+            size = index.piece_size(lo, run.lo, from_offset, None)
+            pieces.append(_Span(index, token, lo, run.lo, from_offset, None, size))
+        pieces.append(_Chunks(index, token, run))
+        if hi > run.hi:
+            size = index.piece_size(run.hi, hi, None, until_offset)
+            pieces.append(_Span(index, token, run.hi, hi, None, until_offset, size))
+    return pieces
+
+
+# --- hw/ ------------------------------------------------------------------------------------------------------------
+
+
+def hw_files(log: Log) -> list[tuple[str, int, int]]:
+    """The ``hw/`` directory: one ``(name, start, end)`` per segment holding committed records at or after the log
+    start offset, ``name = <20-digit base offset>.jsonl``, ``start = max(base, log start)``,
+    ``end = min(next segment's base, HW)``. Any thread; reads no file."""
+    segments = log.segments
+    log_start, hw = log.log_start_offset, log.high_watermark
+    files = []
+    for n, segment in enumerate(segments):
+        start = max(segment.base_offset, log_start)
+        end = min(segments[n + 1].base_offset, hw) if n + 1 < len(segments) else hw
+        if start < end:
+            files.append((f"{segment.base_offset:020d}{Format.JSONL.value}", start, end))
+    return files
+
+
+# --- follow/ --------------------------------------------------------------------------------------------------------
+
+
+def render_follow_chunk(
+    log: Log,
+    cache: RenderCache,
+    topic: str,
+    partition: int,
+    fmt: Format,
+    offset: int,
+    end_offset: int,
+    max_bytes: int,
+) -> tuple[bytes, int]:
+    """Whole rendered records from ``offset`` up to ``end_offset`` (the HW a follow reader saw), at most about
+    ``max_bytes`` but at least one batch's worth when there is one, and the offset to continue from.
+
+    Plain and JSON lines start exactly at ``offset`` and stop before ``end_offset``; ``.kafka`` gives whole batches
+    (the next offset is then after the last batch). Control batches render as nothing but are passed over, so
+    ``(b"", next)`` with ``next > offset`` means "call again". ``offset >= end_offset`` → ``(b"", offset)``.
+    OffsetOutOfRange below the log start or above the LEO. Renderings go through the cache's shared LRU, so many
+    followers at the same position render each batch once. Blocking disk I/O; any thread.
+    """
+    log_start, leo = log.log_start_offset, log.log_end_offset
+    if offset < log_start or offset > leo:
+        raise OffsetOutOfRange(offset, log_start, leo)
+    end = min(end_offset, leo)
+    if offset >= end:
+        return b"", offset
+    parts: list[bytes] = []
+    total = scanned = 0
+    next_offset = offset
+    segments = log.segments
+    i = max(0, bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1)
+    try:
+        for segment in segments[i:]:
+            if segment.base_offset >= end:
+                break
+            with segment.pin():
+                found = segment.translate_offset(next_offset)
+                if found is None:
+                    continue
+                index = None if fmt is Format.KAFKA else cache.segment_index(segment, fmt, topic, partition)
+                for buf, at, size, position in iter_stored_batches(
+                    segment.log_file, found.position, segment.size_bytes
+                ):
+                    header = read_header(buf, at)
+                    if header.base_offset >= end:
+                        return b"".join(parts), next_offset
+                    if index is None:
+                        data, after = buf[at : at + size], header.last_offset + 1
+                    else:
+                        lo = next_offset if next_offset > header.base_offset else None
+                        hi = end if end <= header.last_offset else None
+                        data = cache.rendered(
+                            (index.token, position, position + size, lo, hi),
+                            functools.partial(render_batch, buf, at, fmt, topic, partition, lo, hi),
+                        )
+                        after = min(header.last_offset + 1, end)
+                    if parts and total + len(data) > max_bytes:
+                        return b"".join(parts), next_offset
+                    if data:
+                        parts.append(data)
+                    total += len(data)
+                    scanned += size
+                    next_offset = after
+                    if total >= max_bytes or scanned >= max(max_bytes, SCAN_READ_BYTES) or next_offset >= end:
+                        return b"".join(parts), next_offset
+    except StorageError:
+        if next_offset < log.log_start_offset:  # retention removed the segment under the reader
+            raise OffsetOutOfRange(next_offset, log.log_start_offset, log.log_end_offset) from None
+        raise
+    return b"".join(parts), next_offset
+
+
+# --- state ----------------------------------------------------------------------------------------------------------
+
+
+def render_state(
+    log: Log,
+    topic: str,
+    partition: int,
+    *,
+    role: str = "leader",
+    leader_epoch: int | None = None,
+    isr: Sequence[int] = (0,),
+    replicas: Mapping[int, Mapping[str, int]] | None = None,
+    open_transactions: Sequence[Mapping[str, int]] = (),
+    last_stable_offset: int | None = None,
+) -> bytes:
+    """The ``state`` file (spec §2): one compact JSON object and a newline.
+
+    ``leader_epoch`` defaults to the latest epoch of the log's leader-epoch cache (-1 when it has none);
+    ``last_stable_offset`` to the HW (until transactions exist). Each segment gives ``base_offset``,
+    ``size_bytes`` and ``largest_timestamp`` (-1 when its records carry none). Any thread; reads each segment's
+    time index once (then cached by the segment).
+    """
+    hw = log.high_watermark
+    if leader_epoch is None:
+        latest = log.epoch_cache.latest_epoch()
+        leader_epoch = -1 if latest is None else latest
+    state = {
+        "topic": topic,
+        "partition": partition,
+        "role": role,
+        "leader_epoch": leader_epoch,
+        "log_start_offset": log.log_start_offset,
+        "high_watermark": hw,
+        "last_stable_offset": hw if last_stable_offset is None else last_stable_offset,
+        "log_end_offset": log.log_end_offset,
+        "isr": list(isr),
+        "replicas": {str(k): dict(v) for k, v in (replicas or {}).items()},
+        "open_transactions": [dict(t) for t in open_transactions],
+        "segments": [
+            {"base_offset": s.base_offset, "size_bytes": s.size_bytes, "largest_timestamp": s.max_timestamp_so_far}
+            for s in log.segments
+        ],
+    }
+    return json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+__all__ = [
+    "Format",
+    "RangeView",
+    "RenderCache",
+    "RenderCacheStatistics",
+    "hw_files",
+    "open_range",
+    "parse_range",
+    "parse_view_name",
+    "render_follow_chunk",
+    "render_state",
+    "resolve_start",
+]

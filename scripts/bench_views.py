@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Benchmark the read views of ``at/`` and ``hw/`` (``mount/views.py``; no FUSE), each beside ``core/render.py``.
+
+Rows (issue 4 targets reading >= 1,500,000 records/s through ``at/``, O(log n) per seek):
+
+* core.render alone: read each stored batch and render it with ``render_plain`` (or ``render_jsonl``): the
+  baseline, what any view must at least pay.
+* a view opened on a cold cache, then read from byte 0 to the end in 128 KiB reads (what ``cat`` does): the open
+  computes every batch's rendered size once (plain: from the value lengths; JSON lines: by rendering), the reads
+  render again.
+* the same range opened again with the index warm (sizes known): only the reads render. The shared LRU of rendered
+  chunks is set to 8 MiB, far below the rendering, so no read is served from a previous pass.
+* opening the range again (lookups/s with a warm index), and random 4 KiB reads (each renders one chunk).
+
+Data: ``--records`` 100-byte values (default 1,000,000) in batches of ``--batch-records`` (default 1,000, ~110 KB,
+as in scripts/bench_core.py). Files go under ``--dir`` (default ./var/bench-views), deleted afterwards.
+
+Usage: ``python scripts/bench_views.py [--records N] [--batch-records N] [--jsonl] [--dir DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from logfs.core.batch import encode_values
+from logfs.core.config import parse_store_config
+from logfs.core.log import Log
+from logfs.core.render import render_jsonl, render_plain
+from logfs.core.store import Store
+from logfs.mount.rendersize import CHUNK_BYTES_DEFAULT
+from logfs.mount.views import Format, RenderCache, open_range
+
+KIB = 1024
+MIB = 1024 * KIB
+TIMESTAMP = 1_700_000_000_000
+READ_BYTES = 128 * KIB
+
+
+def values(n: int, size: int) -> list[bytes]:
+    base = os.urandom(size // 2 + 1).hex().encode()[:size]
+    return [(b"%08d" % i + base)[:size] for i in range(n)]
+
+
+def best_of(runs: int, fn: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def render_alone(log: Log, fmt: Format) -> int:
+    total = 0
+    for segment in log.segments:
+        data = segment.log_file.read(0, segment.size_bytes)
+        position = 0
+        while position < len(data):
+            size = int.from_bytes(data[position + 8 : position + 12], "big") + 12
+            if fmt is Format.PLAIN:
+                total += len(render_plain(data, position))
+            else:
+                total += len(render_jsonl(data, "t", 0, position))
+            position += size
+    return total
+
+
+def read_view(log: Log, cache: RenderCache, fmt: Format, end: int) -> int:
+    with open_range(log, cache, "t", 0, fmt, 0, end) as view:
+        position = 0
+        while chunk := view.read(position, READ_BYTES):
+            position += len(chunk)
+        assert position == view.size
+        return position
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--batch-records", type=int, default=1_000)
+    ap.add_argument("--chunk-kib", type=int, default=CHUNK_BYTES_DEFAULT // KIB, help="the index's chunk size")
+    ap.add_argument("--jsonl", action="store_true", help="also measure JSON lines (about 5x slower to render)")
+    ap.add_argument("--dir", default="var/bench-views")
+    args = ap.parse_args()
+    root = Path(args.dir)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    try:
+        store = Store.open(root, parse_store_config(["max.message.bytes=4194304"]))
+        store.create_topic("t", 1)
+        log = store.log("t", 0)
+        batch = encode_values(values(args.batch_records, 100), TIMESTAMP)
+        for _ in range(args.records // args.batch_records):
+            log.append_as_leader(bytearray(batch), 0)
+        log.update_high_watermark(log.log_end_offset)
+        n = log.high_watermark
+        print(f"{n:,} records of 100 bytes in batches of {args.batch_records:,}; {log.size_bytes / 1e6:.0f} MB stored")
+        for fmt in (Format.PLAIN, Format.JSONL) if args.jsonl else (Format.PLAIN,):
+            bench_format(log, fmt, n, args.chunk_kib * KIB)
+        store.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
+    name = fmt.name.lower()
+    render_alone(log, fmt)  # warm the page cache
+    t_alone = best_of(2, lambda: render_alone(log, fmt))
+    cold: list[float] = []
+
+    def cold_pass() -> None:
+        cache = RenderCache(max_rendered_bytes=8 * MIB, chunk_bytes=chunk_bytes)
+        start = time.perf_counter()
+        open_range(log, cache, "t", 0, fmt, 0, n).close()
+        cold.append(time.perf_counter() - start)
+        read_view(log, cache, fmt, n)
+
+    t_cold = best_of(2, cold_pass)
+    cache = RenderCache(max_rendered_bytes=8 * MIB, chunk_bytes=chunk_bytes)
+    read_view(log, cache, fmt, n)
+    t_warm = best_of(2, lambda: read_view(log, cache, fmt, n))
+    opens = 2_000
+    rng = random.Random(1)
+    starts = [rng.randrange(n) for _ in range(opens)]
+    t_open = best_of(1, lambda: [open_range(log, cache, "t", 0, fmt, s, n).close() for s in starts])
+    view = open_range(log, cache, "t", 0, fmt, 0, n)
+    seeks = 2_000
+    positions = [rng.randrange(view.size) for _ in range(seeks)]
+    t_seek = best_of(1, lambda: [view.read(p, 4 * KIB) for p in positions])
+    view.close()
+    rows = [
+        (f"core.render alone ({name})", n / t_alone, "records/s"),
+        (f"view, cold cache: open + 128 KiB reads ({name})", n / t_cold, "records/s"),
+        (f"  of which the open (sizes of {n:,} records)", min(cold), "s"),
+        (f"view, warm index: 128 KiB reads ({name})", n / t_warm, "records/s"),
+        (f"open at a random offset, warm index ({name})", opens / t_open, "opens/s"),
+        (f"random 4 KiB reads ({name})", seeks / t_seek, "reads/s"),
+    ]
+    for label, value, unit in rows:
+        shown = f"{value:,.3f}" if unit == "s" else f"{value:,.0f}"
+        print(f"{label:<55} {shown:>14} {unit}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
