@@ -65,7 +65,8 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
                 OffsetCheckpointFile(root / name).read()
             except CorruptCheckpoint as exc:
                 findings.append(Finding(root / name, "checkpoint", str(exc), damage=True))
-        if not (root / CLEAN_SHUTDOWN_FILE).exists():
+        clean = (root / CLEAN_SHUTDOWN_FILE).exists()
+        if not clean:
             findings.append(
                 Finding(root, "unclean", "no clean-shutdown marker: the next mount recovers", damage=False)
             )
@@ -80,8 +81,12 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
                     findings.append(
                         Finding(f, "quarantine", f"{f.stat().st_size} bytes cut by an earlier recovery", damage=False)
                     )
-            for log_path in sorted(f for f in directory.iterdir() if f.name.endswith(LOG_SUFFIX)):
-                findings.extend(_check_segment(directory, log_path, handles))
+            log_paths = sorted(f for f in directory.iterdir() if f.name.endswith(LOG_SUFFIX))
+            for log_path in log_paths:
+                # After a crash the active segment's indexes are still preallocated (zero-filled): the next mount
+                # rebuilds them, so they are not damage.
+                rebuilt_anyway = not clean and log_path == log_paths[-1]
+                findings.extend(_check_segment(directory, log_path, handles, check_indexes=not rebuilt_anyway))
                 done += log_path.stat().st_size
                 if progress is not None:
                     progress(done, total)
@@ -90,7 +95,7 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
     return findings
 
 
-def _check_segment(directory: Path, log_path: Path, handles: HandleCache) -> list[Finding]:
+def _check_segment(directory: Path, log_path: Path, handles: HandleCache, *, check_indexes: bool) -> list[Finding]:
     base = offset_from_filename(log_path.name)
     segment = LogSegment(directory, base, index_interval_bytes=4096, max_index_bytes=1 << 30, handles=handles)
     findings = []
@@ -109,6 +114,9 @@ def _check_segment(directory: Path, log_path: Path, handles: HandleCache) -> lis
             Finding(log_path, "torn-tail", f"the file ends inside a batch at byte {result.valid_bytes}; "
                     f"{result.damaged_bytes} bytes would be cut", damage=True)
         )  # fmt: skip
+    if not check_indexes:
+        segment.close_handler()
+        return findings
     index_path = log_path.with_suffix(INDEX_SUFFIX)
     if not index_path.exists():
         if result.total_bytes:

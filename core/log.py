@@ -45,6 +45,7 @@ from .config import LogConfig
 from .durable import now_ms as wall_clock_ms
 from .epoch import LeaderEpochFileCache
 from .errors import (
+    InvalidOffset,
     InvalidTimestamp,
     OffsetOutOfRange,
     OffsetsOutOfOrder,
@@ -189,6 +190,8 @@ class Log:
         append); ``bytes`` are copied first.
         """
         now = wall_clock_ms() if now_ms is None else now_ms
+        if leader_epoch < 0:
+            raise InvalidOffset(f"leader epoch {leader_epoch} is negative: a leader always has an epoch")
         size = len(batch)
         if size > self.config.max_message_bytes:
             raise RecordTooLarge(size, self.config.max_message_bytes)
@@ -212,8 +215,10 @@ class Log:
             last = first + header.last_offset_delta
             rolled = self._maybe_roll(size, max_ts, last, first, now)
             self.active_segment.append(last, max_ts, last, data)
-            self.epoch_cache.assign(leader_epoch, first)
+            # The LEO is published as soon as the bytes are in the segment, so that a failure of what follows
+            # (the epoch checkpoint's write) can never make the next append reuse these offsets.
             self._advance_leo(last + 1, header.records_count)
+            self.epoch_cache.assign(leader_epoch, first)
             return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
 
     def _check_timestamp(self, timestamp: int, now: int) -> None:
@@ -253,11 +258,11 @@ class Log:
                 raise UnexpectedAppendOffset(first, last, self._leo.message_offset)
             rolled = self._maybe_roll(consumed, max_h.max_timestamp, last, first, now)
             self.active_segment.append(last, max_h.max_timestamp, max_h.last_offset, data)
+            records = sum(h.records_count for h in headers)
+            self._advance_leo(last + 1, records)  # before the epoch checkpoint: see append_as_leader
             for h in headers:
                 if h.partition_leader_epoch >= 0:
                     self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-            records = sum(h.records_count for h in headers)
-            self._advance_leo(last + 1, records)
             return AppendInfo(
                 first, last, max_h.max_timestamp, max_h.last_offset, -1, records, consumed, rolled
             )  # fmt: skip
@@ -466,7 +471,7 @@ class Log:
         Blocking disk work: call it off the trio thread.
         """
         with self._lock:
-            target = self._leo.message_offset if offset is None else offset
+            target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
             if target <= self._recovery_point:
                 return
             for segment in self._segments.segments:
@@ -510,6 +515,8 @@ class Log:
             active.truncate_to(target_offset)
             self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size_bytes)
             self._recovery_point = min(self._recovery_point, target_offset)
+            self._rolled_upto = min(self._rolled_upto, target_offset)  # else flush_rolled could pass the new LEO
+            self._unflushed_records = 0 if self._recovery_point >= target_offset else self._unflushed_records
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self.epoch_cache.truncate_from_end(target_offset)
             if self._hw.offset >= target_offset:
@@ -527,6 +534,8 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self._log_start_offset = new_offset
             self._recovery_point = new_offset
+            self._rolled_upto = min(self._rolled_upto, new_offset)
+            self._unflushed_records = 0
             self.epoch_cache.clear_and_flush()
             self._hw.update(self._leo, new_offset, self._leo)
 

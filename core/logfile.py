@@ -23,7 +23,7 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -64,14 +64,22 @@ class BatchPosition(NamedTuple):
 class LogFile:
     """The ``.log`` file of one segment. See the module docstring for descriptors and threads."""
 
-    def __init__(self, path: Path, *, size_bytes: int | None = None) -> None:
-        """Describe the file; ``size_bytes`` (from the caller's stat) saves a stat. Creates nothing. Any thread."""
+    def __init__(
+        self, path: Path, *, size_bytes: int | None = None, on_open: Callable[[], None] | None = None
+    ) -> None:
+        """Describe the file; ``size_bytes`` (from the caller's stat) saves a stat. Creates nothing. Any thread.
+
+        ``on_open`` runs (outside every lock) each time a descriptor is opened, so that the store's handle cache
+        counts every open descriptor, including one reopened in the middle of a lazy scan.
+        """
         self._path = path
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._fd: int | None = None
         self._leases = 0
         self._pins = 0
+        self._deleted = False
+        self._on_open = on_open
         self._size = size_bytes if size_bytes is not None else self._stat_size(path)
 
     @staticmethod
@@ -102,11 +110,14 @@ class LogFile:
     @contextlib.contextmanager
     def _leased(self, *, create: bool = False) -> Iterator[int]:
         with self._lock:
-            if self._fd is None:
-                self._fd = self._open(create)
-            self._leases += 1
             fd = self._fd
+            opened = fd is None
+            if fd is None:
+                fd = self._fd = self._open(create)
+            self._leases += 1
         try:
+            if opened and self._on_open is not None:
+                self._on_open()
             yield fd
         finally:
             with self._lock:
@@ -139,14 +150,20 @@ class LogFile:
     def pin(self) -> Iterator[None]:
         """Keep the descriptor open for the duration (a reader that must survive the file's deletion). Any thread."""
         with self._lock:
-            if self._fd is None:
+            opened = self._fd is None
+            if opened:
                 self._fd = self._open(False)
             self._pins += 1
+        if opened and self._on_open is not None:
+            self._on_open()
         try:
             yield
         finally:
             with self._lock:
                 self._pins -= 1
+                last_reader_of_deleted = self._deleted and not self._pins
+            if last_reader_of_deleted:
+                self.close_handler()  # the file is gone and out of the handle cache: nobody else would close it
 
     # --- writes (writer thread) ---------------------------------------------------------------------------------------
 
@@ -203,6 +220,8 @@ class LogFile:
 
     def delete_if_exists(self) -> bool:
         """Unlink the file (a pinned reader keeps its bytes) and close an unpinned descriptor. Writer thread."""
+        with self._lock:
+            self._deleted = True
         self.close_handler()
         try:
             os.unlink(self._path)
@@ -273,6 +292,8 @@ class LogFile:
                 read_bytes = min(2 * read_bytes, SCAN_READ_BYTES)
                 chunk_start = position
                 offset_in_chunk = 0
+                if len(chunk) < HEADER_SIZE_UP_TO_MAGIC:
+                    return  # the file was truncated under the scan (a follower truncation): it ends here
             base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, offset_in_chunk)
             if length < MIN_DECLARED_BATCH_BYTES:
                 raise CorruptRecord(

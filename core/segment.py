@@ -118,7 +118,7 @@ class LogSegment:
         self._handles = handles
         self.roll_jitter_ms = roll_jitter_ms
         stem = directory / filename_prefix(base_offset)
-        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes)
+        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self._touch)
         self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
         self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
         self._created_ms = created_ms if created_ms is not None else wall_clock_ms()

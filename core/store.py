@@ -146,6 +146,7 @@ class Store:
         self._lock_fd = lock_fd
         self._on_event = on_event
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         self._overrides: dict[str, dict[str, str]] = {}
         self._due = _Due()
@@ -347,6 +348,10 @@ class Store:
                 due.offset_checkpoint = now + OFFSET_CHECKPOINT_INTERVAL_MS
 
     def _write_checkpoints(self, *, hw: bool, offsets: bool) -> None:
+        with self._checkpoint_lock:  # tick and delete_records run on different threads; one .tmp per file
+            self._write_checkpoints_locked(hw=hw, offsets=offsets)
+
+    def _write_checkpoints_locked(self, *, hw: bool, offsets: bool) -> None:
         items = list(self._logs.items())
         if hw:
             OffsetCheckpointFile(self.path / HIGH_WATERMARK_CHECKPOINT).write(
@@ -375,10 +380,17 @@ class Store:
             os.close(self._lock_fd)
 
     def abandon(self) -> None:
-        """Release the lock without a clean shutdown (tests that simulate a crash, failed opens)."""
-        with contextlib.suppress(OSError):
-            os.close(self._lock_fd)
-        self._closed = True
+        """Give back every descriptor and the lock without a clean shutdown: no flush, no checkpoint, no marker
+        (tests that simulate a crash, failed opens). Idempotent, and a no-op after close()."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for log in self._logs.values():
+                for segment in log.segments:
+                    segment.close_handler()
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
 
     def __enter__(self) -> Store:
         return self

@@ -179,3 +179,48 @@ def _progress_line(verb: str) -> Callable[[int, int], None]:
         click.echo(f"\r{verb}: {pct:3d}% ({done / 1e6:,.1f} of {total / 1e6:,.1f} MB)", err=True, nl=False)
 
     return show
+
+
+@main.command()
+@click.argument("store", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("mountpoint", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A store-wide default for this process (Kafka's names: num.partitions, segment.bytes …); repeatable.",
+)
+def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...]) -> None:
+    """Serve STORE as a filesystem at MOUNTPOINT, in the foreground, until SIGINT, SIGTERM or `logfs umount`.
+
+    Then shuts down cleanly (flush, checkpoints, clean-shutdown marker, unmount) and exits 0. A stale mount left
+    at MOUNTPOINT by a process that died is cleared first. Exits 1 when the store is in use by another process or
+    the mount point cannot be used, 2 for a bad --config.
+    """
+    from logfs.core.config import parse_store_config
+    from logfs.core.errors import ConfigError
+
+    try:
+        config = parse_store_config(config_pairs)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    from logfs.mount.server import serve  # pyfuse3 and trio only for this command
+
+    try:
+        code = serve(store, mountpoint, config)
+    except ConfigError as exc:  # a node.id the store refuses
+        raise click.UsageError(str(exc)) from None
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("mountpoint", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--lazy", "-z", is_flag=True, help="Detach now even if files are open (fusermount3 -u -z).")
+def umount(mountpoint: Path, lazy: bool) -> None:
+    """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0."""
+    from logfs.mount.server import unmount
+
+    done = unmount(mountpoint, lazy=lazy)
+    if done.returncode != 0:
+        raise click.ClickException(done.stderr.strip() or f"fusermount3 -u {mountpoint} failed")

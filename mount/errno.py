@@ -1,0 +1,175 @@
+"""The one table from core error types to errno values, and the one decorator that applies it (Kafka's Errors.java).
+
+Rules:
+
+* Every core error (``logfs.core.errors``) that can reach a FUSE handler maps to exactly one errno in
+  :data:`ERRNO_TABLE`; a type is looked up along its class hierarchy (``__mro__``), so a subclass without a row of
+  its own answers as its nearest ancestor with one (``CorruptRecord`` → ``RecordError`` → EBADMSG). The table is
+  checked at import: no type twice, every errno a real one.
+* Each row also says how loud the event is: a refusal the user caused (a bad batch, an unknown offset) is logged at
+  INFO, one line; a failure of logfs or its disk at ERROR.
+* :func:`handler` wraps every ``Operations`` method. ``pyfuse3.FUSEError`` passes through (the mount's own
+  refusals: ENOENT for an unknown name, EACCES for a wrong open mode …); a mapped error becomes
+  ``FUSEError(errno)`` with its one-line log message; an ``OSError`` from the disk keeps ENOSPC/EDQUOT as ENOSPC
+  and otherwise counts as EIO; anything else is a logfs bug and answers EIO with the traceback logged. So no
+  exception other than FUSEError ever leaves a handler: pyfuse3 ends the whole filesystem on any other (measured,
+  ``shared/reference/fuse-and-spark-notes.md``). ``forget`` must not raise at all (it has no reply): its errors are
+  logged and dropped.
+* ``trio.Cancelled`` and ``KeyboardInterrupt`` are BaseExceptions and pass untouched: they end the mount on purpose.
+* Every errno a handler answers is counted (``Operations.count_error``) for ``logfs_errors_total`` in
+  ``.logfs/metrics``.
+
+docs/mount.md holds :func:`render_table`'s output; tests/test_mount_errno.py checks that it is current.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import pyfuse3
+
+from logfs.core import errors as core
+
+from .framing import InvalidJsonRecord
+
+_log = logging.getLogger(__name__)
+
+INFO: Final = logging.INFO
+ERROR: Final = logging.ERROR
+
+# (core error type, errno, log level): the whole mapping. Order is documentation order, most general last.
+ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
+    (core.OffsetOutOfRange, errno.ENOENT, INFO),
+    (core.UnknownTopicOrPartition, errno.ENOENT, INFO),
+    (core.RecordError, errno.EBADMSG, INFO),
+    (core.RecordTooLarge, errno.EFBIG, INFO),
+    (core.RecordBatchTooLarge, errno.EFBIG, INFO),
+    (core.TopicNameTooLong, errno.ENAMETOOLONG, INFO),
+    (core.InvalidTopic, errno.EINVAL, INFO),
+    (core.TopicExists, errno.EEXIST, INFO),
+    (core.TopicNotEmpty, errno.ENOTEMPTY, INFO),
+    (core.InvalidPartitions, errno.EINVAL, INFO),
+    (core.ConfigError, errno.EINVAL, INFO),
+    (InvalidJsonRecord, errno.EINVAL, INFO),
+    (core.DiskFull, errno.ENOSPC, ERROR),
+    (core.NotEnoughReplicas, errno.EAGAIN, INFO),
+    (core.NotEnoughReplicasAfterAppend, errno.EIO, ERROR),
+    (core.ReplicationTimeout, errno.EIO, ERROR),
+    (core.OutOfOrderSequence, errno.EILSEQ, INFO),
+    (core.ProducerFenced, errno.ESTALE, INFO),
+    (core.StorageError, errno.EIO, ERROR),
+    (core.LogfsError, errno.EIO, ERROR),
+)
+
+_BY_TYPE: Final[dict[type[BaseException], tuple[int, int]]] = {}
+for _type, _errno, _level in ERRNO_TABLE:
+    if _type in _BY_TYPE:
+        raise AssertionError(f"mount/errno.py maps {_type.__name__} twice")
+    if _errno not in errno.errorcode:
+        raise AssertionError(f"mount/errno.py maps {_type.__name__} to {_errno}, which is not an errno")
+    _BY_TYPE[_type] = (_errno, _level)
+assert core.LogfsError in _BY_TYPE, "the root of the core's exception tree must have a row"
+
+# Handlers whose errors have nowhere to go (no reply to the kernel): log, never raise.
+_NO_REPLY: Final = frozenset({"forget"})
+
+
+def lookup(exc: BaseException) -> tuple[int, int] | None:
+    """``(errno, log level)`` for ``exc``: its own type's row, else its nearest ancestor's; None when unmapped."""
+    for klass in type(exc).__mro__:
+        found = _BY_TYPE.get(klass)
+        if found is not None:
+            return found
+    return None
+
+
+def errno_for(exc: BaseException) -> int:
+    """The errno a handler answers for ``exc`` (EIO when unmapped)."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc.errno
+    if isinstance(exc, OSError):
+        return errno.ENOSPC if exc.errno in (errno.ENOSPC, errno.EDQUOT) else errno.EIO
+    found = lookup(exc)
+    return errno.EIO if found is None else found[0]
+
+
+def errno_name(code: int) -> str:
+    return errno.errorcode.get(code, str(code))
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def handler(fn: F) -> F:
+    """Wrap an async ``Operations`` method so that only ``FUSEError`` ever leaves it (see the module docstring)."""
+    name = fn.__name__
+    no_reply = name in _NO_REPLY
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, *args: Any) -> Any:
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError as exc:
+            if no_reply:
+                _log.debug("%s: %s (dropped: no reply)", name, exc)
+                return None
+            _count(self, exc.errno)
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("%s%s: %s", name, _brief(args), errno_name(exc.errno))
+            raise
+        except Exception as exc:
+            code, level, traceback = _classify(exc)
+            if level >= logging.WARNING or traceback:
+                _log.log(
+                    ERROR, "%s%s failed with %s: %s: %s", name, _brief(args), errno_name(code), type(exc).__name__,
+                    exc, exc_info=traceback,
+                )  # fmt: skip
+            else:
+                _log.log(level, "%s%s: %s (%s)", name, _brief(args), exc, errno_name(code))
+            if no_reply:
+                return None
+            _count(self, code)
+            raise pyfuse3.FUSEError(code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _classify(exc: Exception) -> tuple[int, int, bool]:
+    """(errno, log level, log the traceback?) for an exception that is not a FUSEError."""
+    if isinstance(exc, OSError):
+        return errno_for(exc), ERROR, exc.errno not in (errno.ENOSPC, errno.EDQUOT)
+    found = lookup(exc)
+    if found is None:
+        return errno.EIO, ERROR, True  # a logfs bug: say where
+    return found[0], found[1], False
+
+
+def _brief(args: tuple[Any, ...]) -> str:
+    """The handler's arguments for a log line, short: no request contexts, no write buffers."""
+    shown = []
+    for arg in args:
+        if isinstance(arg, (bytes, bytearray, memoryview)) and len(arg) > 64:
+            shown.append(f"<{len(arg)} bytes>")
+        elif isinstance(arg, (int, str, bytes)):
+            shown.append(repr(arg))
+    return "(" + ", ".join(shown) + ")"
+
+
+def _count(ops: Any, code: int) -> None:
+    count = getattr(ops, "count_error", None)
+    if count is not None:
+        count(code)
+
+
+def render_table() -> str:
+    """The table as markdown, for docs/mount.md."""
+    lines = ["| Core error (and its subclasses) | errno | logged at |", "|---|---|---|"]
+    for klass, code, level in ERRNO_TABLE:
+        lines.append(f"| `{klass.__name__}` | `{errno_name(code)}` | {logging.getLevelName(level)} |")
+    lines.append("| `OSError` from the disk | `ENOSPC` for ENOSPC/EDQUOT, else `EIO` | ERROR |")
+    lines.append("| anything else (a logfs bug) | `EIO` | ERROR, with the traceback |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,118 @@
+"""What one open file of the mount holds (one object per ``open()``), and the per-partition state they share.
+
+* :class:`SnapshotHandle` — ``state``, ``.logfs/metrics`` and a ``config`` opened for reading: the bytes rendered
+  at open (``direct_io``: the kernel does not clamp reads to a size that moves).
+* :class:`ViewHandle` — an ``at/`` file: its entry's RangeView (owned by the inode, fixed at lookup).
+* :class:`HwHandle` — an ``hw/`` file: a RangeView from the file's start, reopened further when the HW has moved
+  and a read reaches its end (the file only grows at its end, so earlier bytes never change).
+* :class:`FollowHandle` — a ``follow/`` stream: the next offset, bytes rendered but not yet returned, a probe of the
+  opener's pending signals for the EINTR check.
+* :class:`WriteHandle` — ``append``, ``append.jsonl``, ``batches`` (partition or topic level), ``config`` opened for
+  writing and ``.logfs/delete-*``: its framer, the produce responses not yet read (O_RDWR), the error that broke its
+  framing, and a lock that keeps its requests in arrival order.
+* :class:`PartitionState` — per partition: the lock that lets one append at a time into its log (waiters wait in
+  trio, not in worker threads), the event a HW advance sets (then replaced: one fresh event per advance), and the
+  poll handles to notify; :class:`Partitions` holds them all.
+
+Threads: the trio thread only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .framing import BatchFramer, LineFramer
+from .signals import SignalProbe
+from .tree import Entry, Node
+from .views import Format, RangeView
+
+
+@dataclass(eq=False)
+class Handle:
+    entry: Entry
+
+    @property
+    def node(self) -> Node:
+        return self.entry.node
+
+
+@dataclass(eq=False)
+class SnapshotHandle(Handle):
+    data: bytes = b""
+
+
+@dataclass(eq=False)
+class ViewHandle(Handle):
+    view: RangeView | None = None
+
+
+@dataclass(eq=False)
+class HwHandle(Handle):
+    start: int = 0
+    view: RangeView | None = None
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+@dataclass(eq=False)
+class FollowHandle(Handle):
+    fmt: Format = Format.PLAIN
+    position: int = 0
+    probe: SignalProbe | None = None  # the opener's pending signals (EINTR)
+    pending: bytes = b""
+    interrupted: bool = False  # set by the signal watcher before it cancels the wait
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+@dataclass(eq=False)
+class WriteHandle(Handle):
+    framer: LineFramer | BatchFramer | None = None
+    read_write: bool = False  # O_RDWR: reads return produce responses
+    sync: bool = False  # O_SYNC / O_DSYNC: each write is write + fsync
+    responses: bytearray = field(default_factory=bytearray)
+    broken: int | None = None  # the errno every further write answers (batch framing lost)
+    touched: set[int] = field(default_factory=set)  # partitions this handle appended to (fsync flushes them)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+@dataclass(eq=False)
+class PartitionState:
+    append_lock: trio.Lock = field(default_factory=trio.Lock)
+    hw_moved: trio.Event = field(default_factory=trio.Event)
+    poll_handles: dict[int, Any] = field(default_factory=dict)
+
+    def notify(self) -> None:
+        """The HW moved: wake every follow reader waiting (one fresh event per advance) and every poller."""
+        self.hw_moved.set()
+        self.hw_moved = trio.Event()
+        handles, self.poll_handles = self.poll_handles, {}
+        for poll_handle in handles.values():
+            poll_handle.notify()
+
+
+class Partitions:
+    """The PartitionState of every partition the mount has touched, created on first use. Trio thread."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], PartitionState] = {}
+
+    def get(self, topic: str, partition: int) -> PartitionState:
+        key = (topic, partition)
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = PartitionState()
+        return state
+
+    def maybe_get(self, topic: str, partition: int) -> PartitionState | None:
+        return self._states.get((topic, partition))
+
+    def drop_topic(self, topic: str) -> None:
+        """A topic was deleted: wake its readers (they find it gone) and forget its states."""
+        for key in [k for k in self._states if k[0] == topic]:
+            self._states.pop(key).notify()
+
+    def notify_all(self) -> None:
+        for state in self._states.values():
+            state.notify()

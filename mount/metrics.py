@@ -1,0 +1,130 @@
+"""The mount's counters and their Prometheus text exposition (``.logfs/metrics``, spec §2).
+
+Counters live here, keyed by (topic, partition) or errno name, and only grow (a deleted topic's counters stay, as
+Prometheus expects of a counter). Gauges (offsets, HW lag, open readers) are read from the store when the file is
+rendered. :meth:`Metrics.statistics` gives a frozen snapshot; :func:`render` turns a snapshot into the exposition
+format (version 0.0.4): ``# HELP`` and ``# TYPE`` lines, then one sample per label set, sorted.
+
+Threads: the trio thread updates and renders (worker threads report back through it); no lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionGauges:
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """One snapshot of everything ``.logfs/metrics`` shows."""
+
+    appended_records: dict[TopicPartitionKey, int]
+    appended_bytes: dict[TopicPartitionKey, int]
+    appended_batches: dict[TopicPartitionKey, int]
+    fetched_bytes: dict[TopicPartitionKey, int]
+    fetches: dict[TopicPartitionKey, int]
+    errors: dict[str, int]
+    gauges: dict[TopicPartitionKey, PartitionGauges]
+    follow_readers: int
+    fresh_inodes: int
+    render_cache: dict[str, int] = field(default_factory=dict)
+
+
+class Metrics:
+    """The mount's counters. Trio thread."""
+
+    def __init__(self) -> None:
+        self.appended_records: Counter[TopicPartitionKey] = Counter()
+        self.appended_bytes: Counter[TopicPartitionKey] = Counter()
+        self.appended_batches: Counter[TopicPartitionKey] = Counter()
+        self.fetched_bytes: Counter[TopicPartitionKey] = Counter()
+        self.fetches: Counter[TopicPartitionKey] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def appended(self, key: TopicPartitionKey, records: int, size_bytes: int, batches: int = 1) -> None:
+        self.appended_records[key] += records
+        self.appended_bytes[key] += size_bytes
+        self.appended_batches[key] += batches
+
+    def fetched(self, key: TopicPartitionKey, size_bytes: int) -> None:
+        self.fetches[key] += 1
+        self.fetched_bytes[key] += size_bytes
+
+    def error(self, errno_name: str) -> None:
+        self.errors[errno_name] += 1
+
+    def statistics(
+        self,
+        gauges: dict[TopicPartitionKey, PartitionGauges],
+        *,
+        follow_readers: int,
+        fresh_inodes: int,
+        render_cache: dict[str, int] | None = None,
+    ) -> Statistics:
+        return Statistics(
+            dict(self.appended_records), dict(self.appended_bytes), dict(self.appended_batches),
+            dict(self.fetched_bytes), dict(self.fetches), dict(self.errors), dict(gauges),
+            follow_readers, fresh_inodes, dict(render_cache or {}),
+        )  # fmt: skip
+
+
+def _labels(key: TopicPartitionKey) -> str:
+    # Topic names are [A-Za-z0-9._-]: nothing to escape.
+    return f'{{topic="{key[0]}",partition="{key[1]}"}}'
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, int]]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+    return lines
+
+
+def render(stats: Statistics) -> bytes:
+    """The Prometheus text exposition of ``stats``."""
+    keys = sorted(set(stats.gauges) | set(stats.appended_records) | set(stats.fetched_bytes))
+
+    def per_partition(values: dict[TopicPartitionKey, int]) -> list[tuple[str, int]]:
+        return [(_labels(k), values.get(k, 0)) for k in keys]
+
+    def gauge(attr: str) -> list[tuple[str, int]]:
+        return [(_labels(k), getattr(g, attr)) for k, g in sorted(stats.gauges.items())]
+
+    lines: list[str] = []
+    lines += _family("logfs_appended_records_total", "counter", "Records appended through the mount.",
+                     per_partition(stats.appended_records))  # fmt: skip
+    lines += _family("logfs_appended_bytes_total", "counter", "Batch bytes appended through the mount.",
+                     per_partition(stats.appended_bytes))  # fmt: skip
+    lines += _family("logfs_appended_batches_total", "counter", "Batches appended through the mount.",
+                     per_partition(stats.appended_batches))  # fmt: skip
+    lines += _family("logfs_fetches_total", "counter", "Read requests served from at/, follow/ and hw/ files.",
+                     per_partition(stats.fetches))  # fmt: skip
+    lines += _family("logfs_fetched_bytes_total", "counter", "Bytes served from at/, follow/ and hw/ files.",
+                     per_partition(stats.fetched_bytes))  # fmt: skip
+    lines += _family("logfs_errors_total", "counter", "Errors answered to FUSE requests, by errno.",
+                     [(f'{{errno="{name}"}}', n) for name, n in sorted(stats.errors.items())])  # fmt: skip
+    lines += _family("logfs_log_start_offset", "gauge", "Log start offset.", gauge("log_start_offset"))
+    lines += _family("logfs_high_watermark", "gauge", "High watermark.", gauge("high_watermark"))
+    lines += _family("logfs_log_end_offset", "gauge", "Log end offset.", gauge("log_end_offset"))
+    lag = [(_labels(k), g.log_end_offset - g.high_watermark) for k, g in sorted(stats.gauges.items())]
+    lines += _family("logfs_high_watermark_lag", "gauge", "Log end offset minus high watermark.", lag)
+    lines += _family("logfs_log_size_bytes", "gauge", "Bytes in the partition's segments.", gauge("size_bytes"))
+    lines += _family("logfs_log_segments", "gauge", "Segments of the partition.", gauge("segments"))
+    lines += _family("logfs_follow_readers", "gauge", "Open follow/ handles.", [("", stats.follow_readers)])
+    lines += _family("logfs_fresh_inodes", "gauge", "at/, follow/ and write-file inodes the kernel holds.",
+                     [("", stats.fresh_inodes)])  # fmt: skip
+    for name, value in sorted(stats.render_cache.items()):
+        lines += _family(f"logfs_render_cache_{name}", "gauge", f"Render cache: {name.replace('_', ' ')}.",
+                         [("", value)])  # fmt: skip
+    return ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,729 @@
+"""The FUSE request handlers: one ``Operations`` class, shaped like pyfuse3's ``examples/tmpfs.py``.
+
+Each handler is thin: it resolves names with ``mount/tree.py``, renders with ``mount/views.py``, hands writes to
+``mount/writes.py`` (framing, encoding, appending) and leaves errno to ``mount/errno.py`` (every handler is wrapped
+by ``@handler``, so nothing but ``FUSEError`` ever reaches pyfuse3, which would end the filesystem on anything
+else).
+
+Theory of operation.
+
+* **Threads.** Handlers run on the trio thread and never block on the disk: appends, flushes, renders and reads of
+  views run in worker threads (``trio.to_thread.run_sync``) under two CapacityLimiters, one for writers and one
+  for readers, so a burst of cold reads cannot starve appends or the other way round.
+* **Appends.** A write request is framed on the trio thread (a memcpy), then its records are encoded and appended
+  in one worker call. One append at a time per partition (``PartitionState.append_lock``, waited on in trio, not
+  in a worker thread); readers never take that lock. With no followers the ISR is the leader alone, so each append
+  moves the HW to the LEO at once; then the partition's event is set, which wakes ``follow/`` readers and pollers.
+  Every handle serialises its own requests with a FIFO lock taken before its first await, so the pieces of one
+  write(2) that the kernel split are framed in the order they were sent.
+* **Acknowledgement.** write(2) returns once the records are in the log (acks=1); fsync(2) flushes the partitions
+  the handle appended to (``Log.flush`` in a worker thread; the HW is already at the LEO). A handle opened with
+  O_SYNC or O_DSYNC flushes after each append. Write files get a fresh inode per lookup (``mount/tree.py``), so one
+  handle's fsync never holds the inode lock another writer needs.
+* **Caching.** ``at/`` files are immutable (fresh inode, kernel page cache kept, long attribute timeout); ``hw/``
+  files report their exact size with ``attr_timeout=0`` and keep the page cache only once their segment is closed;
+  ``state``, ``config``, ``.logfs/metrics``, ``follow/`` and every write file use ``direct_io`` (their bytes change
+  while their size does not, or they are streams).
+* **Follow.** A ``follow/`` read that has nothing to return waits on the partition's event (one fresh
+  ``trio.Event`` per HW advance, at most ``FOLLOW_WAIT_S`` before it looks again); one watcher task checks the
+  openers of all waiting reads every ``signals.CHECK_INTERVAL_S`` (pyfuse3 drops the kernel's interrupt) and
+  cancels the wait of a reader whose opener has a deliverable signal pending, which then answers EINTR. Each
+  waiting read holds one pyfuse3 task; the server raises ``max_tasks`` by ``max.follow.readers`` and open() refuses
+  one reader more with EMFILE.
+
+Known limitations: idempotent and transactional producers (producer ids, sequences, ``committed/`` bounded by a real
+LSO), acks=all with followers (fsync waits for the ISR) and follower mounts (EROFS) arrive with later issues; until
+then ``committed/`` is the HW view and ISR = {this node}.
+
+Threads: every method runs on the trio thread (pyfuse3 calls them there).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from logfs.core.config import render_config
+from logfs.core.log import Log
+from logfs.core.store import Store
+
+from . import signals
+from .errno import errno_name, handler
+from .framing import (
+    BatchFramer,
+    LineFramer,
+)
+from .handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
+from .metrics import Metrics, PartitionGauges, render
+from .tree import Entry, Kind, Node, Tree, parse_at_name, parse_follow_name, parse_partition_name
+from .views import (
+    Format,
+    RangeView,
+    RenderCache,
+    hw_files,
+    open_range,
+    render_follow_chunk,
+    render_state,
+    resolve_start,
+)
+from .writes import Writer, max_batch_bytes
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Attribute and entry cache lifetimes (seconds) handed to the kernel.
+STABLE_TIMEOUT_S = 1.0  # directories and fixed names: their inode never changes; a topic deletion invalidates
+IMMUTABLE_TIMEOUT_S = 3600.0  # an at/ snapshot's attributes never change (its inode is its own)
+MOVING_TIMEOUT_S = 0.0  # sizes that move (hw/, state, config, metrics) and fresh inodes (looked up on every open)
+
+READ_THREADS = 8  # worker threads rendering or reading views at once
+WRITE_THREADS = 4  # worker threads appending or flushing at once (one per partition at a time)
+READ_BLKSIZE = 128 * 1024  # st_blksize of read files: coreutils read in max(128 KiB, st_blksize) pieces
+WRITE_BLKSIZE = 1024 * 1024  # st_blksize of write files: cp and cat then write 1 MiB requests (FUSE's max_write)
+FOLLOW_CHUNK_BYTES_MIN = 64 * 1024  # what one follow/ render asks for at least (the rest waits in the handle)
+FOLLOW_WAIT_S = 1.0  # the longest a follow/ read waits before looking again (the HW event normally wakes it)
+EXTRA_TASKS = 128  # pyfuse3 tasks beyond max.follow.readers, for everything else
+
+_POLL_READY = select.POLLIN | select.POLLRDNORM
+_POLL_WRITABLE = select.POLLOUT | select.POLLWRNORM
+
+
+class Operations(pyfuse3.Operations):
+    """The filesystem. Build inside ``trio.run`` (it makes trio primitives). See the module docstring."""
+
+    supports_dot_lookup = True
+    enable_writeback_cache = False  # never: the kernel would re-send merged pages and an appender store duplicates
+
+    def __init__(self, store: Store, *, max_follow_readers: int | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.tree = Tree(store, on_release=self._release_entry)
+        self.cache = RenderCache()
+        self.metrics = Metrics()
+        self.max_follow_readers = max_follow_readers or store.config.max_follow_readers
+        self._handles: dict[int, Handle] = {}
+        self._dirs: dict[int, list[tuple[str, Node]]] = {}
+        self._next_fh = 1
+        self.partitions = Partitions()
+        self._follow_readers = 0
+        self._waiting: dict[FollowHandle, trio.CancelScope] = {}
+        self.writer = Writer(
+            store, self.partitions, self.metrics, read_thread=self._read_thread, write_thread=self._write_thread
+        )
+        self._closing = False
+        self._read_limiter = trio.CapacityLimiter(READ_THREADS)
+        self._write_limiter = trio.CapacityLimiter(WRITE_THREADS)
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+        self._mounted_ns = time.time_ns()
+        for _, log in store.logs():
+            # This node leads every partition with the ISR = itself: the HW is the LEO (after a crash the checkpointed
+            # HW lags; records recovered from the log are on this node's disk, which is all the ISR there is).
+            log.maybe_increment_high_watermark(log.log_end_offset_metadata)
+
+    @property
+    def max_tasks(self) -> int:
+        """pyfuse3's task limit: every follow reader may wait in one, with room for everything else."""
+        return self.max_follow_readers + EXTRA_TASKS
+
+    # --- plumbing -------------------------------------------------------------------------------------------------
+
+    async def _read_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._read_limiter)
+
+    async def _write_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._write_limiter)
+
+    def _handle(self, fh: int) -> Handle:
+        h = self._handles.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return h
+
+    def _new_fh(self, h: Handle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._handles[fh] = h
+        self.tree.opened(h.entry)
+        return fh
+
+    def count_error(self, code: int) -> None:
+        """Called by ``@handler`` for every errno answered (``logfs_errors_total``)."""
+        self.metrics.error(errno_name(code))
+
+    def _release_entry(self, entry: Entry) -> None:
+        if isinstance(entry.payload, RangeView):
+            entry.payload.close()
+
+    async def begin_shutdown(self, timeout_s: float = 1.0) -> None:
+        """Wake every waiting follow/ reader and give them up to ``timeout_s`` to answer EOF while the session is
+        still up (after ``pyfuse3.terminate()`` their readers would see ECONNABORTED instead)."""
+        self._closing = True
+        self.partitions.notify_all()
+        with trio.move_on_after(timeout_s):
+            while self._waiting:
+                await trio.sleep(0.01)
+
+    async def watch_signals(self) -> None:
+        """Every ``CHECK_INTERVAL_S``, wake with EINTR each waiting follow/ reader whose opener has a deliverable
+        signal pending (pyfuse3 drops the kernel's interrupt). One task for all readers: an idle reader costs one
+        /proc read per interval (~9 µs), not a wake-up of its own. Runs until cancelled."""
+        while True:
+            await trio.sleep(signals.CHECK_INTERVAL_S)
+            for h, scope in list(self._waiting.items()):
+                if h.probe is not None and h.probe.pending():
+                    h.interrupted = True
+                    scope.cancel()
+
+    def close(self) -> None:
+        """After the main loop: release every view still held."""
+        for h in self._handles.values():
+            if isinstance(h, HwHandle) and h.view is not None:
+                h.view.close()
+            elif isinstance(h, FollowHandle) and h.probe is not None:
+                h.probe.close()
+        self._handles.clear()
+        self.tree.release_all()
+
+    # --- attributes -----------------------------------------------------------------------------------------------
+
+    def _attr(
+        self,
+        inode: int,
+        node: Node,
+        *,
+        size: int = 0,
+        mtime_ns: int | None = None,
+        attr_timeout: float = STABLE_TIMEOUT_S,
+        entry_timeout: float = STABLE_TIMEOUT_S,
+    ) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = inode
+        a.generation = 0
+        a.st_mode = node.kind.mode
+        a.st_nlink = 2 if node.kind.is_dir else 1
+        a.st_uid = self._uid
+        a.st_gid = self._gid
+        a.st_rdev = 0
+        a.st_size = size
+        a.st_blksize = WRITE_BLKSIZE if node.kind.write_only else READ_BLKSIZE
+        a.st_blocks = (size + 511) // 512
+        t = self._mounted_ns if mtime_ns is None else mtime_ns
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = t
+        a.attr_timeout = attr_timeout
+        a.entry_timeout = entry_timeout
+        return a
+
+    async def _entry_attr(self, entry: Entry) -> pyfuse3.EntryAttributes:
+        """The attributes of ``entry`` now (sizes exact); ENOENT when its topic or partition is gone."""
+        node, inode = entry.node, entry.inode
+        kind = node.kind
+        self._check_exists(node)
+        if kind.is_dir:
+            return self._attr(inode, node)
+        if kind is Kind.AT_FILE:
+            view: RangeView = entry.payload
+            return self._attr(inode, node, size=view.size, mtime_ns=entry.created_ns,
+                              attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind.fresh:  # write files and follow/ streams: size 0, looked up again on every open
+            return self._attr(inode, node, mtime_ns=entry.created_ns or None,
+                              attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind is Kind.HW_FILE:
+            size, mtime_ns = await self._hw_size(node)
+            return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.STATE:
+            data = await self._render_state(node)
+            return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.CONFIG:
+            data = self._render_config(node.topic)
+            return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.METRICS:
+            data = self._render_metrics()
+            return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
+        return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
+
+    def _check_exists(self, node: Node) -> None:
+        if node.topic and not self.store.has_topic(node.topic):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if node.partition >= 0 and node.partition not in self.store.partitions(node.topic):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+
+    def _log(self, node: Node) -> Log:
+        return self.store.log(node.topic, node.partition)
+
+    # --- renderings -----------------------------------------------------------------------------------------------
+
+    def _render_config(self, topic: str) -> bytes:
+        return render_config(self.store.topic_config(topic), self.store.topic_overrides(topic)).encode()
+
+    async def _render_state(self, node: Node) -> bytes:
+        """The ``state`` file. With no followers the replica set and the ISR are this node, caught up now."""
+        log = self._log(node)
+        me = self.store.config.node_id
+        replicas = {me: {"log_end_offset": log.log_end_offset, "last_caught_up_ms": time.time_ns() // 1_000_000}}
+        job = functools.partial(render_state, log, node.topic, node.partition, isr=[me], replicas=replicas)
+        return await self._read_thread(job)
+
+    def _render_metrics(self) -> bytes:
+        gauges = {
+            (tp.topic, tp.partition): PartitionGauges(
+                log.log_start_offset, log.high_watermark, log.log_end_offset, log.size_bytes, len(log.segments)
+            )
+            for tp, log in self.store.logs()
+        }
+        cache = self.cache.statistics()
+        stats = self.metrics.statistics(
+            gauges,
+            follow_readers=self._follow_readers,
+            fresh_inodes=self.tree.fresh_entries,
+            render_cache={
+                "segment_indexes": cache.segment_indexes,
+                "entries": cache.entries,
+                "rendered_bytes": cache.rendered_bytes,
+                "hits": cache.rendered_hits,
+                "misses": cache.rendered_misses,
+            },
+        )
+        return render(stats)
+
+    def _hw_file(self, node: Node) -> tuple[int, int, bool]:
+        """(start, end, closed) of an ``hw/`` file; ENOENT when the segment holds no committed record (now)."""
+        log = self._log(node)
+        files = hw_files(log)
+        for i, (name, start, end) in enumerate(files):
+            if name == node.name:
+                segments = log.segments
+                closed = i + 1 < len(files) or (segments[-1].base_offset > start and end <= segments[-1].base_offset)
+                return start, end, closed
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def _hw_size(self, node: Node) -> tuple[int, int | None]:
+        start, end, _ = self._hw_file(node)
+        log = self._log(node)
+        view = await self._read_thread(open_range, log, self.cache, node.topic, node.partition, Format.JSONL,
+                                       start, end)  # fmt: skip
+        try:
+            size = view.size
+        finally:
+            view.close()
+        segment = log.segment_for(start)
+        ts = segment.max_timestamp_so_far if segment is not None else -1
+        return size, (ts * 1_000_000 if ts > 0 else None)
+
+    # --- lookups --------------------------------------------------------------------------------------------------
+
+    @handler
+    async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self.tree.entry(parent_inode).node
+        text = _decode(name)
+        if text == ".":
+            node = parent
+        elif text == "..":
+            node = self.tree.parent(parent)
+        else:
+            node = self.tree.resolve(parent, text)
+        if not node.kind.fresh:
+            self._check_exists(node)
+            if node.kind is Kind.HW_FILE:
+                self._hw_file(node)
+            inode = self.tree.stable_inode(node)
+            return await self._entry_attr(self.tree.entry(inode))
+        entry = await self._lookup_fresh(node)
+        try:
+            attr = await self._entry_attr(entry)
+        except BaseException:
+            self.tree.forget(entry.inode, 0)
+            raise
+        self.tree.remember(entry)
+        return attr
+
+    async def _lookup_fresh(self, node: Node) -> Entry:
+        self._check_exists(node)
+        now = time.time_ns()
+        if node.kind is Kind.AT_FILE:
+            view = await self._open_at(node)
+            return self.tree.add_fresh(node, view, created_ns=now)
+        if node.kind is Kind.FOLLOW_FILE:
+            name = parse_follow_name(node.name)
+            log = self._log(node)
+            if name.stem.isdigit():
+                offset = int(name.stem)
+                if not log.log_start_offset <= offset <= log.log_end_offset:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+            return self.tree.add_fresh(node, name, created_ns=now)
+        return self.tree.add_fresh(node, None, created_ns=now)
+
+    async def _open_at(self, node: Node) -> RangeView:
+        """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, equal to the
+        HW until transactions exist)."""
+        name = parse_at_name(node.name)
+        log = self._log(node)
+        hw = log.high_watermark
+        if name.range is not None:
+            start, end = name.range
+            if end > hw or start > end:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+        else:
+            try:
+                start = await self._read_thread(resolve_start, log, name.stem)
+            except ValueError:
+                raise pyfuse3.FUSEError(errno.ENOENT) from None
+            end = hw
+        return await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end)
+
+    @handler
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            self.tree.forget(inode, count)
+
+    @handler
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._entry_attr(self.tree.entry(inode))
+
+    # --- directories ----------------------------------------------------------------------------------------------
+
+    @handler
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self.tree.entry(inode).node
+        if not node.kind.is_dir:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        self._check_exists(node)
+        hw_names = None
+        if node.kind is Kind.HW_DIR:
+            hw_names = [name for name, _, _ in hw_files(self._log(node))]
+        fh = self._next_fh
+        self._next_fh += 1
+        self._dirs[fh] = self.tree.children(node, hw_names)  # listed as of opendir
+        return fh
+
+    @handler
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        """pyfuse3 answers READDIRPLUS: each entry sent is a lookup, with attributes the kernel caches. So every
+        entry carries exact attributes, and a fresh kind gets its own fresh inode (counted only once sent)."""
+        listing = self._dirs.get(fh, [])
+        for i in range(start_id, len(listing)):
+            name, child = listing[i]
+            if child.kind.fresh:
+                entry = self.tree.add_fresh(child, None, created_ns=time.time_ns())
+            else:
+                entry = self.tree.entry(self.tree.stable_inode(child))
+            try:
+                attr = await self._entry_attr(entry)
+            except pyfuse3.FUSEError:
+                self.tree.forget(entry.inode, 0)
+                continue  # gone since opendir (an hw/ file retention deleted, a deleted topic)
+            if not pyfuse3.readdir_reply(token, name.encode(), attr, i + 1):
+                self.tree.forget(entry.inode, 0)
+                break
+            self.tree.remember(entry)
+
+    @handler
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    @handler
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self.tree.entry(parent_inode).node
+        text = _decode(name, errno.EINVAL)
+        if parent.kind is Kind.ROOT:
+            await self._write_thread(self.store.create_topic, text)
+            node = Node(Kind.TOPIC, text)
+            _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
+        elif parent.kind is Kind.TOPIC:
+            partition = parse_partition_name(text)
+            if partition is None:
+                raise pyfuse3.FUSEError(errno.EINVAL)
+            await self._write_thread(self.store.add_partition, parent.topic, partition)
+            node = Node(Kind.PARTITION, parent.topic, partition)
+            _log.info("added partition %d to topic %s", partition, parent.topic)
+        else:
+            raise pyfuse3.FUSEError(errno.EPERM)
+        entry = self.tree.entry(self.tree.stable_inode(node))
+        return await self._entry_attr(entry)
+
+    @handler
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent = self.tree.entry(parent_inode).node
+        text = _decode(name)
+        if parent.kind is Kind.ROOT and text != ".logfs":
+            if not self.store.has_topic(text):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
+            return
+        self.tree.resolve(parent, text)  # ENOENT for what does not exist
+        raise pyfuse3.FUSEError(errno.EPERM)  # partitions, at/, hw/ …: nothing else is ever removed
+
+    # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------
+
+    @handler
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def rename(self, p_old: int, n_old: bytes, p_new: int, n_new: bytes, flags: int, ctx: Any) -> None:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def symlink(self, parent: int, name: bytes, target: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def mknod(self, parent: int, name: bytes, mode: int, rdev: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def create(self, parent: int, name: bytes, mode: int, flags: int, ctx: Any) -> tuple[Any, Any]:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)  # truncate, chmod, chown, utimes
+
+    @handler
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        st = await self._read_thread(os.statvfs, self.store.path)
+        data = pyfuse3.StatvfsData()
+        data.f_bsize, data.f_frsize = st.f_bsize, st.f_frsize
+        data.f_blocks, data.f_bfree, data.f_bavail = st.f_blocks, st.f_bfree, st.f_bavail
+        data.f_files, data.f_ffree, data.f_favail = st.f_files, st.f_ffree, st.f_favail
+        data.f_namemax = 255
+        return data
+
+    # --- open and close -------------------------------------------------------------------------------------------
+
+    @handler
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        entry = self.tree.entry(inode)
+        node = entry.node
+        kind = node.kind
+        self._check_exists(node)
+        access = flags & os.O_ACCMODE
+        if kind.is_dir:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if kind.write_only and access == os.O_RDONLY:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        if kind.read_only and access != os.O_RDONLY:
+            raise pyfuse3.FUSEError(errno.EACCES)
+        # O_TRUNC changes nothing: writes always append (spec §3).
+        if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
+            return self._open_write(entry, flags, access)
+        if kind is Kind.AT_FILE:
+            return pyfuse3.FileInfo(fh=self._new_fh(ViewHandle(entry, entry.payload)), keep_cache=True)
+        if kind is Kind.HW_FILE:
+            return await self._open_hw(entry)
+        if kind is Kind.FOLLOW_FILE:
+            return await self._open_follow(entry, ctx.pid)
+        if kind is Kind.STATE:
+            data = await self._render_state(node)
+        elif kind is Kind.CONFIG:
+            data = self._render_config(node.topic)
+        else:
+            data = self._render_metrics()
+        return pyfuse3.FileInfo(fh=self._new_fh(SnapshotHandle(entry, data)), direct_io=True)
+
+    def _open_write(self, entry: Entry, flags: int, access: int) -> pyfuse3.FileInfo:
+        kind = entry.node.kind
+        if kind is Kind.BATCHES:
+            framer: LineFramer | BatchFramer = BatchFramer(max_batch_bytes(self._log(entry.node)))
+        else:
+            limit = self._max_line_bytes(entry.node)
+            framer = LineFramer(limit)
+        h = WriteHandle(entry, framer, read_write=access == os.O_RDWR, sync=bool(flags & os.O_DSYNC))
+        if kind is Kind.CONFIG and h.read_write:
+            h.responses += self._render_config(entry.node.topic)
+        return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
+
+    def _max_line_bytes(self, node: Node) -> int:
+        if node.kind in (Kind.APPEND, Kind.APPEND_JSONL):
+            return max_batch_bytes(self._log(node))
+        if node.kind in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL):
+            return max_batch_bytes(self.store.log(node.topic, self.store.partitions(node.topic)[0]))
+        return 1024 * 1024  # config and .logfs/ command lines
+
+    async def _open_hw(self, entry: Entry) -> pyfuse3.FileInfo:
+        node = entry.node
+        start, end, closed = self._hw_file(node)
+        view = await self._read_thread(open_range, self._log(node), self.cache, node.topic, node.partition,
+                                       Format.JSONL, start, end)  # fmt: skip
+        fh = self._new_fh(HwHandle(entry, start, view))
+        return pyfuse3.FileInfo(fh=fh, keep_cache=closed)
+
+    async def _open_follow(self, entry: Entry, pid: int) -> pyfuse3.FileInfo:
+        if self._follow_readers >= self.max_follow_readers:
+            _log.info("refused a follow/ reader: max.follow.readers=%d are open", self.max_follow_readers)
+            raise pyfuse3.FUSEError(errno.EMFILE)
+        node = entry.node
+        name = parse_follow_name(node.name)
+        log = self._log(node)
+        try:
+            position = await self._read_thread(resolve_start, log, name.stem)
+        except ValueError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+        if not log.log_start_offset <= position <= log.log_end_offset:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        self._follow_readers += 1
+        fh = self._new_fh(FollowHandle(entry, name.fmt, position, signals.SignalProbe(pid)))
+        # Seekable, though reads ignore the offset: `head -n` seeks back over what it read past its last line
+        # (lseek SEEK_CUR) and fails with ESPIPE on a nonseekable file.
+        return pyfuse3.FileInfo(fh=fh, direct_io=True)
+
+    @handler
+    async def flush(self, fh: int) -> None:
+        h = self._handle(fh)
+        if isinstance(h, WriteHandle):
+            async with h.lock:
+                await self.writer.tail(h)
+
+    @handler
+    async def release(self, fh: int) -> None:
+        h = self._handles.pop(fh, None)
+        if h is None:
+            return
+        try:
+            if isinstance(h, WriteHandle) and isinstance(h.framer, LineFramer) and h.framer.pending_bytes:
+                async with h.lock:
+                    await self.writer.tail(h)  # flush normally did this; release errors are discarded
+            elif isinstance(h, HwHandle) and h.view is not None:
+                h.view.close()
+            elif isinstance(h, FollowHandle):
+                self._follow_readers -= 1
+                if h.probe is not None:
+                    h.probe.close()
+                state = self.partitions.maybe_get(h.node.topic, h.node.partition)
+                if state is not None:
+                    state.poll_handles.pop(fh, None)
+        finally:
+            self.tree.closed(h.entry)
+
+    @handler
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        h = self._handle(fh)
+        if not isinstance(h, WriteHandle):
+            return
+        async with h.lock:
+            await self.writer.fsync(h)
+
+    # --- reads ----------------------------------------------------------------------------------------------------
+
+    @handler
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        h = self._handle(fh)
+        if isinstance(h, ViewHandle):
+            assert h.view is not None
+            data = await self._read_thread(h.view.read, off, size)
+            self.metrics.fetched((h.node.topic, h.node.partition), len(data))
+            return data
+        if isinstance(h, HwHandle):
+            return await self._read_hw(h, off, size)
+        if isinstance(h, FollowHandle):
+            return await self._read_follow(h, size)
+        if isinstance(h, SnapshotHandle):
+            return h.data[off : off + size]
+        if isinstance(h, WriteHandle):
+            if not h.read_write:
+                raise pyfuse3.FUSEError(errno.EBADF)
+            if h.node.kind is Kind.CONFIG:
+                return bytes(h.responses[off : off + size])
+            data = bytes(h.responses[:size])  # produce responses: the read offset is ignored
+            del h.responses[:size]
+            return data
+        raise pyfuse3.FUSEError(errno.EBADF)
+
+    async def _read_hw(self, h: HwHandle, off: int, size: int) -> bytes:
+        async with h.lock:
+            view = h.view
+            assert view is not None
+            if off + size > view.size:  # the file may have grown since open: extend the view (prefix-stable)
+                try:
+                    start, end, _ = self._hw_file(h.node)
+                except pyfuse3.FUSEError:
+                    start, end = h.start, view.end_offset
+                if start == h.start and end > view.end_offset:
+                    node = h.node
+                    grown = await self._read_thread(open_range, self._log(node), self.cache, node.topic,
+                                                    node.partition, Format.JSONL, start, end)  # fmt: skip
+                    view.close()
+                    h.view = view = grown
+        data = await self._read_thread(view.read, off, size)
+        self.metrics.fetched((h.node.topic, h.node.partition), len(data))
+        return data
+
+    async def _read_follow(self, h: FollowHandle, size: int) -> bytes:
+        node = h.node
+        key = (node.topic, node.partition)
+        async with h.lock:
+            while True:
+                if h.pending:
+                    data, h.pending = h.pending[:size], h.pending[size:]
+                    self.metrics.fetched(key, len(data))
+                    return data
+                if self._closing:
+                    return b""
+                log = self._log(node)
+                state = self.partitions.get(*key)
+                moved = state.hw_moved
+                hw = log.high_watermark
+                if h.position < hw:
+                    before = h.position
+                    data, h.position = await self._read_thread(
+                        render_follow_chunk, log, self.cache, node.topic, node.partition, h.fmt, h.position, hw,
+                        max(size, FOLLOW_CHUNK_BYTES_MIN),
+                    )  # fmt: skip
+                    h.pending = data
+                    if data or h.position > before:
+                        continue
+                with trio.move_on_after(FOLLOW_WAIT_S) as scope:  # bounded: the loop re-checks everything
+                    self._waiting[h] = scope
+                    try:
+                        await moved.wait()
+                    finally:
+                        self._waiting.pop(h, None)
+                if h.interrupted:
+                    h.interrupted = False
+                    raise pyfuse3.FUSEError(errno.EINTR)
+
+    @handler
+    async def poll(self, inode: int, fh: int, poll_handle: Any, ctx: pyfuse3.RequestContext) -> int:
+        h = self._handles.get(fh)
+        if not isinstance(h, FollowHandle):
+            return _POLL_READY | _POLL_WRITABLE
+        node = h.node
+        if h.pending or self._closing or h.position < self._log(node).high_watermark:
+            return _POLL_READY
+        if poll_handle is not None:
+            self.partitions.get(node.topic, node.partition).poll_handles[fh] = poll_handle
+        return 0
+
+    # --- writes ---------------------------------------------------------------------------------------------------
+
+    @handler
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self._handle(fh)
+        if not isinstance(h, WriteHandle):
+            raise pyfuse3.FUSEError(errno.EBADF)
+        async with h.lock:  # taken before the first await: requests are framed in the order they arrived
+            await self.writer.write(h, buf)
+        return len(buf)
+
+
+def _decode(name: bytes, code: int = errno.ENOENT) -> str:
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        raise pyfuse3.FUSEError(code) from None

@@ -1,0 +1,402 @@
+"""The tree under the mount point (spec §2) as node kinds, and the inode table that names them to the kernel.
+
+Paths::
+
+    /                                   ROOT
+    /.logfs/                            LOGFS_DIR
+        metrics                         METRICS            r   Prometheus text
+        delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
+    /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
+        append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
+        config                          CONFIG             rw  key=value lines
+        <partition>/                    PARTITION          0 … N-1, written without leading zeros
+            append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES   w
+            state                       STATE              r   JSON
+            at/                         AT_DIR             lists nothing; <offset>, earliest, @<ms>, <a>-<b>
+                <name>                  AT_FILE            r   a snapshot fixed at lookup
+            follow/                     FOLLOW_DIR         lists nothing; <offset>, earliest, @<ms>, latest
+                <name>                  FOLLOW_FILE        r   a stream
+            hw/                         HW_DIR             one <20-digit base offset>.jsonl per segment
+                <file>                  HW_FILE            r   committed records of that segment
+            committed/                  COMMITTED          at/, follow/ and hw/ again, bounded by the last stable
+                                                           offset; until transactions exist the LSO is the HW, so
+                                                           they are the same views (docs/mount.md says so)
+
+Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/lookup_counts.rst``).
+
+* *Stable* nodes (directories, ``config``, ``state``, ``.logfs/*``, ``hw/`` files) get one inode per node, allocated
+  on first use and kept for the life of the mount: the node is a name, not an object, so a topic deleted and
+  created again reuses its inode and every operation resolves the name afresh (a vanished topic answers ENOENT).
+  Their lookup counts need no tracking: nothing is freed.
+* *Fresh* nodes get a new inode on every lookup, freed when the kernel forgets it:
+  ``at/`` files, because a snapshot's size belongs to its inode (getattr has no file handle), so stat, fstat and
+  the bytes read agree only if each lookup is its own inode; write files (``append``, ``append.jsonl``,
+  ``batches``), because the kernel holds the inode lock while it waits for a FUSE fsync, so writers sharing one inode
+  would stall behind another's fsync; ``follow/`` files, whose names are unbounded. They answer with
+  ``entry_timeout=0`` so the next open looks the name up again. Each fresh entry carries a payload (an ``at/``
+  file's open RangeView) released when both its lookup count and its open handles reach zero.
+* pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
+  counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
+* ``at/`` and ``follow/`` list nothing (their names are looked up, never enumerated, so ``ls -R``, ``find`` and
+  Spark never walk an unbounded set of offsets). Lookups of names starting with ``.`` or ``_`` below the root
+  (Spark's ``.<name>.crc`` and ``_spark_metadata``) answer ENOENT at once.
+
+Threads: the trio thread only (the table is not locked). Nothing here blocks: topic and partition existence come
+from the store's in-memory maps.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyfuse3
+
+from logfs.core.store import Store
+
+from .views import Format, parse_range, parse_view_name
+
+ROOT_INODE: int = pyfuse3.ROOT_INODE
+LOGFS_DIR_NAME = ".logfs"
+_PARTITION_NAME = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+@enum.unique
+class Kind(enum.Enum):
+    """What a node is. The value: (a unique name, is a directory, permission bits, fresh inode per lookup); the
+    name keeps members with equal properties distinct (Enum makes members with equal values aliases)."""
+
+    ROOT = ("root", True, 0o755, False)
+    LOGFS_DIR = ("logfs_dir", True, 0o555, False)
+    METRICS = ("metrics", False, 0o444, False)
+    DELETE_TOPIC = ("delete_topic", False, 0o220, False)
+    DELETE_RECORDS = ("delete_records", False, 0o220, False)
+    TOPIC = ("topic", True, 0o755, False)
+    TOPIC_APPEND = ("topic_append", False, 0o660, True)
+    TOPIC_APPEND_JSONL = ("topic_append_jsonl", False, 0o660, True)
+    CONFIG = ("config", False, 0o644, False)
+    PARTITION = ("partition", True, 0o555, False)
+    APPEND = ("append", False, 0o660, True)
+    APPEND_JSONL = ("append_jsonl", False, 0o660, True)
+    BATCHES = ("batches", False, 0o660, True)
+    STATE = ("state", False, 0o444, False)
+    COMMITTED = ("committed", True, 0o555, False)
+    AT_DIR = ("at_dir", True, 0o555, False)
+    FOLLOW_DIR = ("follow_dir", True, 0o555, False)
+    HW_DIR = ("hw_dir", True, 0o555, False)
+    AT_FILE = ("at_file", False, 0o444, True)
+    FOLLOW_FILE = ("follow_file", False, 0o444, True)
+    HW_FILE = ("hw_file", False, 0o444, False)
+
+    @property
+    def is_dir(self) -> bool:
+        return bool(self.value[1])
+
+    @property
+    def permissions(self) -> int:
+        return int(self.value[2])
+
+    @property
+    def mode(self) -> int:
+        return (stat.S_IFDIR if self.is_dir else stat.S_IFREG) | self.permissions
+
+    @property
+    def fresh(self) -> bool:
+        return bool(self.value[3])
+
+    @property
+    def write_only(self) -> bool:
+        """A write file: an O_RDONLY open is refused (EACCES); O_RDWR reads produce responses."""
+        return self in WRITE_KINDS
+
+    @property
+    def read_only(self) -> bool:
+        return not self.is_dir and self.permissions & 0o222 == 0
+
+
+_APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
+WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag and file name it needs."""
+
+    kind: Kind
+    topic: str = ""
+    partition: int = -1
+    committed: bool = False
+    name: str = ""
+
+    def __str__(self) -> str:
+        parts = [self.topic] if self.topic else []
+        if self.partition >= 0:
+            parts.append(str(self.partition))
+        if self.committed:
+            parts.append("committed")
+        parts.append(_NAMES.get(self.kind, self.name))
+        return "/" + "/".join(p for p in parts if p)
+
+
+_NAMES = {
+    Kind.ROOT: "",
+    Kind.LOGFS_DIR: LOGFS_DIR_NAME,
+    Kind.TOPIC: "",
+    Kind.PARTITION: "",
+    Kind.COMMITTED: "",
+    Kind.METRICS: ".logfs/metrics",
+    Kind.DELETE_TOPIC: ".logfs/delete-topic",
+    Kind.DELETE_RECORDS: ".logfs/delete-records",
+    Kind.TOPIC_APPEND: "append",
+    Kind.TOPIC_APPEND_JSONL: "append.jsonl",
+    Kind.CONFIG: "config",
+    Kind.APPEND: "append",
+    Kind.APPEND_JSONL: "append.jsonl",
+    Kind.BATCHES: "batches",
+    Kind.STATE: "state",
+    Kind.AT_DIR: "at",
+    Kind.FOLLOW_DIR: "follow",
+    Kind.HW_DIR: "hw",
+}
+
+# Children with fixed names, per directory kind.
+_LOGFS_CHILDREN = {"metrics": Kind.METRICS, "delete-topic": Kind.DELETE_TOPIC, "delete-records": Kind.DELETE_RECORDS}
+_TOPIC_CHILDREN = {"append": Kind.TOPIC_APPEND, "append.jsonl": Kind.TOPIC_APPEND_JSONL, "config": Kind.CONFIG}
+_PARTITION_CHILDREN = {
+    "append": Kind.APPEND,
+    "append.jsonl": Kind.APPEND_JSONL,
+    "batches": Kind.BATCHES,
+    "state": Kind.STATE,
+    "at": Kind.AT_DIR,
+    "follow": Kind.FOLLOW_DIR,
+    "hw": Kind.HW_DIR,
+    "committed": Kind.COMMITTED,
+}
+_COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.HW_DIR}
+
+
+def no_entry() -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(errno.ENOENT)
+
+
+def parse_partition_name(name: str) -> int | None:
+    """``"7"`` → 7; None for anything that is not a partition directory's name (``"07"``, ``"x"``)."""
+    return int(name) if _PARTITION_NAME.fullmatch(name) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewName:
+    """A parsed ``at/`` or ``follow/`` name: its stem, format, and the range when the stem is ``<start>-<end>``."""
+
+    stem: str
+    fmt: Format
+    range: tuple[int, int] | None
+
+
+def parse_at_name(name: str) -> ViewName:
+    """An ``at/`` name (no ``latest``); ENOENT for anything else."""
+    view = _parse_view(name)
+    if view.stem == "latest":
+        raise no_entry()
+    return view
+
+
+def parse_follow_name(name: str) -> ViewName:
+    """A ``follow/`` name (no ranges); ENOENT for anything else."""
+    view = _parse_view(name)
+    if view.range is not None:
+        raise no_entry()
+    return view
+
+
+def _parse_view(name: str) -> ViewName:
+    try:
+        stem, fmt = parse_view_name(name)
+    except ValueError:
+        raise no_entry() from None
+    return ViewName(stem, fmt, parse_range(stem))
+
+
+@dataclass(slots=True)
+class Entry:
+    """One inode the kernel knows: its node, lookup count and open handles (fresh nodes), and a payload."""
+
+    inode: int
+    node: Node
+    lookups: int = 0
+    opens: int = 0
+    payload: Any = None
+    created_ns: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Tree:
+    """Names to nodes, nodes to inodes. See the module docstring. Trio thread only."""
+
+    def __init__(self, store: Store, *, on_release: Callable[[Entry], None] | None = None) -> None:
+        self.store = store
+        self._on_release = on_release
+        self._next_inode = ROOT_INODE + 1
+        self._entries: dict[int, Entry] = {}
+        self._stable: dict[Node, int] = {}
+        root = Node(Kind.ROOT)
+        self._entries[ROOT_INODE] = Entry(ROOT_INODE, root)
+        self._stable[root] = ROOT_INODE
+
+    # --- names --------------------------------------------------------------------------------------------------
+
+    def resolve(self, parent: Node, name: str) -> Node:
+        """The node ``name`` names in directory ``parent``; ENOENT when there is none.
+
+        Existence of topics, partitions and ``hw/`` files is checked here; ``at/`` and ``follow/`` names only
+        parse (their offsets are checked by the caller, which may need the disk).
+        """
+        kind = parent.kind
+        if kind is Kind.ROOT:
+            if name == LOGFS_DIR_NAME:
+                return Node(Kind.LOGFS_DIR)
+            if name.startswith((".", "_")) or not self.store.has_topic(name):
+                raise no_entry()
+            return Node(Kind.TOPIC, name)
+        if name.startswith((".", "_")):
+            raise no_entry()  # Spark's .<name>.crc and _spark_metadata, at once
+        if kind is Kind.LOGFS_DIR:
+            return Node(_child(_LOGFS_CHILDREN, name))
+        if kind is Kind.TOPIC:
+            if name in _TOPIC_CHILDREN:
+                return Node(_TOPIC_CHILDREN[name], parent.topic)
+            partition = parse_partition_name(name)
+            if partition is None or partition not in self.store.partitions(parent.topic):
+                raise no_entry()
+            return Node(Kind.PARTITION, parent.topic, partition)
+        if kind is Kind.PARTITION:
+            return Node(_child(_PARTITION_CHILDREN, name), parent.topic, parent.partition)
+        if kind is Kind.COMMITTED:
+            return Node(_child(_COMMITTED_CHILDREN, name), parent.topic, parent.partition, committed=True)
+        if kind is Kind.AT_DIR:
+            parse_at_name(name)
+            return Node(Kind.AT_FILE, parent.topic, parent.partition, parent.committed, name)
+        if kind is Kind.FOLLOW_DIR:
+            parse_follow_name(name)
+            return Node(Kind.FOLLOW_FILE, parent.topic, parent.partition, parent.committed, name)
+        if kind is Kind.HW_DIR:
+            return Node(Kind.HW_FILE, parent.topic, parent.partition, parent.committed, name)
+        raise no_entry()
+
+    def parent(self, node: Node) -> Node:
+        """The directory holding ``node`` (the root's parent is the root)."""
+        k = node.kind
+        if k in (Kind.ROOT, Kind.LOGFS_DIR, Kind.TOPIC):
+            return Node(Kind.ROOT)
+        if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS):
+            return Node(Kind.LOGFS_DIR)
+        if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
+            return Node(Kind.TOPIC, node.topic)
+        if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):
+            dir_kind = {Kind.AT_FILE: Kind.AT_DIR, Kind.FOLLOW_FILE: Kind.FOLLOW_DIR, Kind.HW_FILE: Kind.HW_DIR}[k]
+            return Node(dir_kind, node.topic, node.partition, node.committed)
+        if node.committed and k in (Kind.AT_DIR, Kind.FOLLOW_DIR, Kind.HW_DIR):
+            return Node(Kind.COMMITTED, node.topic, node.partition)
+        return Node(Kind.PARTITION, node.topic, node.partition)
+
+    def children(self, node: Node, hw_names: list[str] | None = None) -> list[tuple[str, Node]]:
+        """What ``readdir`` lists in ``node`` (``hw_names``: the ``hw/`` files, which the caller computes)."""
+        k = node.kind
+        if k is Kind.ROOT:
+            return [(LOGFS_DIR_NAME, Node(Kind.LOGFS_DIR))] + [(t, Node(Kind.TOPIC, t)) for t in self.store.topics()]
+        if k is Kind.LOGFS_DIR:
+            return [(name, Node(kind)) for name, kind in _LOGFS_CHILDREN.items()]
+        if k is Kind.TOPIC:
+            fixed = [(name, Node(kind, node.topic)) for name, kind in _TOPIC_CHILDREN.items()]
+            return fixed + [(str(p), Node(Kind.PARTITION, node.topic, p)) for p in self.store.partitions(node.topic)]
+        if k is Kind.PARTITION:
+            return [(name, Node(kind, node.topic, node.partition)) for name, kind in _PARTITION_CHILDREN.items()]
+        if k is Kind.COMMITTED:
+            return [
+                (name, Node(kind, node.topic, node.partition, committed=True))
+                for name, kind in _COMMITTED_CHILDREN.items()
+            ]
+        if k is Kind.HW_DIR:
+            return [
+                (name, Node(Kind.HW_FILE, node.topic, node.partition, node.committed, name)) for name in hw_names or []
+            ]
+        return []  # at/ and follow/ list nothing
+
+    # --- inodes -------------------------------------------------------------------------------------------------
+
+    def stable_inode(self, node: Node) -> int:
+        """The inode of a stable node (allocated on first use)."""
+        assert not node.kind.fresh, f"{node} gets a fresh inode per lookup"
+        inode = self._stable.get(node)
+        if inode is None:
+            inode = self._allocate()
+            self._stable[node] = inode
+            self._entries[inode] = Entry(inode, node)
+        return inode
+
+    def add_fresh(self, node: Node, payload: Any = None, created_ns: int = 0) -> Entry:
+        """A new inode for one lookup of a fresh node; the caller counts the lookup with :meth:`remember`."""
+        assert node.kind.fresh, f"{node} is not a fresh node"
+        entry = Entry(self._allocate(), node, payload=payload, created_ns=created_ns)
+        self._entries[entry.inode] = entry
+        return entry
+
+    def remember(self, entry: Entry) -> None:
+        """Count one successful lookup (or mkdir) reply naming ``entry``."""
+        entry.lookups += 1
+
+    def entry(self, inode: int) -> Entry:
+        """The entry of a known inode; ENOENT for one the table does not hold (forgotten, or never given)."""
+        entry = self._entries.get(inode)
+        if entry is None:
+            raise no_entry()
+        return entry
+
+    def forget(self, inode: int, count: int) -> None:
+        """The kernel dropped ``count`` lookups of ``inode``: a fresh entry with none left and no open handle goes."""
+        entry = self._entries.get(inode)
+        if entry is None or not entry.node.kind.fresh:
+            return
+        entry.lookups = max(0, entry.lookups - count)
+        self._maybe_release(entry)
+
+    def opened(self, entry: Entry) -> None:
+        entry.opens += 1
+
+    def closed(self, entry: Entry) -> None:
+        entry.opens = max(0, entry.opens - 1)
+        self._maybe_release(entry)
+
+    def _maybe_release(self, entry: Entry) -> None:
+        if entry.node.kind.fresh and entry.lookups == 0 and entry.opens == 0:
+            del self._entries[entry.inode]
+            if self._on_release is not None:
+                self._on_release(entry)
+
+    def release_all(self) -> None:
+        """At unmount: release every fresh entry's payload (the kernel need not forget everything)."""
+        for entry in [e for e in self._entries.values() if e.node.kind.fresh]:
+            del self._entries[entry.inode]
+            if self._on_release is not None:
+                self._on_release(entry)
+
+    @property
+    def fresh_entries(self) -> int:
+        return sum(1 for e in self._entries.values() if e.node.kind.fresh)
+
+    def _allocate(self) -> int:
+        inode = self._next_inode
+        self._next_inode += 1
+        return inode
+
+
+def _child(children: dict[str, Kind], name: str) -> Kind:
+    kind = children.get(name)
+    if kind is None:
+        raise no_entry()
+    return kind

@@ -1,0 +1,312 @@
+"""The write path of the mount: framing, encoding and appending what write requests carry (spec §3).
+
+``Operations.write``, ``flush`` and ``fsync`` hand their WriteHandle to :class:`Writer`; this module does the rest:
+
+* Framing on the trio thread (``mount/framing.py``): a memcpy per request, in the order requests arrived (the
+  handle's FIFO lock, taken by the caller before its first await).
+* Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
+  (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
+  request carries is encoded before anything is appended, so a record too large for a batch stores nothing.
+* With no followers the ISR is the leader alone: each append moves the HW to the LEO, then the partition's event
+  wakes ``follow/`` readers and pollers.
+* Produce responses (O_RDWR), O_SYNC/O_DSYNC (write + flush), fsync (flush every partition the handle appended to),
+  and the command files (``config``, ``.logfs/delete-topic``, ``.logfs/delete-records``).
+
+Threads: :class:`Writer` runs on the trio thread; :func:`append_batches` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from logfs.core.batch import Record
+from logfs.core.config import parse_config_lines
+from logfs.core.durable import now_ms
+from logfs.core.errors import RecordError, RecordTooLarge
+from logfs.core.log import AppendInfo, Log
+from logfs.core.partitioner import partition_for_key
+from logfs.core.store import Store
+
+from .framing import (
+    BatchFramer,
+    InvalidJsonRecord,
+    JsonRecord,
+    LineFramer,
+    LineTooLong,
+    encode_record_batches,
+    encode_text_batches,
+    parse_json_record,
+)
+from .handles import Partitions, WriteHandle
+from .metrics import Metrics
+from .tree import ROOT_INODE, Kind
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Runner = Callable[..., Awaitable[Any]]
+
+
+def _leader_epoch(log: Log) -> int:
+    epoch = log.epoch_cache.latest_epoch()
+    return 0 if epoch is None else epoch
+
+
+def append_batches(
+    log: Log, make_batches: Callable[[], Sequence[bytes | bytearray]], flush: bool
+) -> tuple[list[AppendInfo], Exception | None]:
+    """Encode (``make_batches``) and append batches to ``log`` as its leader; move the HW to the LEO (ISR = the
+    leader alone); flush when asked. Worker thread: blocks on the disk.
+
+    Everything is encoded before anything is appended, so an encoding error (a record too large) stores nothing.
+    Returns what was appended and the error that stopped it (None when all went in): batches before a bad one stay.
+    """
+    batches = make_batches()
+    infos: list[AppendInfo] = []
+    error: Exception | None = None
+    epoch = _leader_epoch(log)
+    try:
+        for batch in batches:
+            infos.append(log.append_as_leader(batch if isinstance(batch, bytearray) else bytearray(batch), epoch))
+    except Exception as exc:
+        error = exc
+    if infos:
+        log.maybe_increment_high_watermark(log.log_end_offset_metadata)
+        if flush:
+            log.flush()
+    return infos, error
+
+
+def max_batch_bytes(log: Log) -> int:
+    return min(log.config.max_message_bytes, log.config.segment_bytes)
+
+
+class Writer:
+    """The write path for one mount. Trio thread."""
+
+    def __init__(
+        self, store: Store, partitions: Partitions, metrics: Metrics, *, read_thread: Runner, write_thread: Runner
+    ) -> None:
+        self.store = store
+        self.partitions = partitions
+        self.metrics = metrics
+        self._read_thread = read_thread
+        self._write_thread = write_thread
+        self._sticky: dict[str, int] = {}
+
+    async def write(self, h: WriteHandle, buf: bytes) -> None:
+        """One write request on ``h`` (the caller holds ``h.lock``)."""
+        if h.broken is not None:
+            raise pyfuse3.FUSEError(h.broken)
+        if isinstance(h.framer, BatchFramer):
+            await self._batches(h, buf)
+            return
+        assert h.framer is not None
+        try:
+            lines = h.framer.feed(buf)
+        except LineTooLong:
+            h.broken = errno.EFBIG  # the rest of that line would otherwise become a record of its own
+            raise
+        if lines:
+            await self._lines(h, lines)
+
+    async def tail(self, h: WriteHandle) -> None:
+        """close(2) of a descriptor: a partial line becomes a record; a partial batch is an error (EBADMSG)."""
+        if isinstance(h.framer, LineFramer):
+            tail = h.framer.take_tail()
+            if tail is not None and h.broken is None:
+                await self._lines(h, [tail])
+        elif isinstance(h.framer, BatchFramer):
+            dropped = h.framer.take_tail()
+            if dropped and h.broken is None:
+                _log.info("%s: close with %d bytes of an unfinished batch (not stored)", h.node, dropped)
+                raise pyfuse3.FUSEError(errno.EBADMSG)
+
+    async def fsync(self, h: WriteHandle) -> None:
+        """Flush every partition ``h`` appended to (the HW is already at the LEO: ISR = this node)."""
+        for partition in sorted(h.touched):
+            log = self.store.log(h.node.topic, partition)
+            await self._write_thread(log.flush)
+
+    async def delete_topic(self, topic: str, *, only_if_empty: bool, invalidate: bool) -> None:
+        """Delete a topic (rmdir: only without records) with no append in flight on any of its partitions."""
+        states = [self.partitions.get(topic, p) for p in self.store.partitions(topic)]
+        async with _all_locked([s.append_lock for s in states]):
+            await self._write_thread(functools.partial(self.store.delete_topic, topic, only_if_empty=only_if_empty))
+        self.partitions.drop_topic(topic)
+        self._sticky.pop(topic, None)
+        _log.info("deleted topic %s", topic)
+        if invalidate:
+            pyfuse3.invalidate_entry_async(ROOT_INODE, topic.encode(), ignore_enoent=True)
+
+    async def _batches(self, h: WriteHandle, buf: bytes) -> None:
+        framer = h.framer
+        assert isinstance(framer, BatchFramer)
+        batches = framer.feed(buf)
+        try:
+            if batches:
+                await self._append(h, h.node.partition, lambda: batches)
+        except RecordError:
+            h.broken = errno.EBADMSG  # spec §3: the handle's framing is lost; it refuses further writes
+            raise
+        if framer.failure is not None:
+            h.broken = errno.EFBIG if isinstance(framer.failure, RecordTooLarge) else errno.EBADMSG
+            raise framer.failure
+
+    async def _lines(self, h: WriteHandle, lines: list[bytes]) -> None:
+        """Complete lines written to ``h``: records (append files) or commands (config, .logfs/)."""
+        node = h.node
+        kind = node.kind
+        if kind is Kind.APPEND:
+            limit = max_batch_bytes(self.store.log(node.topic, node.partition))
+            await self._append(h, node.partition, lambda: encode_text_batches(lines, now_ms(), limit))
+        elif kind is Kind.TOPIC_APPEND:
+            partition = self._next_sticky(node.topic)
+            limit = max_batch_bytes(self.store.log(node.topic, partition))
+            await self._append(h, partition, lambda: encode_text_batches(lines, now_ms(), limit))
+        elif kind is Kind.APPEND_JSONL:
+            limit = max_batch_bytes(self.store.log(node.topic, node.partition))
+            records = await self._read_thread(_parse_json_lines, lines)
+            await self._append(h, node.partition, lambda: encode_record_batches([r.record for r in records], limit))
+        elif kind is Kind.TOPIC_APPEND_JSONL:
+            await self._topic_jsonl(h, lines)
+        elif kind is Kind.CONFIG:
+            await self._config_lines(node.topic, lines)
+        elif kind is Kind.DELETE_TOPIC:
+            for line in _commands(lines):
+                if not self.store.has_topic(line):
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+                await self.delete_topic(line, only_if_empty=False, invalidate=True)
+        elif kind is Kind.DELETE_RECORDS:
+            for line in _commands(lines):
+                await self._delete_records(line)
+        else:
+            raise pyfuse3.FUSEError(errno.EBADF)
+
+    def _next_sticky(self, topic: str) -> int:
+        """Kafka's sticky rule for null keys, per write: each batch to the next partition in turn."""
+        partitions = self.store.partitions(topic)
+        if not partitions:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        turn = (self._sticky.get(topic, -1) + 1) % len(partitions)
+        self._sticky[topic] = turn
+        return partitions[turn]
+
+    async def _topic_jsonl(self, h: WriteHandle, lines: list[bytes]) -> None:
+        topic = h.node.topic
+        partitions = self.store.partitions(topic)
+        records = await self._read_thread(_parse_json_lines, lines)
+        groups: dict[int, list[Record]] = {}
+        sticky: int | None = None
+        for r in records:
+            if r.partition is not None:
+                if r.partition not in partitions:
+                    raise InvalidJsonRecord(f"topic {topic!r} has no partition {r.partition}")
+                partition = r.partition
+            elif r.record.key is not None:
+                partition = partition_for_key(r.record.key, len(partitions))
+            else:
+                if sticky is None:
+                    sticky = self._next_sticky(topic)
+                partition = sticky
+            groups.setdefault(partition, []).append(r.record)
+        encoded: dict[int, list[bytes]] = {}
+        for partition, group in groups.items():  # encode all before appending any: EFBIG stores nothing
+            limit = max_batch_bytes(self.store.log(topic, partition))
+            encoded[partition] = await self._read_thread(encode_record_batches, group, limit)
+        for partition, batches in encoded.items():
+            await self._append(h, partition, lambda b=batches: b)  # type: ignore[misc]
+
+    async def _append(
+        self, h: WriteHandle, partition: int, make_batches: Callable[[], Sequence[bytes | bytearray]]
+    ) -> None:
+        topic = h.node.topic
+        log = self.store.log(topic, partition)
+        state = self.partitions.get(topic, partition)
+        async with state.append_lock:
+            infos, error = await self._write_thread(append_batches, log, make_batches, h.sync)
+        if infos:
+            h.touched.add(partition)
+            self.metrics.appended(
+                (topic, partition), sum(i.records_count for i in infos), sum(i.size_bytes for i in infos), len(infos)
+            )
+            if h.read_write:
+                h.responses += "".join(f"{partition} {i.first_offset} {i.last_offset}\n" for i in infos).encode()
+            state.notify()
+        if error is not None:
+            raise error
+
+    async def _config_lines(self, topic: str, lines: list[bytes]) -> None:
+        text = b"\n".join(lines).decode("utf-8", "replace")
+
+        def apply() -> None:
+            overrides = parse_config_lines(text, self.store.topic_overrides(topic))
+            self.store.set_topic_overrides(topic, overrides)
+
+        await self._write_thread(apply)
+        _log.info("topic %s: config changed", topic)
+
+    async def _delete_records(self, line: str) -> None:
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+            _log.info("delete-records: %r is not '<topic> <partition> <offset>'", line)
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
+        log = self.store.log(topic, partition)
+        if offset < 0 or offset > log.high_watermark:
+            _log.info("delete-records: offset %d of %s-%d is outside [0, HW=%d]", offset, topic, partition,
+                      log.high_watermark)  # fmt: skip
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        state = self.partitions.get(topic, partition)
+        async with state.append_lock:
+            await self._write_thread(self.store.delete_records, topic, partition, offset)
+        _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
+
+
+def _commands(lines: list[bytes]) -> list[str]:
+    return [text for line in lines if (text := line.decode("utf-8", "replace").strip())]
+
+
+def _parse_json_lines(lines: list[bytes]) -> list[JsonRecord]:
+    """Every non-blank line as a record; InvalidJsonRecord (nothing of the write stored) for any bad one."""
+    now = now_ms()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse_json_record(line, now))
+        except InvalidJsonRecord as exc:
+            raise InvalidJsonRecord(f"line {number} of the write: {exc}") from None
+    return records
+
+
+class _all_locked:  # a context manager, named like one
+    """Hold every lock of ``locks`` (in order) for the body."""
+
+    def __init__(self, locks: list[trio.Lock]) -> None:
+        self._locks = locks
+        self._held: list[trio.Lock] = []
+
+    async def __aenter__(self) -> None:
+        try:
+            for lock in self._locks:
+                await lock.acquire()
+                self._held.append(lock)
+        except BaseException:
+            self._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self._held:
+            self._held.pop().release()

@@ -1,0 +1,263 @@
+"""Many processes at once through a real mount: concurrent writers, fsync beside appends, idle followers, kill -9 in
+the middle of a write stream, and the everyday tools (head, wc, grep, cp, tail -f, Python's open)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Mount, default_signals, finish_mount, start_mount
+
+WRITER = textwrap.dedent(
+    """
+    import os, random, sys
+    path, tag, count, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    rng = random.Random(seed)
+    data = b"".join(b"%s-%06d-%s\\n" % (tag.encode(), i, b"x" * rng.randrange(0, 200)) for i in range(count))
+    fd = os.open(path, os.O_WRONLY)
+    view = memoryview(data)
+    while view:  # writes of random sizes: lines torn across requests
+        n = os.write(fd, view[: rng.randrange(1, 20000)])
+        view = view[n:]
+    os.close(fd)
+    """
+)
+
+ACKED_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    path = sys.argv[1]
+    fd = os.open(path, os.O_WRONLY)
+    i = 0
+    while True:
+        os.write(fd, b"".join(b"rec-%08d\\n" % n for n in range(i, i + 100)))
+        os.fsync(fd)
+        i += 100
+        print(i, flush=True)
+    """
+)
+
+
+def write_all(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
+    return json.loads((mnt / topic / str(partition) / "state").read_bytes())
+
+
+@pytest.fixture
+def mnt(shared_mount: Mount) -> Path:
+    return shared_mount.path
+
+
+def test_four_writers_of_10000_lines_give_40000_intact_records(mnt: Path) -> None:
+    os.mkdir(mnt / "four")
+    print("seeds 1-4")
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(mnt / "four/0/append"), f"w{n}", "10000", str(n)])
+        for n in range(1, 5)
+    ]
+    for w in writers:
+        assert w.wait(timeout=60) == 0
+    lines = (mnt / "four/0/at/earliest").read_bytes().split(b"\n")
+    assert lines.pop() == b""
+    assert len(lines) == 40_000
+    for n in range(1, 5):
+        mine = [line for line in lines if line.startswith(b"w%d-" % n)]
+        assert [int(line.split(b"-")[1]) for line in mine] == list(range(10_000))  # in order, none torn
+        assert all(set(line.split(b"-")[2]) <= {ord("x")} for line in mine)
+
+
+def test_fsync_on_one_handle_does_not_stall_another_writer(mnt: Path) -> None:
+    os.mkdir(mnt / "fsyncs")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(mnt / "fsyncs/0/append"), "bg", "20000", "9"])
+    fd = os.open(mnt / "fsyncs/0/append", os.O_WRONLY)
+    try:
+        syncs = 0
+        while writer.poll() is None:
+            os.write(fd, b"synced-%d\n" % syncs)
+            os.fsync(fd)
+            syncs += 1
+    finally:
+        os.close(fd)
+    assert writer.wait(timeout=60) == 0
+    lines = (mnt / "fsyncs/0/at/earliest").read_bytes().split(b"\n")[:-1]
+    assert len([line for line in lines if line.startswith(b"bg-")]) == 20_000
+    assert [line for line in lines if line.startswith(b"synced-")] == [b"synced-%d" % i for i in range(syncs)]
+    assert syncs > 0
+
+
+def test_everyday_tools(mnt: Path, tmp_path: Path) -> None:
+    os.mkdir(mnt / "tools")
+    write_all(mnt / "tools/0/append", b"".join(b"line %d %s\n" % (i, b"even" if i % 2 == 0 else b"odd")
+                                               for i in range(1000)))  # fmt: skip
+
+    def run(cmd: str) -> str:
+        done = subprocess.run(["bash", "-c", cmd], cwd=mnt, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert run("head -n 2 tools/0/at/0") == "line 0 even\nline 1 odd\n"
+    assert run("wc -l < tools/0/at/10").strip() == "990"
+    assert run("grep -c odd tools/0/at/earliest").strip() == "500"
+    run(f"cp tools/0/hw/00000000000000000000.jsonl {tmp_path}/copy.jsonl")
+    assert (tmp_path / "copy.jsonl").read_bytes() == (mnt / "tools/0/at/earliest.jsonl").read_bytes()
+    with open(mnt / "tools/0/at/998") as text:  # Python text mode, line iteration
+        assert list(text) == ["line 998 even\n", "line 999 odd\n"]
+    with open(mnt / "tools/0/append", "a") as out:  # Python text mode append
+        out.write("from python\n")
+    with open(mnt / "tools/0/append", "ab") as out:
+        out.write(b"binary\n")
+    with open(mnt / "tools/0/at/1000", "rb") as binary:
+        assert binary.read() == b"from python\nbinary\n"
+
+
+def test_follow_latency_and_tail_f_on_hw(mnt: Path) -> None:
+    os.mkdir(mnt / "tails")
+    write_all(mnt / "tails/0/append", b"before\n")
+    follower = subprocess.Popen(["cat", str(mnt / "tails/0/follow/latest")], stdout=subprocess.PIPE)
+    tail = subprocess.Popen(
+        ["tail", "-f", "-s", "0.1", "-n", "0", str(mnt / "tails/0/hw/00000000000000000000.jsonl")],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        write_all(mnt / "tails/0/append", b"after\n")
+        assert follower.stdout is not None and tail.stdout is not None
+        assert follower.stdout.readline() == b"after\n"
+        follow_latency = time.monotonic() - start
+        row = json.loads(tail.stdout.readline())
+        tail_latency = time.monotonic() - start
+        assert row["value"] == "after" and row["offset"] == 1
+        print(f"follow/ latency {follow_latency * 1000:.1f} ms, tail -f on hw/ {tail_latency * 1000:.0f} ms")
+        assert follow_latency < 0.05
+        assert tail_latency < 0.5
+    finally:
+        follower.kill()
+        tail.kill()
+        follower.wait()
+        tail.wait()
+
+
+def test_500_idle_followers_leave_the_mount_fast(mnt: Path) -> None:
+    os.mkdir(mnt / "crowd")
+    readers = [
+        subprocess.Popen(["cat", str(mnt / "crowd/0/follow/latest")], stdout=subprocess.PIPE) for _ in range(500)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while "logfs_follow_readers 500" not in (mnt / ".logfs/metrics").read_text():
+            assert time.monotonic() < deadline, "500 readers did not open"
+            time.sleep(0.05)
+        time.sleep(0.2)  # every reader is now blocked in a read
+        start = time.monotonic()
+        for _ in range(20):
+            os.stat(mnt / "crowd/0/state")
+        stat_ms = (time.monotonic() - start) / 20 * 1000
+        start = time.monotonic()
+        write_all(mnt / "crowd/0/append", b"to all\n")
+        for r in readers:
+            assert r.stdout is not None and r.stdout.readline() == b"to all\n"
+        fanout_s = time.monotonic() - start
+        print(f"stat with 500 idle followers: {stat_ms:.2f} ms; one record to all 500: {fanout_s * 1000:.0f} ms")
+        assert stat_ms < 50
+        assert fanout_s < 10
+    finally:
+        for r in readers:
+            r.kill()
+        for r in readers:
+            r.wait()
+
+
+def test_too_many_followers_is_emfile(tmp_path: Path) -> None:
+    mount = start_mount(tmp_path / "store", tmp_path / "mnt", "max.follow.readers=2")
+    readers: list[subprocess.Popen[bytes]] = []
+    try:
+        os.mkdir(mount.path / "t")
+        readers = [
+            subprocess.Popen(["cat", str(mount.path / "t/0/follow/latest")], preexec_fn=default_signals)
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 10
+        while "logfs_follow_readers 2" not in (mount.path / ".logfs/metrics").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(OSError) as info:
+            os.open(mount.path / "t/0/follow/latest", os.O_RDONLY)
+        assert info.value.errno == errno.EMFILE
+    finally:
+        for r in readers:
+            r.send_signal(signal.SIGINT)
+        for r in readers:
+            try:
+                r.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                r.kill()  # a SIGKILL pending is deliverable too: the watcher interrupts its read
+                r.wait(timeout=10)
+        finish_mount(mount)
+
+
+def test_kill_9_mid_stream_keeps_every_fsync_acknowledged_record(tmp_path: Path) -> None:
+    store, path = tmp_path / "store", tmp_path / "mnt"
+    first = start_mount(store, path)
+    try:
+        os.mkdir(path / "t")
+        writer = subprocess.Popen([sys.executable, "-c", ACKED_WRITER, str(path / "t/0/append")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+        assert writer.stdout is not None
+        acked = 0
+        while acked < 3000:
+            acked = int(writer.stdout.readline())
+        first.proc.kill()  # in the middle of the stream
+        first.proc.wait(timeout=10)
+        acked = max([acked, *(int(line) for line in writer.stdout.read().split())])
+        writer.wait(timeout=10)
+        second = start_mount(store, path, log_path=tmp_path / "second.log")
+        second.allow_log("stale mount")
+        try:
+            lines = (path / "t/0/at/earliest").read_bytes().split(b"\n")[:-1]
+            assert len(lines) >= acked
+            assert lines == [b"rec-%08d" % i for i in range(len(lines))]  # a prefix of the stream, none torn
+        finally:
+            finish_mount(second)
+    finally:
+        first.stop()
+
+
+def test_poll_says_not_ready_while_idle_and_wakes_on_new_records(mnt: Path) -> None:
+    os.mkdir(mnt / "polled")
+    fd = os.open(mnt / "polled/0/follow/latest", os.O_RDONLY)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        assert poller.poll(100) == []  # nothing committed past the reader
+        writer = subprocess.Popen(
+            [sys.executable, "-c", f"import os, time; time.sleep(0.2); fd = os.open({str(mnt / 'polled/0/append')!r}, "
+             "os.O_WRONLY); os.write(fd, b'ready\\n')"]
+        )  # fmt: skip
+        start = time.monotonic()
+        events = poller.poll(10_000)
+        woke = time.monotonic() - start
+        assert events and events[0][1] & select.POLLIN
+        assert woke < 2
+        assert os.read(fd, 100) == b"ready\n"  # does not block: poll said so
+        assert writer.wait(timeout=10) == 0
+    finally:
+        os.close(fd)
