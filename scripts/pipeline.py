@@ -2,16 +2,14 @@
 """The demo job that `scripts/demo` runs, on an embedded store inside the working tree.
 
 What it does grows with the project (the whole pipeline of spec/spark.md §3 is the goal: shell tools produce
-events into a mounted store, Spark aggregates them, the results come back as a topic). Today the storage engine and
-the mount are still to come, so it exercises what exists end to end, the RecordBatch v2 codec:
+events into a mounted store, Spark aggregates them, the results come back as a topic). Today:
 
-1. produce a realistic stream of JSON click events as a producer would: batches of different sizes, each with a
-   different codec Kafka allows (none, gzip, snappy, lz4, zstd), keyed by user;
-2. append them, as a leader does, to a Kafka segment file ``STORE/clicks-0/00000000000000000000.log`` (offsets
-   and leader epoch assigned in place, without re-encoding);
-3. read the segment back batch by batch, validate every batch (CRC and every record's framing), render the
-   records as JSON lines (spec §4) and count clicks per page;
-4. show the segment with ``logfs dump``, the tool that prints a Kafka ``.log`` file batch by batch.
+1. the codec: produce a realistic stream of JSON click events as a producer would, batches of different sizes, each
+   with a codec Kafka allows (none, gzip, snappy, lz4, zstd), keyed by user, and write them as a leader would into
+   a Kafka segment file; read it back, validating every batch, rendering JSON lines, counting clicks per page;
+2. the tools: show that segment with ``logfs dump`` and verify the store with ``logfs check``;
+3. the mount: ``logfs mount`` the store, create a topic with ``mkdir``, append events with ``echo >>``, read them
+   back with ``cat`` and ``wc``, look at ``state``, and unmount cleanly.
 """
 
 from __future__ import annotations
@@ -19,7 +17,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +37,7 @@ from logfs.core.compression import Compression
 from logfs.core.render import render_jsonl
 
 TOPIC = "clicks"
+LOGFS = str(Path(sys.executable).parent / "logfs")
 PAGES = ["/", "/search", "/product/42", "/product/7", "/cart", "/checkout"]
 
 
@@ -68,12 +69,14 @@ def main() -> int:
     started = time.monotonic()
 
     partition_dir = Path(args.store) / f"{TOPIC}-0"
-    partition_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(partition_dir, ignore_errors=True)  # written afresh each run; the mount rebuilds its indexes
+    partition_dir.mkdir(parents=True)
     segment = partition_dir / f"{0:020d}.log"
-    print(f"[1/4] producing {args.batches} batches of click events (seed {args.seed})")
-    batches = produce(random.Random(args.seed), args.batches, start_ms=1_700_000_000_000)
+    print(f"[1/5] producing {args.batches} batches of click events (seed {args.seed})")
+    # recent timestamps: the store's default retention.ms (7 days) would delete older events at the first check
+    batches = produce(random.Random(args.seed), args.batches, start_ms=time.time_ns() // 1_000_000 - 3_600_000)
 
-    print(f"[2/4] appending them as leader (epoch 0) to {segment}")
+    print(f"[2/5] appending them as leader (epoch 0) to {segment}")
     log = bytearray()
     next_offset = 0
     for raw in batches:
@@ -84,7 +87,7 @@ def main() -> int:
         log += batch
     segment.write_bytes(bytes(log))
 
-    print("[3/4] reading the segment back: validating every batch and rendering JSON lines")
+    print("[3/5] reading the segment back: validating every batch and rendering JSON lines")
     data = segment.read_bytes()
     per_page: collections.Counter[str] = collections.Counter()
     n_records = 0
@@ -103,14 +106,57 @@ def main() -> int:
     for page, count in per_page.most_common():
         print(f"      {count:6d}  {page}")
 
-    print("[4/4] logfs dump (first lines):")
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "logfs"), "dump", str(segment)], check=True, capture_output=True, text=True
-    ).stdout.splitlines()
-    for line in out[:6]:
-        print(f"      {line}")
-    print(f"done in {time.monotonic() - started:.1f}s (the mount at {args.mount} arrives with the FUSE layer)")
+    print("[4/5] logfs dump (first lines):")
+    out = subprocess.run([LOGFS, "dump", str(segment)], check=True, capture_output=True, text=True).stdout.splitlines()
+    for line in out[:4]:
+        print(f"      {line[:150]}")
+
+    print(f"[5/5] mounting {args.store} at {args.mount} and using it with shell tools")
+    mount_demo(Path(args.store), Path(args.mount))
+    check = subprocess.run([LOGFS, "check", args.store], check=True, capture_output=True, text=True)
+    print(f"      $ logfs check {args.store}\n        {check.stdout.strip().splitlines()[-1]}")
+    print(f"done in {time.monotonic() - started:.1f}s")
     return 0
+
+
+def sh(command: str, mount: Path) -> str:
+    """Run one shell command in the mount point, echo it, and return its output."""
+    print(f"      $ {command}")
+    out = subprocess.run(["bash", "-c", command], cwd=mount, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines()[:6]:
+        print(f"        {line[:150]}")
+    return out
+
+
+def mount_demo(store: Path, mount: Path) -> None:
+    mount.mkdir(parents=True, exist_ok=True)
+    log_file = store.parent / "mount.log"
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen([LOGFS, "--log-level", "info", "mount", str(store), str(mount)], stderr=log)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mount):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"logfs mount did not come up; see {log_file}")
+            time.sleep(0.05)
+        sh("ls", mount)
+        sh("[ -d signups ] || mkdir signups; ls signups", mount)
+        for user in ("ada", "grace", "alan"):
+            sh(f"echo '{{\"user\":\"{user}\",\"plan\":\"free\"}}' >> signups/0/append", mount)
+        sh("cat signups/0/at/earliest", mount)
+        sh("head -n 1 signups/0/at/earliest.jsonl", mount)
+        sh("wc -l < clicks/0/at/earliest", mount)
+        sh("cat signups/0/state", mount)
+    finally:
+        subprocess.run([LOGFS, "umount", str(mount)], check=False)
+        try:
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            code = proc.wait(timeout=20)
+    if code != 0:
+        raise SystemExit(f"logfs mount exited {code}; see {log_file}")
+    print(f"      unmounted cleanly (exit {code})")
 
 
 if __name__ == "__main__":
