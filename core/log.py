@@ -389,18 +389,21 @@ class Log:
         return fetched.fetch_offset_metadata
 
     def fetch_high_watermark_metadata(self) -> LogOffsetMetadata:
-        """The HW with its position, materialised from a message-only value the first time it is needed."""
+        """The HW with its position, materialised from a message-only value the first time it is needed.
+
+        The position is looked up without the log's lock (a read) and published only if the HW did not move
+        meanwhile, so a reader never waits behind an append. Any thread.
+        """
         hw = self._hw.metadata
         if not hw.message_offset_only:
             return hw
-        with self._lock:
-            hw = self._hw.metadata
-            if hw.message_offset_only:
-                full = self.offset_metadata(hw.message_offset)
-                if full.message_offset == hw.message_offset:
-                    self._hw.metadata = full
-                    hw = full
+        full = self.offset_metadata(hw.message_offset)
+        if full.message_offset != hw.message_offset:
             return hw
+        with self._lock:
+            if self._hw.metadata is hw:
+                self._hw.metadata = full
+        return full
 
     def locate(self, offset: int) -> tuple[LogSegment, LogOffsetPosition] | None:
         """The segment and batch holding ``offset`` (no bytes read beyond batch headers), or None past the LEO.
@@ -468,28 +471,32 @@ class Log:
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default: the LEO) and raise the recovery point.
 
-        Blocking disk work: call it off the trio thread.
+        Blocking disk work: call it off the trio thread. The fsyncs run *outside* the log's lock, so appends and
+        HW-bounded reads never wait for the disk; the recovery point only rises once they are done, and never
+        above the LEO of that moment (a truncation meanwhile lowers what it may reach).
         """
         with self._lock:
             target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
             if target <= self._recovery_point:
                 return
-            for segment in self._segments.segments:
-                nxt_base = self._next_base(segment)
-                if nxt_base is not None and nxt_base <= self._recovery_point:
-                    continue  # flushed before
-                if segment.base_offset >= target:
-                    break
+            view = self._segments
+            unflushed = [
+                segment
+                for i, segment in enumerate(view.segments)
+                if segment.base_offset < target
+                and (i + 1 == len(view.bases) or view.bases[i + 1] > self._recovery_point)
+            ]
+            unflushed_records = self._unflushed_records
+        for segment in unflushed:
+            if segment in self._segments.segments:  # a truncation or retention may have removed it meanwhile
                 segment.flush()
-            self._recovery_point = target
+        with self._lock:
+            target = min(target, self._leo.message_offset)
+            if target > self._recovery_point:
+                self._recovery_point = target
             if target >= self._leo.message_offset:
-                self._unflushed_records = 0
+                self._unflushed_records = max(0, self._unflushed_records - unflushed_records)
             self._last_flush_ms = wall_clock_ms()
-
-    def _next_base(self, segment: LogSegment) -> int | None:
-        view = self._segments
-        i = view.index_of(segment.base_offset)
-        return view.bases[i + 1] if i + 1 < len(view.bases) else None
 
     def ms_since_last_flush(self, now_ms: int | None = None) -> int:
         return (wall_clock_ms() if now_ms is None else now_ms) - self._last_flush_ms

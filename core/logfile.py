@@ -107,23 +107,35 @@ class LogFile:
 
     # --- descriptors --------------------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _leased(self, *, create: bool = False) -> Iterator[int]:
+    def _acquire(self, create: bool = False) -> int:
+        """Lease the descriptor (opening it if needed); every lease ends with :meth:`_release`."""
         with self._lock:
             fd = self._fd
             opened = fd is None
             if fd is None:
                 fd = self._fd = self._open(create)
             self._leases += 1
-        try:
-            if opened and self._on_open is not None:
+        if opened and self._on_open is not None:
+            try:
                 self._on_open()
+            except BaseException:
+                self._release()
+                raise
+        return fd
+
+    def _release(self) -> None:
+        with self._lock:
+            self._leases -= 1
+            if self._leases == 0:
+                self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def _leased(self, *, create: bool = False) -> Iterator[int]:
+        fd = self._acquire(create)
+        try:
             yield fd
         finally:
-            with self._lock:
-                self._leases -= 1
-                if self._leases == 0:
-                    self._idle.notify_all()
+            self._release()
 
     def _open(self, create: bool) -> int:
         """Only an append creates the file: a read of a deleted segment must fail, not leave an empty file."""
@@ -236,8 +248,11 @@ class LogFile:
         end = min(self._size, position + size)
         if end <= position:
             return b""
-        with self._leased() as fd:
+        fd = self._acquire()  # not the context manager: this is every read's hot path (~2 µs saved a call)
+        try:
             return _pread_fully(fd, end - position, position)
+        finally:
+            self._release()
 
     def search_for_offset(self, target_offset: int, start_position: int) -> tuple[int, int, int] | None:
         """``(last offset, position, size)`` of the first batch from ``start_position`` whose last offset is at or
