@@ -264,29 +264,38 @@ class LogFile:
         end = self._size
         position = start_position
         read_bytes = SCAN_FIRST_READ_BYTES
-        while position + HEADER_SIZE_UP_TO_MAGIC < end:
-            chunk = self.read(position, read_bytes)
-            read_bytes = min(2 * read_bytes, SCAN_READ_BYTES)
-            at = 0
-            limit = len(chunk) - _LAST_OFFSET_DELTA_END
-            while at <= limit:
-                base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
-                if length < MIN_DECLARED_BATCH_BYTES:
-                    raise CorruptRecord(
-                        f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
-                        position=position + at,
-                    )
-                size = length + LOG_OVERHEAD
-                if position + at + size > end:
-                    return None
-                last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
-                if last_offset >= target_offset:
-                    return last_offset, position + at, size
-                at += size
-            if at == 0:
-                return None  # a header cut short by the end of the file: a torn tail
-            position += at
-        return None
+        if position + HEADER_SIZE_UP_TO_MAGIC >= end:
+            return None
+        fd = self._acquire()  # one lease for the whole scan: a lookup often reads twice (see the note below)
+        try:
+            while position + HEADER_SIZE_UP_TO_MAGIC < end:
+                chunk = os.pread(fd, min(read_bytes, end - position), position)
+                at = 0
+                limit = len(chunk) - _LAST_OFFSET_DELTA_END
+                while at <= limit:
+                    base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
+                    if length < MIN_DECLARED_BATCH_BYTES:
+                        raise CorruptRecord(
+                            f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
+                            position=position + at,
+                        )
+                    size = length + LOG_OVERHEAD
+                    if position + at + size > end:
+                        return None
+                    last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
+                    if last_offset >= target_offset:
+                        return last_offset, position + at, size
+                    at += size
+                if at == 0:
+                    return None  # a header cut short by the end of the file (a torn tail), or a truncation
+                # The next batch starts past this chunk. The index usually names the batch *before* the target (its
+                # key is that batch's last offset), so with large batches the next header is the one wanted: read
+                # just a header's worth first, then widen for a scan through many small batches.
+                read_bytes = RECORD_BATCH_OVERHEAD if at > len(chunk) else min(2 * read_bytes, SCAN_READ_BYTES)
+                position += at
+            return None
+        finally:
+            self._release()
 
     def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
         """Frame the batches from ``start_position`` on, from their headers alone (no CRC check).
