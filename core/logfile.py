@@ -225,10 +225,13 @@ class LogFile:
             os.fsync(fd)
 
     def rename_to(self, new_path: Path) -> None:
-        """Rename the file; an open descriptor keeps working. Writer thread."""
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(self._path, new_path)
-        self._path = new_path
+        """Rename the file; an open descriptor keeps working. Writer thread.
+
+        Under the lock, so that a reader reopening the descriptor never sees the old name after the rename."""
+        with self._lock:
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(self._path, new_path)
+            self._path = new_path
 
     def delete_if_exists(self) -> bool:
         """Unlink the file (a pinned reader keeps its bytes) and close an unpinned descriptor. Writer thread."""

@@ -556,13 +556,26 @@ class LogSegment:
         self._handles.forget(self)
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename all three files, e.g. ``""`` → ``".deleted"``. Writer thread."""
+        """Rename all three files, e.g. ``""`` → ``".deleted"``. Writer thread.
+
+        A name already taken (the same base offset deleted twice within ``file.delete.delay.ms``, as an empty
+        segment re-created by a roll is) gets a counter before the suffix (``….log.1.deleted``), so one pending
+        deletion never overwrites, and later unlinks, another's files.
+        """
+        stems = []
         for f in (self._log, self._offset_index, self._time_index):
-            path = f.path
-            name = path.name
+            name = f.path.name
             if old_suffix and name.endswith(old_suffix):
                 name = name[: -len(old_suffix)]
-            f.rename_to(path.with_name(name + new_suffix))
+            stems.append((f, name))
+        n = 0
+        while new_suffix and any(
+            f.path.with_name(name + (f".{n}" if n else "") + new_suffix).exists() for f, name in stems
+        ):
+            n += 1
+        tag = f".{n}" if n else ""
+        for f, name in stems:
+            f.rename_to(f.path.with_name(name + tag + new_suffix))
 
     def delete_if_exists(self) -> None:
         """Delete all three files (a pinned reader keeps the ``.log`` bytes). Writer thread."""

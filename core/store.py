@@ -183,9 +183,13 @@ class Store:
                 had_clean_shutdown=clean,
                 on_event=on_event,
             )
-            store._load_all()
         except BaseException:
             os.close(lock_fd)
+            raise
+        try:
+            store._load_all()
+        except BaseException:
+            store.abandon()  # the partitions loaded so far give their descriptors back, then the lock goes
             raise
         return store
 

@@ -113,3 +113,36 @@ def test_check_of_a_crashed_store_reports_no_damage_in_the_active_indexes(tmp_pa
     findings = check_store(tmp_path)
     assert [f for f in findings if f.damage] == []
     assert any(f.kind == "unclean" for f in findings)
+
+
+def test_deleting_the_same_base_offset_twice_keeps_both_pending_deletions(tmp_path: Path) -> None:
+    log = new_log(tmp_path, file_delete_delay_ms=60_000)
+    append(log, 3)
+    log.roll()  # an empty active segment at 3
+    log.roll(3)  # re-created at the same base: the empty one is deleted
+    append(log, 1)
+    log.truncate_to(3)  # ... and segments are deleted again: the names must not collide
+    log.roll(3)
+    deleted = sorted(p.name for p in (tmp_path / "t-0").iterdir() if p.name.endswith(".deleted"))
+    logs = [n for n in deleted if ".log." in n]
+    assert len(logs) == len(set(logs)) >= 2, deleted
+    assert log.delete_expired_files(now_ms=2**62) >= 2
+    assert not any(p.name.endswith(".deleted") for p in (tmp_path / "t-0").iterdir())
+
+
+def test_a_store_that_fails_to_load_gives_back_every_descriptor_and_its_lock(tmp_path: Path) -> None:
+    store = Store.open(tmp_path, parse_store_config([]))
+    store.create_topic("a", 1)
+    store.create_topic("b", 1)
+    append(store.log("a", 0), 5)
+    append(store.log("b", 0), 5)
+    store.close()
+    checkpoint = tmp_path / "b-0" / "leader-epoch-checkpoint"
+    checkpoint.unlink()
+    checkpoint.mkdir()  # "b-0" (loaded after "a-0") cannot read its epochs: the load fails
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(Exception):
+        Store.open(tmp_path, parse_store_config([]))
+    assert len(os.listdir("/proc/self/fd")) == before
+    checkpoint.rmdir()
+    Store.open(tmp_path, parse_store_config([])).close()  # and the lock was given back
