@@ -28,7 +28,7 @@ from logfs.core.batch import (
 )
 from logfs.core.compression import Compression
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.index import OffsetIndex, TimeIndex
+from logfs.core.index import OffsetIndex, OffsetPosition, TimeIndex
 
 PAYLOAD_PREVIEW_BYTES = 200
 
@@ -49,22 +49,19 @@ def dump_file(path: Path, *, records: bool, result: DumpResult) -> Iterator[str]
     yield f"Dumping {path}"
     if path.suffix == ".log":
         yield from _dump_log(path, records=records, result=result)
-    elif path.suffix == ".index":
-        index = OffsetIndex(path, base_offset, writable=False)
+        return
+    index = (OffsetIndex if path.suffix == ".index" else TimeIndex)(path, base_offset, writable=False)
+    try:
         for n in range(index.entries()):
             entry = index.entry(n)
             if n > 0 and entry.offset == base_offset:
-                break
-            yield f"offset: {entry.offset} position: {entry.position}"
+                break  # the zero-filled, preallocated tail of an active segment's index, as Kafka's tool stops
+            if isinstance(entry, OffsetPosition):
+                yield f"offset: {entry.offset} position: {entry.position}"
+            else:
+                yield f"timestamp: {entry.timestamp} offset: {entry.offset}"
+    finally:
         index.close_handler()
-    elif path.suffix == ".timeindex":
-        tindex = TimeIndex(path, base_offset, writable=False)
-        for n in range(tindex.entries()):
-            tentry = tindex.entry(n)
-            if n > 0 and tentry.offset == base_offset:
-                break
-            yield f"timestamp: {tentry.timestamp} offset: {tentry.offset}"
-        tindex.close_handler()
 
 
 def _base_offset(path: Path) -> int:

@@ -74,7 +74,7 @@ def append_batches(
     epoch = _leader_epoch(log)
     try:
         for batch in batches:
-            infos.append(log.append_as_leader(batch if isinstance(batch, bytearray) else bytearray(batch), epoch))
+            infos.append(log.append_as_leader(batch, epoch))  # it takes a bytearray over and copies bytes
     except Exception as exc:
         error = exc
     if infos:
