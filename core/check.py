@@ -67,9 +67,7 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
                 findings.append(Finding(root / name, "checkpoint", str(exc), damage=True))
         clean = (root / CLEAN_SHUTDOWN_FILE).exists()
         if not clean:
-            findings.append(
-                Finding(root, "unclean", "no clean-shutdown marker: the next mount recovers", damage=False)
-            )
+            findings.append(Finding(root, "unclean", "no clean-shutdown marker: the next mount recovers", damage=False))
         partitions = sorted(d for d in root.iterdir() if d.is_dir() and parse_partition_dir(d.name) is not None)
         logs = [f for d in partitions for f in d.iterdir() if f.name.endswith(LOG_SUFFIX)]
         total = sum(f.stat().st_size for f in logs)

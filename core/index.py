@@ -158,8 +158,8 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         with self._lock:
             self._load()
             slot = self._entries
-            self._check_writable(f"append offset {offset} at slot {slot}")
-            self._check_free_slot(f"offset {offset}", reserved_slots=0)
+            self._check_writable(lambda: f"append offset {offset} at slot {slot}")
+            self._check_free_slot(lambda: f"offset {offset}", reserved_slots=0)
             if slot > 0 and offset <= self._last_offset:
                 raise InvalidOffset(
                     f"cannot append offset {offset} at slot {slot} of {self._path}: "
@@ -256,15 +256,18 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         assert INT64_MIN <= timestamp <= INT64_MAX, f"timestamp {timestamp} does not fit an int64"
         with self._lock:
             self._load()
-            what = f"(timestamp {timestamp}, offset {offset})"
             slot = self._entries
-            self._check_writable(f"append {what} at slot {slot}")
+
+            def what() -> str:
+                return f"(timestamp {timestamp}, offset {offset})"
+
+            self._check_writable(lambda: f"append {what()} at slot {slot}")
             if not skip_full_check:
                 self._check_free_slot(what, reserved_slots=1)
             last = self._last_entry
             if slot > 0 and offset < last.offset:
                 raise InvalidOffset(
-                    f"cannot append {what} at slot {slot} of {self._path}: offset below the last offset {last.offset}"
+                    f"cannot append {what()} at slot {slot} of {self._path}: offset below the last offset {last.offset}"
                 )
             if slot > 0 and timestamp < last.timestamp:
                 raise TimestampOutOfOrder(

@@ -11,6 +11,7 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
@@ -100,6 +101,11 @@ class AbstractIndex(Generic[_Entry]):
         self._length_bytes = 0
         self._entries = 0
         self._mmap: mmap.mmap | None = None
+        # Appends write entries with pwrite through this descriptor, not through the mapping: a store under write
+        # load has its index pages cleaned by writeback all the time, and every store into a cleaned shared page
+        # faults (~12 µs each, measured: a quarter of the bookkeeping of a 1 MiB append). Reads keep the mapping,
+        # which sees the written entries (one page cache). Opened on the first append, given back with the mapping.
+        self._append_fd: int | None = None
 
     def __repr__(self) -> str:
         state = f"entries={self._entries}/{self._length_bytes // self.ENTRY_BYTES}" if self._loaded else "not loaded"
@@ -198,7 +204,7 @@ class AbstractIndex(Generic[_Entry]):
         """
         with self._lock:
             self._load()
-            self._check_writable(f"truncate to offset {offset}")
+            self._check_writable(lambda: f"truncate to offset {offset}")
             if self._entries == 0:
                 return
             buffer = self._mapped()
@@ -217,7 +223,7 @@ class AbstractIndex(Generic[_Entry]):
         """Remove every entry, keeping the file's size. Writer thread only."""
         with self._lock:
             self._load()
-            self._check_writable("truncate")
+            self._check_writable(lambda: "truncate")
             self._truncate_to_entries(0)
 
     def resize(self, new_size_bytes: int) -> bool:
@@ -230,7 +236,7 @@ class AbstractIndex(Generic[_Entry]):
         """
         with self._lock:
             self._load()
-            self._check_writable(f"resize to {new_size_bytes} bytes")
+            self._check_writable(lambda: f"resize to {new_size_bytes} bytes")
             rounded = _round_down(max(new_size_bytes, 0), self.ENTRY_BYTES)
             if rounded == self._length_bytes:
                 return False
@@ -277,7 +283,9 @@ class AbstractIndex(Generic[_Entry]):
             if not self._on_disk:
                 self._create(self._length_bytes)
             try:
-                if self._mmap is not None:
+                if self._append_fd is not None:
+                    os.fsync(self._append_fd)
+                elif self._mmap is not None:
                     self._mmap.flush()
                 else:
                     fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
@@ -315,7 +323,7 @@ class AbstractIndex(Generic[_Entry]):
         """
         with self._lock:
             target = Path(new_path)
-            self._check_writable(f"rename to {target}")
+            self._check_writable(lambda: f"rename to {target}")
             try:
                 os.replace(self._path, target)
             except FileNotFoundError as exc:
@@ -336,7 +344,7 @@ class AbstractIndex(Generic[_Entry]):
         The index reads as empty afterwards, and a later write would create a new, full-size file.
         """
         with self._lock:
-            self._check_writable("delete")
+            self._check_writable(lambda: "delete")
             self._release()
             self._loaded = False
             self._on_disk = False
@@ -457,22 +465,26 @@ class AbstractIndex(Generic[_Entry]):
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
+        if self._append_fd is not None:
+            os.close(self._append_fd)
+            self._append_fd = None
 
-    def _check_writable(self, doing: str) -> None:
+    def _check_writable(self, doing: Callable[[], str]) -> None:
+        """``doing`` describes the operation for the error; a callable, so that the append path formats nothing."""
         if not self._writable:
-            raise StorageError(f"cannot {doing}: {self._path} is open read-only")
+            raise StorageError(f"cannot {doing()}: {self._path} is open read-only")
 
     def _truncate_to_entries(self, entries: int) -> None:
         self._entries = entries
         self._refresh_last_entry()
 
-    def _check_free_slot(self, what: str, reserved_slots: int) -> None:
+    def _check_free_slot(self, what: Callable[[], str], reserved_slots: int) -> None:
         """Raise IndexFull naming the file, the entry and the slot unless a slot is free beyond ``reserved_slots``."""
         max_entries = self._length_bytes // self.ENTRY_BYTES
         if self._entries >= max_entries - reserved_slots:
             kept = ", the last kept for the roll" if reserved_slots else ""
             raise IndexFull(
-                f"cannot append {what} at slot {self._entries} of {self._path}: the index is full "
+                f"cannot append {what()} at slot {self._entries} of {self._path}: the index is full "
                 f"({self._entries} of {max_entries} slots used{kept})"
             )
 
@@ -480,7 +492,12 @@ class AbstractIndex(Generic[_Entry]):
         """Write one entry into ``slot`` and count it, creating the file on the first write."""
         if not self._on_disk:
             self._create(self._length_bytes)
-        self._ENTRY.pack_into(self._mapped(), slot * self.ENTRY_BYTES, first, second)
+        try:
+            if self._append_fd is None:
+                self._append_fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+            os.pwrite(self._append_fd, self._ENTRY.pack(first, second), slot * self.ENTRY_BYTES)
+        except OSError as exc:
+            raise _storage_error(f"write slot {slot} of", self._path, exc) from exc
         self._entries = slot + 1
 
 

@@ -12,7 +12,8 @@ Layout (spec §1)::
       .lock                             flock'ed by the owner: a second owner fails with StoreLocked
       .logfs-topic.<topic>.properties   topic config overrides: a plain file at the root, which a Kafka broker
                                         ignores (it parses every *directory* of a log dir as <topic>-<partition>
-                                        and fails to start on any other, so logfs keeps no directory of its own)
+                                        and fails to start on any other, so logfs keeps no directory of its own);
+                                        a name too long for a file name is shortened (overrides_file_name)
 
 Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
 time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -72,6 +74,7 @@ LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
 TOPIC_OVERRIDES_PREFIX = ".logfs-topic."
 TOPIC_OVERRIDES_SUFFIX = ".properties"
+MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems
 DELETE_DIR_SUFFIX = "-delete"
 
 # Kafka's checkpoint intervals: replica.high.watermark.checkpoint.interval.ms and
@@ -284,7 +287,7 @@ class Store:
             for tp in tps:
                 log = self._logs.pop(tp)
                 log.close()
-                doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                doomed = log.directory.with_name(_delete_dir_name(tp))
                 os.rename(log.directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
             self._overrides_path(topic).unlink(missing_ok=True)
@@ -295,7 +298,7 @@ class Store:
     # --- configs ---------------------------------------------------------------------------------------------------
 
     def _overrides_path(self, topic: str) -> Path:
-        return self.path / f"{TOPIC_OVERRIDES_PREFIX}{topic}{TOPIC_OVERRIDES_SUFFIX}"
+        return self.path / overrides_file_name(topic)
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         if topic not in self._overrides:
@@ -422,6 +425,23 @@ def lock_store(root: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _delete_dir_name(tp: TopicPartition) -> str:
+    """Kafka's name for a partition directory on its way out: ``<topic>-<p>.<uuid>-delete``, the topic cut short so
+    that the name fits a file name (a topic may have 249 characters)."""
+    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return tp.topic[: MAX_FILE_NAME_BYTES - len(suffix)] + suffix
+
+
+def overrides_file_name(topic: str) -> str:
+    """``.logfs-topic.<topic>.properties``; for a name too long to fit a file name with the ``.tmp`` of its atomic
+    replacement, the topic's first characters, ``~`` (which no topic name holds) and a digest of the whole name."""
+    name = f"{TOPIC_OVERRIDES_PREFIX}{topic}{TOPIC_OVERRIDES_SUFFIX}"
+    if len(name.encode()) + len(".tmp") <= MAX_FILE_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(topic.encode()).hexdigest()[:32]
+    return f"{TOPIC_OVERRIDES_PREFIX}{topic[:150]}~{digest}{TOPIC_OVERRIDES_SUFFIX}"
 
 
 def _check_meta_properties(root: Path, node_id: int) -> None:

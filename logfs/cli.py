@@ -218,9 +218,21 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...]) -> None:
 @click.argument("mountpoint", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--lazy", "-z", is_flag=True, help="Detach now even if files are open (fusermount3 -u -z).")
 def umount(mountpoint: Path, lazy: bool) -> None:
-    """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0."""
+    """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0.
+
+    While files under the mount are open (or a shell's working directory is inside it) the unmount fails with
+    "Device or resource busy"; --lazy detaches the mount point at once, and the `logfs mount` process shuts down
+    when the last of those files is closed.
+    """
     from logfs.mount.server import unmount
 
     done = unmount(mountpoint, lazy=lazy)
     if done.returncode != 0:
-        raise click.ClickException(done.stderr.strip() or f"fusermount3 -u {mountpoint} failed")
+        message = done.stderr.strip() or f"fusermount3 -u {mountpoint} failed"
+        if not lazy and ("busy" in message.lower() or "EBUSY" in message):
+            message += (
+                f"\nfiles under {mountpoint} are still open (or a process has its working directory there): close"
+                f" them, or `logfs umount --lazy {mountpoint}` to detach it now (the mount shuts down cleanly once"
+                " the last of them is closed)"
+            )
+        raise click.ClickException(message)

@@ -53,6 +53,7 @@ class ViewHandle(Handle):
 class HwHandle(Handle):
     start: int = 0
     view: RangeView | None = None
+    mtime_ns: int | None = None  # the segment's at open (getattr answers it once the file is gone from hw/)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 

@@ -24,6 +24,7 @@ class PartitionGauges:
     log_end_offset: int
     size_bytes: int
     segments: int
+    recovery_point: int = 0  # the offset up to which the log is flushed to disk (Kafka's recovery point)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,8 @@ def render(stats: Statistics) -> bytes:
     lines += _family("logfs_log_end_offset", "gauge", "Log end offset.", gauge("log_end_offset"))
     lag = [(_labels(k), g.log_end_offset - g.high_watermark) for k, g in sorted(stats.gauges.items())]
     lines += _family("logfs_high_watermark_lag", "gauge", "Log end offset minus high watermark.", lag)
+    lines += _family("logfs_recovery_point", "gauge", "Offset below which every record is flushed to disk.",
+                     gauge("recovery_point"))  # fmt: skip
     lines += _family("logfs_log_size_bytes", "gauge", "Bytes in the partition's segments.", gauge("size_bytes"))
     lines += _family("logfs_log_segments", "gauge", "Segments of the partition.", gauge("segments"))
     lines += _family("logfs_follow_readers", "gauge", "Open follow/ handles.", [("", stats.follow_readers)])

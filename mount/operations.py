@@ -239,7 +239,13 @@ class Operations(pyfuse3.Operations):
             return self._attr(inode, node, mtime_ns=entry.created_ns or None,
                               attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
         if kind is Kind.HW_FILE:
-            size, mtime_ns = await self._hw_size(node)
+            try:
+                size, mtime_ns = await self._hw_size(node)
+            except pyfuse3.FUSEError:
+                held = self._held_hw_attr(entry) if entry.opens else None
+                if held is None:
+                    raise
+                size, mtime_ns = held
             return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=MOVING_TIMEOUT_S)
         if kind is Kind.STATE:
             data = await self._render_state(node)
@@ -277,7 +283,12 @@ class Operations(pyfuse3.Operations):
     def _render_metrics(self) -> bytes:
         gauges = {
             (tp.topic, tp.partition): PartitionGauges(
-                log.log_start_offset, log.high_watermark, log.log_end_offset, log.size_bytes, len(log.segments)
+                log.log_start_offset,
+                log.high_watermark,
+                log.log_end_offset,
+                log.size_bytes,
+                len(log.segments),
+                log.recovery_point,
             )
             for tp, log in self.store.logs()
         }
@@ -316,9 +327,16 @@ class Operations(pyfuse3.Operations):
             size = view.size
         finally:
             view.close()
-        segment = log.segment_for(start)
-        ts = segment.max_timestamp_so_far if segment is not None else -1
-        return size, (ts * 1_000_000 if ts > 0 else None)
+        return size, _segment_mtime_ns(log, start)
+
+    def _held_hw_attr(self, entry: Entry) -> tuple[int, int | None] | None:
+        """(size, mtime) of an ``hw/`` file that is gone (retention deleted its segment, or delete-records moved the
+        log start past it) while handles on it are open: what they hold and keep reading (spec §5: retention never
+        pulls data from under an open reader). The kernel asks getattr before reading a file with attr_timeout 0,
+        and an ENOENT there would fail the read. None when no handle on it is open."""
+        held = [(h.view.size, h.mtime_ns) for h in self._handles.values()
+                if isinstance(h, HwHandle) and h.entry is entry and h.view is not None]  # fmt: skip
+        return max(held, key=lambda size_mtime: size_mtime[0]) if held else None
 
     # --- lookups --------------------------------------------------------------------------------------------------
 
@@ -559,9 +577,10 @@ class Operations(pyfuse3.Operations):
     async def _open_hw(self, entry: Entry) -> pyfuse3.FileInfo:
         node = entry.node
         start, end, closed = self._hw_file(node)
-        view = await self._read_thread(open_range, self._log(node), self.cache, node.topic, node.partition,
+        log = self._log(node)
+        view = await self._read_thread(open_range, log, self.cache, node.topic, node.partition,
                                        Format.JSONL, start, end)  # fmt: skip
-        fh = self._new_fh(HwHandle(entry, start, view))
+        fh = self._new_fh(HwHandle(entry, start, view, mtime_ns=_segment_mtime_ns(log, start)))
         return pyfuse3.FileInfo(fh=fh, keep_cache=closed)
 
     async def _open_follow(self, entry: Entry, pid: int) -> pyfuse3.FileInfo:
@@ -720,6 +739,13 @@ class Operations(pyfuse3.Operations):
         async with h.lock:  # taken before the first await: requests are framed in the order they arrived
             await self.writer.write(h, buf)
         return len(buf)
+
+
+def _segment_mtime_ns(log: Log, base_offset: int) -> int | None:
+    """An ``hw/`` file's mtime: its segment's newest timestamp (None when it has none: the mount time)."""
+    segment = log.segment_for(base_offset)
+    ts = segment.max_timestamp_so_far if segment is not None else -1
+    return ts * 1_000_000 if ts > 0 else None
 
 
 def _decode(name: bytes, code: int = errno.ENOENT) -> str:

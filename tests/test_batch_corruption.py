@@ -195,8 +195,6 @@ def test_batch_running_past_the_buffer_is_truncated() -> None:
         validate_batch(buf[:-1])
 
 
-
-
 @pytest.mark.parametrize(
     "batch_length",
     [

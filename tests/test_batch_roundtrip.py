@@ -437,8 +437,18 @@ def walker_batches(draw: st.DrawFn) -> list[Record]:
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     base_ts = draw(st.integers(-(2**40), 2**40))
     wide_deltas = draw(st.booleans())
+    # Records of one size, as fixed-schema producers write them, now and then broken by a different one: the
+    # runs the fast walker's chain takes in one step.
+    uniform = draw(st.booleans())
+    value_size = rng.choice([rng.randint(0, 12), rng.randint(60, 200)])
+    key_size = rng.choice([None, rng.randint(0, 8)])
     records = []
     for i in range(count):
+        if uniform and rng.random() > 0.02:
+            value: bytes | None = rng.randbytes(value_size)
+            key = None if key_size is None else rng.randbytes(key_size)
+            records.append(Record(i, base_ts + rng.randint(-60, 60), key, value))
+            continue
         delta = rng.randint(-(2**40), 2**40) if wide_deltas and rng.random() < 0.3 else rng.randint(-100, 100)
         value = None if rng.random() < 0.2 else rng.randbytes(rng.choice([rng.randint(0, 12), rng.randint(60, 200)]))
         key = None if rng.random() < 0.5 else rng.randbytes(rng.randint(0, 8))
@@ -696,12 +706,15 @@ def test_render_jsonl_writes_non_ascii_as_is_and_invalid_utf8_as_base64() -> Non
     )
     out = render_jsonl(buf, "tøpic", 3)
     assert b"\\u" not in out
-    assert out == (
-        '{"topic":"tøpic","partition":3,"offset":0,"timestamp":1,"timestampType":0,"key":"clé","value":"naïve ☃",'
-        '"headers":[{"key":"ü","value":"//4=","valueEncoding":"base64"},{"key":"n","value":null}]}\n'
-        '{"topic":"tøpic","partition":3,"offset":1,"timestamp":2,"timestampType":0,"key":"ww==",'
-        '"keyEncoding":"base64","value":null,"headers":[]}\n'
-    ).encode()
+    assert (
+        out
+        == (
+            '{"topic":"tøpic","partition":3,"offset":0,"timestamp":1,"timestampType":0,"key":"clé","value":"naïve ☃",'
+            '"headers":[{"key":"ü","value":"//4=","valueEncoding":"base64"},{"key":"n","value":null}]}\n'
+            '{"topic":"tøpic","partition":3,"offset":1,"timestamp":2,"timestampType":0,"key":"ww==",'
+            '"keyEncoding":"base64","value":null,"headers":[]}\n'
+        ).encode()
+    )
 
 
 def test_render_jsonl_from_offset_starts_inside_the_batch() -> None:
@@ -733,3 +746,29 @@ def test_renderings_of_a_numpy_walked_batch_match_the_reference() -> None:
     assert render_plain(buf, from_offset=150) == expected_plain(records[140:])
     lines = render_jsonl(buf, "t", 1, from_offset=60).splitlines()
     assert [json.loads(line) for line in lines] == [expected_json_object("t", 1, r, 0) for r in records[50:]]
+
+
+@pytest.mark.parametrize("value_size", [20, 100, 300], ids=["1-byte-lengths", "2-byte-lengths", "2-byte-wide"])
+@pytest.mark.parametrize("prefix_byte", [0, 1], ids=["first-byte", "second-byte"])
+def test_walk_numpy_checks_every_record_of_a_run_of_equal_sizes(value_size: int, prefix_byte: int) -> None:
+    """The fast walker takes a run of equal-size records in one step; a length prefix changed anywhere in the run
+    (the record's bytes unchanged) must still be caught, as the reference catches it."""
+    records = [Record(i, 1_000 + i % 7, None, bytes([65 + i % 26]) * value_size) for i in range(200)]
+    buf = encode_batch(records)
+    header = read_header(buf)
+    section = buf[61:]
+    starts = record_starts(section)
+    prefix_len = 1 if section[starts[100]] < 0x80 else 2
+    if prefix_byte >= prefix_len:
+        pytest.skip("the lengths of these records take one byte")
+    assert walk_numpy(section, 0, len(section), 200, 199, client=True, columns=False) is not None
+    for index in (1, 2, 63, 64, 65, 100, 198, 199):
+        for new in {section[starts[index] + prefix_byte] ^ 0x02, section[starts[index] + prefix_byte] ^ 0x40}:
+            damaged = bytearray(section)
+            damaged[starts[index] + prefix_byte] = new
+            for client in (True, False):
+                expected, got = assert_walkers_agree(
+                    bytes(damaged), 0, len(damaged), header.records_count, header.last_offset_delta, client, False,
+                    f"record {index} byte {prefix_byte} set to {new:#x}",
+                )  # fmt: skip
+                assert expected is None and got is None
