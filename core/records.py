@@ -302,8 +302,8 @@ def walk_numpy(
     fault: the reference then produces the precise error), so both walkers always agree."""
     if count == 0:
         return None  # nothing to vectorise; the reference answers (an empty section, or trailing bytes)
-    # 1. Chain the records: the only sequential dependency (see _chain). It checks every length on the way.
-    chained = _chain(data, start, end, count)
+    # 1. Chain the records: the only sequential dependency (see chain_records). It checks every length on the way.
+    chained = chain_records(data, start, end, count)
     if chained is None:
         return None
     buf = np.frombuffer(data, dtype=np.uint8, count=end)
@@ -314,7 +314,7 @@ def walk_numpy(
     ends[-1] = end
     # 2. Decode every field of every record at once.
     p = body + 1  # skip attributes
-    ts_delta, p = _vvarint(buf, p, VARLONG_MAX_BYTES)
+    ts_delta, p = decode_varints(buf, p, VARLONG_MAX_BYTES)
     if ts_delta is None:
         return None
     if client:
@@ -325,34 +325,46 @@ def walk_numpy(
         p = p_next
         od: IntArray = np.arange(count, dtype=np.int64)
     else:
-        od_read, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+        od_read, p = decode_varints(buf, p, VARINT_MAX_BYTES)
         if od_read is None:
             return None
         od = od_read
         if count and (od[0] < 0 or od[-1] > last_offset_delta or (count > 1 and bool((np.diff(od) <= 0).any()))):
             return None
-    key_len, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+    key_value = decode_keys_and_values(buf, p, ends)
+    if key_value is None:
+        return None
+    max_ts = int(ts_delta.max()) if count else 0
+    if not columns:
+        return max_ts, None
+    return max_ts, RecordColumns(data, ts_delta, od, *key_value, [None] * count)
+
+
+def decode_keys_and_values(
+    buf: npt.NDArray[np.uint8], p: IntArray, ends: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray] | None:
+    """The rest of each record from ``p`` (just after its offset delta) to ``ends``: key and value positions and
+    lengths, then a zero header count as the record's last byte. None for anything else (headers, a fault): the
+    reference walker judges those."""
+    key_len, p = decode_varints(buf, p, VARINT_MAX_BYTES)
     if key_len is None or bool((key_len < -1).any()):
         return None
     key_pos = p
     p = p + np.maximum(key_len, 0)
     if bool((p >= ends).any()):
         return None
-    value_len, p = _vvarint(buf, p, VARINT_MAX_BYTES)
+    value_len, p = decode_varints(buf, p, VARINT_MAX_BYTES)
     if value_len is None or bool((value_len < -1).any()):
         return None
     value_pos = p
     p = p + np.maximum(value_len, 0)
-    # Exactly one byte must remain, a zero header count; anything else goes to the reference walker.
+    # Exactly one byte must remain, a zero header count.
     if not np.array_equal(p + 1, ends) or bool(buf[p].any()):
         return None
-    max_ts = int(ts_delta.max()) if count else 0
-    if not columns:
-        return max_ts, None
-    return max_ts, RecordColumns(data, ts_delta, od, key_pos, key_len, value_pos, value_len, [None] * count)
+    return key_pos, key_len, value_pos, value_len
 
 
-def _chain(data: Buffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
+def chain_records(data: Buffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
     """Where each of ``count`` records starts, and where its body starts (after the length prefix), following the
     length prefixes from ``start``. None unless the chain ends exactly at ``end`` and every length is one the fast
     walker takes: non-negative, at least the minimum body, in one or two bytes (records up to 8 KiB; longer ones go to
@@ -422,7 +434,7 @@ def _expect_sequence(buf: npt.NDArray[np.uint8], p: IntArray, count: int) -> Int
     """Positions after the varints at ``p`` if they are exactly 0, 1 … count-1 (a producer's offset deltas), else
     None (the reference walker then names the fault). Counts of 8192 and more are decoded instead."""
     if count > 8192:
-        od, after = _vvarint(buf, p, VARINT_MAX_BYTES)
+        od, after = decode_varints(buf, p, VARINT_MAX_BYTES)
         if od is None or not np.array_equal(od, np.arange(count, dtype=np.int64)):
             return None
         return after
@@ -436,7 +448,7 @@ def _expect_sequence(buf: npt.NDArray[np.uint8], p: IntArray, count: int) -> Int
     return after
 
 
-def _vvarint(buf: npt.NDArray[np.uint8], p: IntArray, max_bytes: int) -> tuple[IntArray | None, IntArray]:
+def decode_varints(buf: npt.NDArray[np.uint8], p: IntArray, max_bytes: int) -> tuple[IntArray | None, IntArray]:
     """Decode one zigzag varint at each position ``p``; None for anything the reference must judge.
 
     The widest legal varints (5 bytes for int32, 10 for int64) carry range and overflow rules, so they go to the

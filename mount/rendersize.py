@@ -28,8 +28,11 @@ Rules:
 * Views hold *snapshots* of runs (the arrays and a slice of chunk numbers): growth appends to the arrays and never
   changes an entry below the end; a merge builds new arrays. So a view reads without any lock, and an open view's
   bytes never change.
-* Rendered bytes of recently read chunks are shared by all views in a byte-bounded LRU (64 MiB): ``cat`` reads
-  128 KiB at a time, so one chunk's rendering serves several reads, and readers of the same data share it.
+* Rendered bytes of recently read chunks are shared by all views in a byte-bounded LRU (64 MiB): a sequential
+  reader's view renders the chunks ahead of its read (READ_AHEAD_BYTES of stored bytes, in one call) and keeps them
+  here for its next reads, and readers of the same data share them.
+* Sizes and renderings come from ``core.render`` (``stored_sizes``, ``render_stored``), which walks every batch of
+  a buffer at once (vectorised) and gives the same bytes as rendering each batch alone.
 
 Memory is bounded by ``max_entries`` chunks in all (one million: ~16 MB of arrays, covering ~64 GiB of stored
 batches), evicted a whole segment index at a time, least recently used first; evicting never disturbs an open view.
@@ -62,15 +65,12 @@ from logfs.core.batch import (
     CRC_OFFSET,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
-    BatchHeader,
     iter_batch_positions,
     read_header,
-    record_columns,
 )
 from logfs.core.errors import StorageError
 from logfs.core.logfile import LogFile
-from logfs.core.records import RecordColumns
-from logfs.core.render import jsonl_from_columns, plain_from_columns
+from logfs.core.render import render_stored, stored_size, stored_sizes
 from logfs.core.segment import LogSegment
 
 # --- limits ---------------------------------------------------------------------------------------------------------
@@ -86,6 +86,9 @@ MAX_ENTRIES_DEFAULT = 1_000_000
 RENDERED_BYTES_DEFAULT = 64 * 1024 * 1024
 # Sizes of partial pieces (a view's first and last batch, an active segment's unindexed tail) kept per segment index.
 PIECE_SIZES_PER_SEGMENT = 256
+# Stored bytes a sequential reader's view renders in one call when a read misses the LRU: the chunks after the one
+# read are rendered with it and kept for the reads that follow (one walk of their records, not one a chunk).
+READ_AHEAD_BYTES = 1024 * 1024
 # One pread while scanning batches to index them: large enough that syscalls vanish, small enough to bound memory.
 SCAN_READ_BYTES = 1024 * 1024
 
@@ -105,52 +108,39 @@ class Format(enum.Enum):
 # --- rendering one batch and a span of batches -----------------------------------------------------------------------
 
 
-def _record_index(header: BatchHeader, cols: RecordColumns, offset: int | None, default: int) -> int:
-    """Number of the first record at or after ``offset`` (offset deltas ascend: a bisection); ``default`` for
-    None."""
-    if offset is None:
-        return default
-    delta = offset - header.base_offset
-    if delta <= 0:
-        return 0
-    od = cols.offset_delta
-    if isinstance(od, np.ndarray):
-        return int(np.searchsorted(od, delta, side="left"))
-    return bisect.bisect_left(od, delta)
-
-
 def render_batch(
     buf: bytes, at: int, fmt: Format, topic: str, partition: int, from_offset: int | None, until_offset: int | None
-) -> bytes:
+) -> bytes | memoryview:
     """The rendering of the records of the batch at ``buf[at:]`` with offsets in ``[from_offset, until_offset)``
     (None: unbounded on that side). Control batches render as nothing. Not for KAFKA."""
-    header = read_header(buf, at)
-    if header.is_control or header.records_count == 0:
-        return b""
-    header, cols = record_columns(buf, at)
-    lo = -1 if from_offset is None else from_offset
-    if fmt is Format.PLAIN:
-        out = plain_from_columns(header, cols, lo)
-    else:
-        out = jsonl_from_columns(header, cols, topic, partition, lo)
-    if until_offset is None or until_offset > header.last_offset:
-        return out
-    first = _record_index(header, cols, from_offset, 0)
-    stop = max(first, _record_index(header, cols, until_offset, len(cols)))
-    if fmt is Format.PLAIN:
-        return out[: _plain_bytes(cols, first, stop)]
-    end = -1
-    for _ in range(stop - first):  # JSON lines hold no raw newline: the n-th b"\n" ends the n-th line
-        end = out.index(b"\n", end + 1)
-    return out[: end + 1]
+    return render_batches(buf, [at], fmt, topic, partition, from_offset, until_offset)
 
 
-def _plain_bytes(cols: RecordColumns, first: int, stop: int) -> int:
-    """Plain size of records ``first…stop-1``: each value (a null one is empty) and its newline."""
-    vl = cols.value_length
-    if isinstance(vl, np.ndarray):
-        return int(np.maximum(vl[first:stop], 0).sum()) + (stop - first)
-    return sum(n for n in vl[first:stop] if n > 0) + (stop - first)
+def render_batches(
+    buf: bytes,
+    positions: list[int],
+    fmt: Format,
+    topic: str,
+    partition: int,
+    from_offset: int | None = None,
+    until_offset: int | None = None,
+) -> bytes | memoryview:
+    """The renderings of the whole batches at ``positions`` of ``buf``, concatenated, each cut to ``[from_offset,
+    until_offset)``: all of them at once (``core.render.render_stored``). Not for KAFKA."""
+    return render_stored(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset)
+
+
+def batches_rendered_size(
+    buf: bytes,
+    positions: list[int],
+    fmt: Format,
+    topic: str,
+    partition: int,
+    from_offset: int | None = None,
+    until_offset: int | None = None,
+) -> int:
+    """``len(render_batches(...))``; plain text from the value lengths alone. Not for KAFKA."""
+    return stored_size(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset)
 
 
 def batch_rendered_size(
@@ -159,15 +149,12 @@ def batch_rendered_size(
     """``len(render_batch(...))``; for plain text computed from the value lengths alone (no bytes are joined)."""
     if fmt is Format.KAFKA:
         return read_header(buf, at).size
-    if fmt is Format.JSONL:
-        return len(render_batch(buf, at, fmt, topic, partition, from_offset, until_offset))
-    header = read_header(buf, at)
-    if header.is_control or header.records_count == 0:
-        return 0
-    header, cols = record_columns(buf, at)
-    first = _record_index(header, cols, from_offset, 0)
-    stop = max(first, _record_index(header, cols, until_offset, len(cols)))
-    return _plain_bytes(cols, first, stop)
+    return batches_rendered_size(buf, [at], fmt, topic, partition, from_offset, until_offset)
+
+
+def batch_sizes(buf: bytes, positions: list[int], fmt: Format, topic: str, partition: int) -> list[int]:
+    """The rendered size of each whole batch at ``positions`` of ``buf``, all walked at once. Not for KAFKA."""
+    return stored_sizes(buf, positions, fmt is Format.JSONL, topic, partition)
 
 
 def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int]]:
@@ -203,7 +190,7 @@ def render_span(
     partition: int,
     from_offset: int | None = None,
     until_offset: int | None = None,
-) -> bytes:
+) -> bytes | memoryview:
     """The rendering of the batches in ``[lo, hi)`` of a ``.log``, each cut to ``[from_offset, until_offset)``."""
     if fmt is Format.KAFKA:
         data = log_file.read(lo, hi - lo)
@@ -211,10 +198,26 @@ def render_span(
             raise StorageError(f"{log_file.path}: {hi - lo} bytes at {lo} are not there (truncated under a view?)")
         return data
     parts = [
-        render_batch(buf, at, fmt, topic, partition, from_offset, until_offset)
-        for buf, at, _, _ in iter_stored_batches(log_file, lo, hi)
+        render_batches(buf, positions, fmt, topic, partition, from_offset, until_offset)
+        for buf, _, positions in _batches_by_buffer(log_file, lo, hi)
     ]
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _batches_by_buffer(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[bytes, int, list[int]]]:
+    """The batches of ``[lo, hi)`` as ``(buffer, its position in the file, batch positions in it)``, one triple per
+    read (see iter_stored_batches)."""
+    current: bytes | None = None
+    base = 0
+    positions: list[int] = []
+    for buf, at, _, position in iter_stored_batches(log_file, lo, hi):
+        if buf is not current:
+            if current is not None:
+                yield current, base, positions
+            current, base, positions = buf, position - at, []
+        positions.append(at)
+    if current is not None:
+        yield current, base, positions
 
 
 def span_size(
@@ -231,8 +234,8 @@ def span_size(
     if fmt is Format.KAFKA:
         return hi - lo
     return sum(
-        batch_rendered_size(buf, at, fmt, topic, partition, from_offset, until_offset)
-        for buf, at, _, _ in iter_stored_batches(log_file, lo, hi)
+        batches_rendered_size(buf, positions, fmt, topic, partition, from_offset, until_offset)
+        for buf, _, positions in _batches_by_buffer(log_file, lo, hi)
     )
 
 
@@ -385,8 +388,8 @@ class SegmentIndex:
         if not forced and limit - run.end < self.chunk_bytes:
             return  # not one whole chunk to add: render nothing
         chunk_start, rendered, added = run.end, 0, 0
-        for buf, at, size, position in iter_stored_batches(log_file, run.end, limit):
-            rendered += batch_rendered_size(buf, at, self.fmt, self.topic, self.partition, None, None)
+        for buf, at, size, position, batch_size in self._sized_batches(run.end, limit):
+            rendered += batch_size
             end = position + size
             if end - chunk_start >= self.chunk_bytes or (forced and end == limit):
                 run.bounds.append(end)
@@ -397,6 +400,15 @@ class SegmentIndex:
                 if not forced and limit - end < self.chunk_bytes:
                     break  # what is left cannot make a whole chunk: the view renders it as its tail
         self.entries += added
+
+    def _sized_batches(self, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int, int]]:
+        """``(buffer, at, size, position, rendered size)`` of each batch in ``[lo, hi)``: the batches of each read
+        are sized together (one walk of all their records)."""
+        for buf, base, positions in _batches_by_buffer(self.segment.log_file, lo, hi):
+            sizes = batch_sizes(buf, positions, self.fmt, self.topic, self.partition)
+            for at, rendered in zip(positions, sizes, strict=True):
+                size = int.from_bytes(buf[at + LENGTH_OFFSET : at + LOG_OVERHEAD], "big") + LOG_OVERHEAD
+                yield buf, at, size, base + at, rendered
 
     def _merge(self, i: int) -> _Run:
         """Join run ``i`` and the run after it (which starts where it ends) into new arrays."""
@@ -445,7 +457,7 @@ class RenderCache:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[tuple[int, Format, str, int], SegmentIndex] = OrderedDict()
         self._entries = 0
-        self._rendered: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
+        self._rendered: OrderedDict[tuple[object, ...], bytes | memoryview] = OrderedDict()
         self._rendered_bytes = 0
         self._hits = 0
         self._misses = 0
@@ -493,25 +505,42 @@ class RenderCache:
         # Plain text does not name the topic and partition; JSON lines do in every line.
         return (id(segment), fmt, topic, partition) if fmt is Format.JSONL else (id(segment), fmt, "", -1)
 
-    def rendered(self, key: tuple[object, ...], render: Callable[[], bytes]) -> bytes:
+    def rendered(self, key: tuple[object, ...], render: Callable[[], bytes | memoryview]) -> bytes | memoryview:
         """The bytes ``render()`` gives for ``key``, from the shared LRU or rendered now (outside the lock)."""
+        data = self.get(key)
+        if data is None:
+            data = render()
+            self.put(key, data)
+        return data
+
+    def get(self, key: tuple[object, ...]) -> bytes | memoryview | None:
+        """The bytes kept for ``key``, or None (counted as a miss)."""
         with self._lock:
             data = self._rendered.get(key)
-            if data is not None:
-                self._rendered.move_to_end(key)
-                self._hits += 1
-                return data
-            self._misses += 1
-        data = render()
-        if len(data) <= self.max_rendered_bytes // 4:
-            with self._lock:
-                if key not in self._rendered:
-                    self._rendered[key] = data
-                    self._rendered_bytes += len(data)
-                while self._rendered_bytes > self.max_rendered_bytes:
-                    _, old = self._rendered.popitem(last=False)
-                    self._rendered_bytes -= len(old)
-        return data
+            if data is None:
+                self._misses += 1
+                return None
+            self._rendered.move_to_end(key)
+            self._hits += 1
+            return data
+
+    def holds(self, key: tuple[object, ...]) -> bool:
+        """Is a rendering kept for ``key``? (Counts nothing, moves nothing.)"""
+        with self._lock:
+            return key in self._rendered
+
+    def put(self, key: tuple[object, ...], data: bytes | memoryview) -> None:
+        """Keep ``data`` for ``key`` (least recently used renderings make room)."""
+        if len(data) > self.max_rendered_bytes // 4:
+            return
+        with self._lock:
+            if key in self._rendered:
+                return
+            self._rendered[key] = data
+            self._rendered_bytes += len(data)
+            while self._rendered_bytes > self.max_rendered_bytes:
+                _, old = self._rendered.popitem(last=False)
+                self._rendered_bytes -= len(old)
 
     def statistics(self) -> RenderCacheStatistics:
         with self._lock:
@@ -523,6 +552,7 @@ class RenderCache:
 __all__ = [
     "CHUNK_BYTES_DEFAULT",
     "MAX_ENTRIES_DEFAULT",
+    "READ_AHEAD_BYTES",
     "SCAN_READ_BYTES",
     "Format",
     "RenderCache",
@@ -530,8 +560,11 @@ __all__ = [
     "RunSlice",
     "SegmentIndex",
     "batch_rendered_size",
+    "batch_sizes",
+    "batches_rendered_size",
     "iter_stored_batches",
     "render_batch",
+    "render_batches",
     "render_span",
     "span_size",
 ]

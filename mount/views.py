@@ -17,20 +17,32 @@ whole chunks from the segment's rendered-size index (``mount/rendersize.py``), a
 cut by ``end`` (and what follows the last whole chunk). The view's size is the sum of its pieces; a read bisects
 the pieces, then the chunk prefix sums, and renders only the chunks it touches (shared, recently rendered chunks
 come from the cache). Opening costs O(segments covered + log n) once the index is warm, plus rendering at most about
-one chunk and two batches per end; a cold index renders each batch once.
+one chunk and two batches per end; a cold index walks each batch once (``core.render.stored_sizes``: sizes from
+the record columns, nothing rendered, for plain text always and for JSON lines whose keys and values need no
+escaping).
+
+Sequential readers. A read that starts near where the view's previous read ended (``cat``, and the kernel's
+readahead, which sends 128-256 KiB requests a few at a time, not always in order) renders the chunk it misses and the
+chunks after it, up to READ_AHEAD_BYTES (1 MiB) of stored bytes, in one ``core.render.render_stored`` call (one
+vectorised walk of all their records), and keeps each chunk in the shared LRU: the reads that follow find their
+chunks there. One render runs at a time per view, so concurrent requests of one reader wait for the render that
+covers them instead of rendering the same chunks again. :meth:`RangeView.read_cached` answers a read from the LRU
+alone (never the disk), so the mount can serve those reads on the trio thread without the hop to a worker thread.
 
 Retention (spec §5). A view pins every segment it covers (``LogSegment.pin``) until :meth:`RangeView.close`, so a
 segment deleted meanwhile stays readable through it. Each pin keeps one descriptor open: a view over thousands of
 segments holds thousands of descriptors.
 
 Threads: every function may be called from any thread and does blocking disk I/O (call it from a worker thread,
-never the trio thread). A view may be read from several threads at once.
+never the trio thread), except :meth:`RangeView.read_cached`, which any thread may call. A view may be read from
+several threads at once.
 
 Known limitations:
 
-* The first open of a range learns its size by walking (plain) or rendering (JSON lines) every record once: about
-  0.3 s per million 100-byte records as plain text, 2 s as JSON lines (scripts/bench_views.py); later opens of any
-  range in the same segments use the index.
+* The first open of a range learns its size by walking every record once: about 0.1 s per million 100-byte
+  records as plain text, 0.25 s as JSON lines (scripts/bench_views.py; JSON lines whose keys or values need
+  escaping, base64 or headers are rendered instead, several times slower); later opens of any range in the same
+  segments use the index, which lives in memory only (a new mount walks again).
 * Pins cost a descriptor each, and ``core/handles.py`` retries every pinned segment beyond ``max_open_segments``
   (256) on each use of any segment: opening a view over 1,500 segments took 1.7 s, nearly all of it there.
 * A segment truncated below an open view's end (a follower's truncation below its HW) makes the view's reads fail
@@ -54,6 +66,7 @@ from logfs.core.log import Log
 from logfs.core.segment import LogSegment
 
 from .rendersize import (
+    READ_AHEAD_BYTES,
     SCAN_READ_BYTES,
     Format,
     RenderCache,
@@ -202,6 +215,8 @@ class RangeView:
         self._size = total
         self._pins = pins
         self._lock = threading.Lock()
+        self._next = -1  # where the last read ended (racy across threads, and only a hint)
+        self._render_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (
@@ -223,6 +238,21 @@ class RangeView:
 
         StorageError when the stored bytes no longer render as they did at open (a truncation under the view).
         """
+        data = self._read(position, size, cached_only=False)
+        assert data is not None
+        return data
+
+    def read_cached(self, position: int, size: int) -> bytes | None:
+        """What :meth:`read` answers, when every rendering it needs is already kept in the shared LRU (a sequential
+        reader's next reads usually are: see :meth:`_chunk`), else None. Never touches the disk and takes only the
+        LRU's lock for short moments, so the trio thread may call it and save the hop to a worker thread; on None,
+        call :meth:`read` in a worker thread. ``.kafka`` views always answer None."""
+        try:
+            return self._read(position, size, cached_only=True)
+        except _NotKept:
+            return None
+
+    def _read(self, position: int, size: int, *, cached_only: bool) -> bytes | None:
         if position < 0 or size < 0:
             raise ValueError(f"negative position {position} or size {size}")
         end = min(self._size, position + size)
@@ -231,24 +261,41 @@ class RangeView:
         parts: list[bytes | memoryview] = []
         i = bisect.bisect_right(self._starts, position) - 1
         pos = position
+        # A read near where the last one ended is taken for a sequential reader's (the kernel's readahead sends a
+        # few at once, not always in order).
+        ahead = self._next >= 0 and abs(position - self._next) <= 4 * size
         while pos < end:
             piece, base = self._pieces[i], self._starts[i]
             want = min(end, base + piece.size) - pos
-            self._read_piece(piece, pos - base, want, parts)
+            self._read_piece(piece, pos - base, want, parts, ahead, cached_only)
             pos += want
             i += 1
+        self._next = end
         return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
-    def _read_piece(self, piece: _Piece, rel: int, want: int, parts: list[bytes | memoryview]) -> None:
+    def _read_piece(
+        self,
+        piece: _Piece,
+        rel: int,
+        want: int,
+        parts: list[bytes | memoryview],
+        ahead: bool = False,
+        cached_only: bool = False,
+    ) -> None:
+        data: bytes | memoryview
         if isinstance(piece, _Raw):
+            if cached_only:
+                raise _NotKept
             data = piece.segment.log_file.read(piece.lo + rel, want)
             if len(data) != want:
                 raise StorageError(f"{piece.segment.log_path}: {want} bytes at {piece.lo + rel} are not there")
             parts.append(data)
         elif isinstance(piece, _Span):
-            data = self._rendered(
-                piece.seg_index, piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset
-            )
+            key = (piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset)
+            kept = self._cache.get(key) if cached_only else None
+            if cached_only and kept is None:
+                raise _NotKept
+            data = kept if kept is not None else self._rendered(piece.seg_index, *key)
             if len(data) != piece.size:
                 raise _changed(piece.seg_index, piece.lo, piece.size, len(data))
             parts.append(memoryview(data)[rel : rel + want])
@@ -257,20 +304,60 @@ class RangeView:
             k = run.chunk_at(rel)
             inner = run.cum[run.k0] + rel - run.cum[k]
             while want > 0:
-                lo, hi = run.bounds[k], run.bounds[k + 1]
                 expected = run.cum[k + 1] - run.cum[k]
-                data = self._rendered(piece.seg_index, piece.token, lo, hi, None, None)
-                if len(data) != expected:
-                    raise _changed(piece.seg_index, lo, expected, len(data))
+                data = self._chunk(piece, k, ahead, cached_only)
                 take = min(want, expected - inner)
                 parts.append(memoryview(data)[inner : inner + take])
                 want -= take
                 inner = 0
                 k += 1
 
+    def _chunk(self, piece: _Chunks, k: int, ahead: bool, cached_only: bool = False) -> bytes | memoryview:
+        """The rendering of chunk ``k`` of a run slice: from the shared LRU, or rendered now. For a sequential
+        reader (``ahead``) the chunks after it, up to READ_AHEAD_BYTES of stored bytes, are rendered in the same call
+        and kept in the LRU for the reads that follow (one walk of all their records instead of one a chunk)."""
+        key = _chunk_key(piece, k)
+        data = self._cache.get(key)
+        if data is None and cached_only:
+            raise _NotKept
+        if data is None:
+            # One render at a time per view: a read that needs a chunk another read is rendering waits for it instead
+            # of rendering it again (rendering holds the GIL most of the time anyway).
+            with self._render_lock:
+                data = self._cache.get(key)
+                if data is None:
+                    data = self._render_chunks(piece, k, READ_AHEAD_BYTES if ahead else 0)
+        return data
+
+    def _render_chunks(self, piece: _Chunks, k: int, ahead_bytes: int) -> memoryview:
+        """Render chunk ``k`` and the chunks after it not yet kept, up to ``ahead_bytes`` of stored bytes, in one
+        call; keep each in the LRU; return chunk ``k``'s. Caller holds ``_render_lock``."""
+        run, index = piece.run, piece.seg_index
+        lo = run.bounds[k]
+        k2 = k + 1
+        while k2 < run.k1 and run.bounds[k2 + 1] - lo <= ahead_bytes and not self._cache.holds(_chunk_key(piece, k2)):
+            k2 += 1
+        rendered = render_span(index.segment.log_file, lo, run.bounds[k2], self.fmt, self.topic, self.partition)
+        expected = run.cum[k2] - run.cum[k]
+        if len(rendered) != expected:
+            raise _changed(index, lo, expected, len(rendered))
+        whole = memoryview(rendered)
+        for j in range(k, k2):
+            a, b = run.cum[j] - run.cum[k], run.cum[j + 1] - run.cum[k]
+            if a < b and whole[b - 1] != 0x0A:  # every chunk's rendering ends a line: the cut is where it was
+                raise StorageError(
+                    f"{index.segment.log_path}: the batches at byte {run.bounds[j]} no longer render as they did when "
+                    "the view was opened (the segment was truncated under an open view)"
+                )
+        for j in range(k + 1, k2):
+            self._cache.put(_chunk_key(piece, j), whole[run.cum[j] - run.cum[k] : run.cum[j + 1] - run.cum[k]])
+        first = whole[: run.cum[k + 1] - run.cum[k]]
+        self._cache.put(_chunk_key(piece, k), first)
+        return first
+
     def _rendered(
         self, index: SegmentIndex, token: int, lo: int, hi: int, from_offset: int | None, until_offset: int | None
-    ) -> bytes:
+    ) -> bytes | memoryview:
         return self._cache.rendered(
             (token, lo, hi, from_offset, until_offset),
             lambda: render_span(
@@ -290,6 +377,15 @@ class RangeView:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _NotKept(Exception):
+    """A read_cached() needs a rendering the LRU does not hold."""
+
+
+def _chunk_key(piece: _Chunks, k: int) -> tuple[object, ...]:
+    """The LRU key of chunk ``k``'s rendering (that of a span of whole batches: see RangeView._rendered)."""
+    return (piece.token, piece.run.bounds[k], piece.run.bounds[k + 1], None, None)
 
 
 def _changed(index: SegmentIndex, lo: int, expected: int, got: int) -> StorageError:
@@ -445,7 +541,7 @@ def render_follow_chunk(
     end = min(end_offset, leo)
     if offset >= end:
         return b"", offset
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     total = scanned = 0
     next_offset = offset
     segments = log.segments
@@ -465,6 +561,7 @@ def render_follow_chunk(
                     header = read_header(buf, at)
                     if header.base_offset >= end:
                         return b"".join(parts), next_offset
+                    data: bytes | memoryview
                     if index is None:
                         data, after = buf[at : at + size], header.last_offset + 1
                     else:

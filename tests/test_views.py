@@ -427,19 +427,26 @@ def test_views_span_several_segments(tmp_path: Path) -> None:
 
 
 def count_renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Batches sized and rendered (every size and rendering goes through these two, a span of batches a call)."""
     counts = {"size": 0, "render": 0}
-    size, render = rendersize.batch_rendered_size, rendersize.render_batch
+    size, render = rendersize.batches_rendered_size, rendersize.render_batches
+    sizes = rendersize.batch_sizes
 
-    def counting_size(*args: object, **kwargs: object) -> int:
-        counts["size"] += 1
-        return size(*args, **kwargs)  # type: ignore[arg-type]
+    def counting_size(buf: bytes, positions: list[int], *args: object, **kwargs: object) -> int:
+        counts["size"] += len(positions)
+        return size(buf, positions, *args, **kwargs)  # type: ignore[arg-type]
 
-    def counting_render(*args: object, **kwargs: object) -> bytes:
-        counts["render"] += 1
-        return render(*args, **kwargs)  # type: ignore[arg-type]
+    def counting_render(buf: bytes, positions: list[int], *args: object, **kwargs: object) -> bytes:
+        counts["render"] += len(positions)
+        return render(buf, positions, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rendersize, "batch_rendered_size", counting_size)
-    monkeypatch.setattr(rendersize, "render_batch", counting_render)
+    def counting_sizes(buf: bytes, positions: list[int], *args: object, **kwargs: object) -> list[int]:
+        counts["size"] += len(positions)
+        return sizes(buf, positions, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rendersize, "batches_rendered_size", counting_size)
+    monkeypatch.setattr(rendersize, "batch_sizes", counting_sizes)
+    monkeypatch.setattr(rendersize, "render_batches", counting_render)
     return counts
 
 
