@@ -326,7 +326,11 @@ def _validate_body(buf: bytes | bytearray | memoryview, position: int, size: int
             )
     elif h.records_count > h.last_offset_delta + 1:
         raise InvalidRecord(f"recordsCount {h.records_count} exceeds lastOffsetDelta {h.last_offset_delta} + 1")
-    data, start, end = _records_section(buf, position, size, codec)
+    if codec == Compression.NONE:  # walked where it lies, a view included: no copy of the records
+        data: bytes | bytearray | memoryview = buf
+        start, end = position + RECORDS_OFFSET, position + size
+    else:
+        data, start, end = _records_section(buf, position, size, codec)
     count, last_delta = h.records_count, h.last_offset_delta
     max_ts_delta, cols = walk(data, start, end, count, last_delta, client=client, columns=h.is_control)
     if h.is_control and cols is not None:
@@ -562,6 +566,7 @@ END_TXN_MARKER_BATCH_BYTES = 78  # Kafka's CURRENT_END_TXN_SCHEMA_RECORD_SIZE pl
 
 
 # --- control records --------------------------------------------------------------------------------------------
+
 
 def encode_end_txn_marker(
     control_type: ControlType,

@@ -44,6 +44,9 @@ from .errors import InvalidRecord
 from .varint import INT32_MAX, INT64_MAX, INT64_MIN, VARINT_MAX_BYTES, VARLONG_MAX_BYTES
 
 Buffer: TypeAlias = bytes | bytearray
+# What the walkers read: a memoryview too, so that a batch that arrived inside a larger buffer (the mount's write
+# requests) is validated where it lies. Columns always hold an owning buffer (see _owning).
+WalkBuffer: TypeAlias = bytes | bytearray | memoryview
 IntColumn: TypeAlias = list[int] | npt.NDArray[np.int64]
 
 # Below this many records the fixed cost of the numpy calls (~40 of them, ~100-150 µs in all) exceeds the loop's
@@ -106,7 +109,7 @@ def _as_list(column: IntColumn) -> list[int]:
 
 
 def walk(
-    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+    data: WalkBuffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
 ) -> tuple[int, RecordColumns | None]:
     """Validate ``count`` records in ``data[start:end]``; return the largest timestamp delta and, if asked, the
     columns (positions are into ``data``, so an uncompressed batch is walked where it lies, without a copy).
@@ -123,12 +126,18 @@ def walk(
     return walk_python(data, start, end, count, last_offset_delta, client=client, columns=columns)
 
 
+def _owning(data: WalkBuffer) -> Buffer:
+    """The buffer a RecordColumns keeps: positions index it, so a view is copied whole (only control batches and
+    reads ask for columns of a view, and both are small or already owned)."""
+    return data.tobytes() if isinstance(data, memoryview) else data
+
+
 def _fault(index: int, what: str) -> InvalidRecord:
     return InvalidRecord(f"record {index}: {what}")
 
 
 def walk_python(
-    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+    data: WalkBuffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
 ) -> tuple[int, RecordColumns | None]:
     """The reference walker: a plain loop over the bytes (see the module docstring for the rules)."""
     pos = start
@@ -232,11 +241,11 @@ def walk_python(
         pos = rec_end
     if pos != end:
         raise InvalidRecord(f"{end - pos} trailing bytes after the {count} records the batch declares")
-    cols = RecordColumns(data, tsd, ods, kps, kls, vps, vls, hds) if columns else None
+    cols = RecordColumns(_owning(data), tsd, ods, kps, kls, vps, vls, hds) if columns else None
     return (max_ts_delta if count else 0), cols
 
 
-def _read_varint(data: Buffer, pos: int, limit: int, max_bytes: int, index: int, field: str) -> tuple[int, int]:
+def _read_varint(data: WalkBuffer, pos: int, limit: int, max_bytes: int, index: int, field: str) -> tuple[int, int]:
     """One varint of record ``index`` that must end at or before ``limit``; Kafka's widths enforced."""
     b = data[pos] if pos < limit else -1
     if 0 <= b < 0x80:  # the one-byte case is by far the most common
@@ -264,7 +273,7 @@ def _read_varint(data: Buffer, pos: int, limit: int, max_bytes: int, index: int,
 
 
 def _read_headers(
-    data: Buffer, p: int, rec_end: int, n_headers: int, index: int
+    data: WalkBuffer, p: int, rec_end: int, n_headers: int, index: int
 ) -> tuple[list[tuple[str, bytes | None]], int]:
     headers: list[tuple[str, bytes | None]] = []
     for h in range(n_headers):
@@ -296,7 +305,7 @@ IntArray = npt.NDArray[np.int64]
 
 
 def walk_numpy(
-    data: Buffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
+    data: WalkBuffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
 ) -> tuple[int, RecordColumns | None] | None:
     """The fast walker. Returns None when the batch holds something it leaves to the reference (headers, or any
     fault: the reference then produces the precise error), so both walkers always agree."""
@@ -337,7 +346,7 @@ def walk_numpy(
     max_ts = int(ts_delta.max()) if count else 0
     if not columns:
         return max_ts, None
-    return max_ts, RecordColumns(data, ts_delta, od, *key_value, [None] * count)
+    return max_ts, RecordColumns(_owning(data), ts_delta, od, *key_value, [None] * count)
 
 
 def decode_keys_and_values(
@@ -364,7 +373,7 @@ def decode_keys_and_values(
     return key_pos, key_len, value_pos, value_len
 
 
-def chain_records(data: Buffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
+def chain_records(data: WalkBuffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
     """Where each of ``count`` records starts, and where its body starts (after the length prefix), following the
     length prefixes from ``start``. None unless the chain ends exactly at ``end`` and every length is one the fast
     walker takes: non-negative, at least the minimum body, in one or two bytes (records up to 8 KiB; longer ones go to
@@ -404,11 +413,11 @@ def chain_records(data: Buffer, start: int, end: int, count: int) -> tuple[array
                 continue
             # Two records of one size: take every following start whose prefix bytes repeat this one's.
             limit = min(end, pos + step * (count - n))
-            gathered = data[pos:limit:step]
-            run = len(gathered) - len(gathered.lstrip(data[pos : pos + 1]))
+            gathered = bytes(data[pos:limit:step])
+            run = len(gathered) - len(gathered.lstrip(gathered[:1]))
             if head == 2:
-                gathered = data[pos + 1 : limit + 1 : step]
-                run = min(run, len(gathered) - len(gathered.lstrip(data[pos + 1 : pos + 2])))
+                gathered = bytes(data[pos + 1 : limit + 1 : step])
+                run = min(run, len(gathered) - len(gathered.lstrip(gathered[:1])))
             run_starts = np.arange(pos, pos + step * run, step, dtype=np.int64)
             starts.frombytes(run_starts.tobytes())
             bodies.frombytes((run_starts + head).tobytes())

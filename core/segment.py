@@ -216,7 +216,7 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         shallow_offset_of_max_timestamp: int,
-        records: bytes | bytearray,
+        records: bytes | bytearray | memoryview,
     ) -> int:
         """Append validated batches whose offsets are assigned; returns the position they start at. Writer thread.
 

@@ -115,45 +115,37 @@ class BatchFramer:
     def pending_bytes(self) -> int:
         return len(self._buf)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
-        """The whole batches buffered so far, each as its own bytearray (the log stamps it in place).
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        """The whole batches buffered so far, each a writable view into one new buffer (the log stamps it in place).
 
-        A declared length below Kafka's minimum (CorruptRecord) or a declared size over ``max_batch_bytes``
-        (RecordTooLarge) loses the framing: the batches before it are returned and the error is kept in
-        :attr:`failure` (the caller appends them, then reports it and refuses the handle's further writes).
+        The request's bytes are copied once, behind the unfinished batch kept from earlier requests; the batches are
+        views of that copy, which lives as long as they do, and only the new unfinished tail is copied again (less
+        than a batch). A declared length below Kafka's minimum (CorruptRecord) or a declared size over
+        ``max_batch_bytes`` (RecordTooLarge) loses the framing: the batches before it are returned and the error is
+        kept in :attr:`failure` (the caller appends them, then reports it and refuses the handle's further writes).
         """
-        if self._buf:
-            self._buf += data
-            source: bytes | bytearray | memoryview = self._buf
-        else:
-            source = data  # the common case (whole batches per request): no copy into the buffer first
-        batches: list[bytearray] = []
+        kept = len(self._buf)
+        work = bytearray(kept + len(data))
+        work[:kept] = self._buf
+        work[kept:] = data
+        view = memoryview(work)
+        batches: list[memoryview] = []
         position = 0
-        view = memoryview(source)
-        try:
-            while True:
-                declared = _declared_size(view, position)
-                if declared is not None and declared > self.max_batch_bytes:
-                    self.failure = RecordTooLarge(declared, self.max_batch_bytes)
-                    break
-                try:
-                    size = batch_size_at(view, position)
-                except LogfsError as exc:
-                    self.failure = exc
-                    break
-                if size is None:
-                    break
-                batches.append(bytearray(view[position : position + size]))
-                position += size
-            rest = view[position:]
-            if source is self._buf:
-                del rest
-                view.release()
-                del self._buf[:position]
-            else:
-                self._buf = bytearray(rest)
-        finally:
-            view.release()
+        while True:
+            declared = _declared_size(view, position)
+            if declared is not None and declared > self.max_batch_bytes:
+                self.failure = RecordTooLarge(declared, self.max_batch_bytes)
+                break
+            try:
+                size = batch_size_at(view, position)
+            except LogfsError as exc:
+                self.failure = exc
+                break
+            if size is None:
+                break
+            batches.append(view[position : position + size])
+            position += size
+        self._buf = bytearray(view[position:])
         return batches
 
     def take_tail(self) -> int:

@@ -579,3 +579,25 @@ def test_truncate_after_unclean_reopen_leaves_one_segment(tmp_path: Path) -> Non
     assert log.truncate_to(3)
     assert len(log.segments) == 1
     assert log.log_end_offset == 3
+
+
+def test_leader_appends_batches_from_views_of_one_buffer_in_place(tmp_path: Path) -> None:
+    """The mount hands the log writable views into one request buffer: each is stamped where it lies, and stored
+    exactly as the same batch given as its own bytearray; a read-only view is copied, its buffer left alone."""
+    batches = [encode_batch([Record(0, now_ms(), None, b"v%d" % i * (i + 1))]) for i in range(3)]
+    by_view = new_log(tmp_path / "views")
+    shared = bytearray(b"".join(batches))
+    position = 0
+    for batch in batches:
+        by_view.append_as_leader(memoryview(shared)[position : position + len(batch)], 7)
+        position += len(batch)
+    by_array = new_log(tmp_path / "arrays")
+    for batch in batches:
+        by_array.append_as_leader(bytearray(batch), 7)
+    stored = by_view.active_segment.log_path.read_bytes()
+    assert stored == by_array.active_segment.log_path.read_bytes()
+    assert bytes(shared) == stored  # stamped in place: base offsets 0, 1, 2 and the epoch
+    frozen = bytes(batches[0])
+    by_view.append_as_leader(memoryview(frozen), 7)
+    assert frozen == batches[0]
+    assert by_view.log_end_offset == 4
