@@ -240,14 +240,22 @@ class Log:
                 "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)"
             )
 
-    def append_as_follower(self, data: bytes | bytearray, now_ms: int | None = None) -> AppendInfo | None:
-        """Append batches whose offsets the leader assigned (one or more, back to back); None for no batch."""
+    def append_as_follower(
+        self, data: bytes | bytearray, now_ms: int | None = None, *, roll: bool = True
+    ) -> AppendInfo | None:
+        """Append batches whose offsets the leader assigned (one or more, back to back); None for no batch.
+
+        As Kafka's follower does, each batch is checked for size, magic and CRC only (the leader validated its
+        records when it appended them) and ``max.message.bytes`` is not applied (a topic whose limit was lowered
+        must still replicate the larger batches it already holds). ``roll=False`` leaves rolling to the caller (a
+        follower rolls where its leader's segments start, so that its segment files stay identical even when
+        segment.jitter.ms or time-based rolls would decide otherwise); only a batch that cannot fit the active
+        segment (relative-offset overflow, a full index, segment.bytes) still rolls.
+        """
         now = wall_clock_ms() if now_ms is None else now_ms
         headers = []
         for position, size in iter_batch_positions(data):
-            if size > self.config.max_message_bytes:
-                raise RecordTooLarge(size, self.config.max_message_bytes)
-            headers.append(validate_batch(data, position, client=False, size=size).header)
+            headers.append(validate_batch(data, position, client=False, size=size, deep=False).header)
         if not headers:
             return None
         consumed = sum(h.size for h in headers)
@@ -265,7 +273,7 @@ class Log:
         with self._lock:
             if first < self._leo.message_offset:
                 raise UnexpectedAppendOffset(first, last, self._leo.message_offset)
-            rolled = self._maybe_roll(consumed, max_h.max_timestamp, last, first, now)
+            rolled = self._maybe_roll(consumed, max_h.max_timestamp, last, first, now, by_time=roll)
             self.active_segment.append(last, max_h.max_timestamp, max_h.last_offset, data)
             records = sum(h.records_count for h in headers)
             self._advance_leo(last + 1, records)  # before the epoch checkpoint: see append_as_leader
@@ -283,11 +291,13 @@ class Log:
         if self._unflushed_records >= self.config.flush_messages:
             self.flush(next_offset)
 
-    def _maybe_roll(self, size: int, max_ts: int, last_offset: int, first_offset: int, now: int) -> bool:
+    def _maybe_roll(
+        self, size: int, max_ts: int, last_offset: int, first_offset: int, now: int, *, by_time: bool = True
+    ) -> bool:
         active = self.active_segment
         if active.should_roll(
             segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
+            segment_ms=self.config.segment_ms if by_time else NO_LIMIT,
             messages_bytes=size,
             max_timestamp_in_messages=max_ts,
             max_offset_in_messages=last_offset,

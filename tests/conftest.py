@@ -9,6 +9,7 @@ no WARNING or ERROR line the test did not announce with :meth:`Mount.allow_log` 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -143,3 +144,36 @@ def shared_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
         yield mount
     finally:
         finish_mount(mount)
+
+
+# --- small helpers of the mount tests -------------------------------------------------------------------------------
+
+
+def sh(command: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """A shell command line, as a user types it under the mount."""
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def errno_of(fn, *args) -> int | None:  # type: ignore[no-untyped-def]
+    """The errno ``fn(*args)`` fails with, None when it succeeds."""
+    try:
+        fn(*args)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
+    """One open, every byte written (write(2) may take less than asked), one close."""
+    fd = os.open(path, flags)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
+    """A partition's ``state`` file, parsed."""
+    return json.loads((mnt / topic / str(partition) / "state").read_bytes())

@@ -20,7 +20,7 @@ import pytest
 from logfs.core.batch import Record, decode_records, encode_batch, iter_batch_positions, read_header
 from logfs.core.compression import Compression
 from logfs.core.config import LogConfig
-from logfs.core.errors import OffsetOutOfRange, RecordBatchTooLarge
+from logfs.core.errors import CorruptRecord, OffsetOutOfRange, RecordBatchTooLarge
 from logfs.core.handles import HandleCache
 from logfs.core.index import SEGMENT_INDEX_BYTES_DEFAULT, OffsetIndex
 from logfs.core.loader import load_log
@@ -601,3 +601,24 @@ def test_leader_appends_batches_from_views_of_one_buffer_in_place(tmp_path: Path
     by_view.append_as_leader(memoryview(frozen), 7)
     assert frozen == batches[0]
     assert by_view.log_end_offset == 4
+
+
+@pytest.mark.parametrize("roll", [True, False])
+def test_a_follower_append_rolls_by_time_only_when_asked(tmp_path: Path, roll: bool) -> None:
+    """roll=False: a follower that rolls where its leader did never rolls on its own clock (segment.ms)."""
+    log = new_log(tmp_path, segment_ms=1000)
+    log.append_as_follower(at(0, b"a", timestamp=1_000), now_ms=1_000, roll=roll)
+    log.append_as_follower(at(1, b"b", timestamp=90_000), now_ms=90_000, roll=roll)
+    assert [s.base_offset for s in log.segments] == ([0, 1] if roll else [0])
+
+
+def test_a_follower_takes_batches_over_max_message_bytes_and_checks_only_their_crc(tmp_path: Path) -> None:
+    log = new_log(tmp_path, max_message_bytes=100)
+    big = at(0, b"x" * 500)
+    log.append_as_follower(big)  # Kafka's follower does not apply max.message.bytes
+    assert log.log_end_offset == 1
+    damaged = bytearray(at(1, b"y"))
+    damaged[-1] ^= 0xFF
+    with pytest.raises(CorruptRecord):
+        log.append_as_follower(damaged)
+    assert log.log_end_offset == 1

@@ -16,38 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Mount, default_signals, finish_mount, start_mount
+from conftest import Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logfs.core.batch import encode_values
 from logfs.core.store import Store
-
-
-def sh(command: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def errno_of(fn, *args) -> int | None:  # type: ignore[no-untyped-def]
-    try:
-        fn(*args)
-    except OSError as exc:
-        return exc.errno
-    return None
-
-
-def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
-    fd = os.open(path, flags)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
-    return json.loads((mnt / topic / str(partition) / "state").read_bytes())
 
 
 def now_ms() -> int:

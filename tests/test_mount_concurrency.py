@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Mount, default_signals, finish_mount, start_mount
+from conftest import Mount, default_signals, finish_mount, start_mount, state, write_all
 
 WRITER = textwrap.dedent(
     """
@@ -45,20 +45,6 @@ ACKED_WRITER = textwrap.dedent(
         print(i, flush=True)
     """
 )
-
-
-def write_all(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
-    return json.loads((mnt / topic / str(partition) / "state").read_bytes())
 
 
 @pytest.fixture

@@ -23,36 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS, Mount, default_signals, finish_mount, start_mount
+from conftest import LOGFS, Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 SEGMENT_ZERO = "00000000000000000000"
-
-
-def sh(command: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def errno_of(fn, *args) -> int | None:  # type: ignore[no-untyped-def]
-    try:
-        fn(*args)
-    except OSError as exc:
-        return exc.errno
-    return None
-
-
-def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
-    fd = os.open(path, flags)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
-    return json.loads((mnt / topic / str(partition) / "state").read_bytes())
 
 
 def metric(mnt: Path, name: str, topic: str, partition: int = 0) -> int:
@@ -246,7 +220,9 @@ def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(cont
     write_all(mnt / "victim/0/append", b"safe\n")
     before_store = topic_files(store)
     before_root = sorted(os.listdir(mnt))
-    os.mkdir(mnt / ("b" * 200))  # a long valid name works (249 characters: see test_a_topic_name_of_249_characters_works) …
+    os.mkdir(
+        mnt / ("b" * 200)
+    )  # a long valid name works (249 characters: see test_a_topic_name_of_249_characters_works) …
     os.rmdir(mnt / ("b" * 200))
     refused_mkdir = {
         "a" * 250: errno.ENAMETOOLONG,  # … one over Kafka's limit is too long
