@@ -20,7 +20,13 @@ import pytest
 from logfs.core.batch import Record, decode_records, encode_batch, iter_batch_positions, read_header
 from logfs.core.compression import Compression
 from logfs.core.config import LogConfig
-from logfs.core.errors import CorruptRecord, OffsetOutOfRange, RecordBatchTooLarge
+from logfs.core.errors import (
+    CorruptRecord,
+    OffsetOutOfRange,
+    OffsetsOutOfOrder,
+    RecordBatchTooLarge,
+    UnexpectedAppendOffset,
+)
 from logfs.core.handles import HandleCache
 from logfs.core.index import SEGMENT_INDEX_BYTES_DEFAULT, OffsetIndex
 from logfs.core.loader import load_log
@@ -622,3 +628,26 @@ def test_a_follower_takes_batches_over_max_message_bytes_and_checks_only_their_c
     with pytest.raises(CorruptRecord):
         log.append_as_follower(damaged)
     assert log.log_end_offset == 1
+
+
+def test_scenario_71_follower_appends_below_the_log_end_or_out_of_order_are_refused(tmp_path: Path) -> None:
+    """Reference scenario 71 (UnifiedLogTest.testAppendEmptyLogBelowLogStartOffsetThrowsException,
+    testAppendBelowExpectedOffsetThrowsException, testAppendWithOutOfOrderOffsetsThrowsException)."""
+    log = new_log(tmp_path / "a")
+    log.truncate_fully_and_start_at(7)  # log start = LEO = 7
+    three = encode_batch([Record(i, NO_TIMESTAMP, None, b"v") for i in range(4, 7)], base_offset=4)
+    with pytest.raises(UnexpectedAppendOffset) as raised:
+        log.append_as_follower(three)
+    assert (raised.value.first_offset, raised.value.last_offset) == (4, 6)
+    assert log.log_end_offset == 7
+
+    log = new_log(tmp_path / "b")
+    log.append_as_follower(at(0, b"a") + at(1, b"b"))  # LEO 2
+    with pytest.raises(UnexpectedAppendOffset):
+        log.append_as_follower(at(0, b"again"))
+    assert log.log_end_offset == 2
+
+    log = new_log(tmp_path / "c")
+    with pytest.raises(OffsetsOutOfOrder):
+        log.append_as_follower(b"".join(at(o, b"x") for o in (0, 1, 3, 2, 4)))
+    assert log.log_end_offset == 0
