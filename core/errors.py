@@ -27,7 +27,9 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     ├── ReplicationError
     │   ├── NotEnoughReplicas             ISR below min.insync.replicas before an append (nothing written)
     │   ├── NotEnoughReplicasAfterAppend  written, but the ISR shrank below min.insync.replicas before the ack
-    │   └── ReplicationTimeout            written, but not replicated within request.timeout.ms
+    │   ├── ReplicationTimeout            written, but not replicated within request.timeout.ms
+    │   ├── UnknownReplica                a fetch from an id that is not one of this leader's followers
+    │   └── PromotionRefused              leading a store that was out of the ISR, without --unclean
     ├── ProducerError
     │   ├── OutOfOrderSequence            an idempotent producer skipped or reused a sequence number
     │   └── ProducerFenced                an older producer epoch than the one the log knows
@@ -195,6 +197,24 @@ class NotEnoughReplicasAfterAppend(ReplicationError):
 
 class ReplicationTimeout(ReplicationError):
     """The records are in the log, but the HW did not pass them within ``request.timeout.ms``."""
+
+
+class UnknownReplica(ReplicationError):
+    """A fetch from ``replica_id``, which is not in ``replica.ids`` or is the leader itself (Kafka's
+    NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH family: the leader does not know that replica)."""
+
+    def __init__(self, replica_id: int, replica_ids: tuple[int, ...], node_id: int) -> None:
+        self.replica_id = replica_id
+        self.replica_ids = replica_ids
+        self.node_id = node_id
+        super().__init__(
+            f"replica {replica_id} is not a follower of node {node_id} (replica.ids={','.join(map(str, replica_ids))})"
+        )
+
+
+class PromotionRefused(ReplicationError):
+    """``logfs mount`` of a store that was out of the ISR at its follower's last fetch, or whose replica state file
+    cannot be read, without ``--unclean`` (Kafka's unclean leader election, off by default)."""
 
 
 # --- producers ---------------------------------------------------------------------------------------------------

@@ -191,12 +191,20 @@ def _progress_line(verb: str) -> Callable[[int, int], None]:
     metavar="KEY=VALUE",
     help="A store-wide default for this process (Kafka's names: num.partitions, segment.bytes …); repeatable.",
 )
-def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...]) -> None:
+@click.option(
+    "--unclean",
+    is_flag=True,
+    help="Lead STORE even if it was out of the ISR when it last followed a leader (Kafka's unclean leader election: "
+    "records the old leader acknowledged may be lost).",
+)
+def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean: bool) -> None:
     """Serve STORE as a filesystem at MOUNTPOINT, in the foreground, until SIGINT, SIGTERM or `logfs umount`.
 
-    Then shuts down cleanly (flush, checkpoints, clean-shutdown marker, unmount) and exits 0. A stale mount left
-    at MOUNTPOINT by a process that died is cleared first. Exits 1 when the store is in use by another process or
-    the mount point cannot be used, 2 for a bad --config.
+    STORE is the leader of every partition, in a new leader epoch; followers (`logfs follow`) fetch through
+    MOUNTPOINT/.logfs/fetch/ when --config replica.ids lists them. Shuts down cleanly (flush, checkpoints,
+    clean-shutdown marker, unmount) and exits 0. A stale mount left at MOUNTPOINT by a process that died is cleared
+    first. Exits 1 when the store is in use by another process, the mount point cannot be used, or STORE was out
+    of the ISR at its last fetch as a follower (unless --unclean); 2 for a bad --config.
     """
     from logfs.core.config import parse_store_config
     from logfs.core.errors import ConfigError
@@ -208,7 +216,57 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...]) -> None:
     from logfs.mount.server import serve  # pyfuse3 and trio only for this command
 
     try:
-        code = serve(store, mountpoint, config)
+        code = serve(store, mountpoint, config, unclean=unclean)
+    except ConfigError as exc:  # a node.id the store refuses
+        raise click.UsageError(str(exc)) from None
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("leader_mount", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("store", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--replica-id", type=click.IntRange(min=0), required=True, metavar="N", help="This follower's id (its node.id)."
+)
+@click.option(
+    "--mount",
+    "mountpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also serve STORE read-only at this mount point (reads bounded by the follower's high watermark).",
+)
+@click.option(
+    "--config",
+    "config_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A store-wide setting for this process (as `logfs mount --config`); repeatable.",
+)
+def follow(
+    leader_mount: Path, store: Path, replica_id: int, mountpoint: Path | None, config_pairs: tuple[str, ...]
+) -> None:
+    """Replicate every topic and partition of the leader mounted at LEADER_MOUNT into STORE, as replica N.
+
+    Reads only files of the leader's mount (its .logfs/fetch/ files; docs/replication.md), with Kafka's follower
+    rules: offsets and epochs as the leader assigned them, segments rolled where the leader rolled, HW = min(leader
+    HW, own LEO), the leader's log start offset, a divergent tail truncated by leader epochs. Resumes from STORE's
+    end after a restart; retries with backoff while the leader is unreachable. Runs in the foreground until SIGINT,
+    SIGTERM (or `logfs umount` of --mount), then closes STORE cleanly and exits 0. The leader must list N in its
+    replica.ids. Exits 1 when STORE is in use, 2 for a bad --config or an N that STORE refuses (its node.id).
+    """
+    from logfs.core.config import parse_store_config
+    from logfs.core.errors import ConfigError
+
+    try:
+        config = parse_store_config((*config_pairs, f"node.id={replica_id}"))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if any(pair.partition("=")[0].strip() == "node.id" for pair in config_pairs):
+        raise click.UsageError("--replica-id is this store's node.id: give it once, not as --config node.id")
+    from logfs.follower import follow as run_follower  # trio (and pyfuse3 with --mount) only for this command
+
+    try:
+        code = run_follower(leader_mount, store, replica_id, config, mountpoint)
     except ConfigError as exc:  # a node.id the store refuses
         raise click.UsageError(str(exc)) from None
     sys.exit(code)

@@ -11,8 +11,9 @@
   writing and ``.logfs/delete-*``: its framer, the produce responses not yet read (O_RDWR), the error that broke its
   framing, and a lock that keeps its requests in arrival order.
 * :class:`PartitionState` — per partition: the lock that lets one append at a time into its log (waiters wait in
-  trio, not in worker threads), the event a HW advance sets (then replaced: one fresh event per advance), and the
-  poll handles to notify; :class:`Partitions` holds them all.
+  trio, not in worker threads), the event a HW advance or an ISR change sets (then replaced: one fresh event per
+  change; follow readers and acks=all waits wait on it), the event every append sets too (fetches that long-poll
+  at the log end wait on it), and the poll handles to notify; :class:`Partitions` holds them all.
 
 Threads: the trio thread only.
 """
@@ -74,7 +75,9 @@ class WriteHandle(Handle):
     sync: bool = False  # O_SYNC / O_DSYNC: each write is write + fsync
     responses: bytearray = field(default_factory=bytearray)
     broken: int | None = None  # the errno every further write answers (batch framing lost)
-    touched: set[int] = field(default_factory=set)  # partitions this handle appended to (fsync flushes them)
+    # partition → the offset after the last record this handle appended there: fsync flushes those partitions and
+    # waits for their HW to reach it (acks=all)
+    touched: dict[int, int] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 
@@ -82,12 +85,20 @@ class WriteHandle(Handle):
 class PartitionState:
     append_lock: trio.Lock = field(default_factory=trio.Lock)
     hw_moved: trio.Event = field(default_factory=trio.Event)
+    changed: trio.Event = field(default_factory=trio.Event)  # any append, HW move or ISR change (replica fetches)
     poll_handles: dict[int, Any] = field(default_factory=dict)
 
+    def appended(self) -> None:
+        """Records were appended without moving the HW: wake the fetches waiting at the log end."""
+        self.changed.set()
+        self.changed = trio.Event()
+
     def notify(self) -> None:
-        """The HW moved: wake every follow reader waiting (one fresh event per advance) and every poller."""
+        """The HW moved (or the ISR changed): wake every follow reader, acks=all wait and fetch waiting (one fresh
+        event per change) and every poller."""
         self.hw_moved.set()
         self.hw_moved = trio.Event()
+        self.appended()
         handles, self.poll_handles = self.poll_handles, {}
         for poll_handle in handles.values():
             poll_handle.notify()

@@ -2,18 +2,22 @@
 
 Order of events (spec §6):
 
-1. Open the store (its exclusive lock; StoreLocked when another process owns it; recovery after a crash).
+1. Open the store (its exclusive lock; StoreLocked when another process owns it; recovery after a crash), and start
+   a new leader epoch (``core/promotion.py``: PromotionRefused for a store that was out of the ISR, unless
+   ``--unclean``).
 2. Clear a stale mount left at the mount point by a process that died (``stat`` answers ENOTCONN, "Transport
    endpoint is not connected"): ``fusermount3 -u -z``, with a warning in the log. A live mount there is refused.
 3. ``pyfuse3.init`` with ``fsname=logfs``, ``subtype=logfs`` and ``noatime``. Not ``default_permissions``: root
    bypasses the kernel's mode checks anyway, so logfs refuses wrong open modes itself. Never the writeback cache
    (``Operations.enable_writeback_cache`` is False): the kernel would merge writes and re-send pages, and an
-   append-only file would store them twice.
+   append-only file would store them twice. A follower's mount (``logfs follow --mount``, which runs
+   :func:`run_mount` with the follower as a background task) is mounted ``ro`` as well.
 4. In one trio nursery: ``pyfuse3.main`` with ``max_tasks`` raised for ``max.follow.readers`` waiting readers; a
    signal receiver that turns SIGINT/SIGTERM into ``pyfuse3.terminate()`` (after waking every waiting follow reader,
    which would otherwise hold the main loop open); ``Store.tick`` in a worker thread every second (retention,
    deferred deletes, flush.ms, checkpoints); and the watcher that interrupts blocked follow readers whose process
-   has a signal pending (``Operations.watch_signals``). The soft descriptor limit is raised to the hard one first.
+   has a signal pending (``Operations.watch_signals``); with followers, the ISR shrink timer
+   (``Operations.watch_replicas``). The soft descriptor limit is raised to the hard one first.
 5. Whatever happens, in ``finally``: release every open view, ``pyfuse3.close(unmount=True)``, then
    ``Store.close()`` (flush, checkpoints, the clean-shutdown marker).
 
@@ -26,11 +30,13 @@ Threads: the main thread runs :func:`serve`; trio's worker threads run the block
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import resource
 import signal
 import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pyfuse3
@@ -38,6 +44,7 @@ import trio
 
 from logfs.core.config import StoreConfig
 from logfs.core.errors import StorageError
+from logfs.core.promotion import start_leader_epoch
 from logfs.core.store import Store
 
 from .operations import Operations
@@ -88,31 +95,49 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def serve(store_path: Path, mountpoint: Path, config: StoreConfig) -> int:
-    """Mount ``store_path`` at ``mountpoint`` in the foreground; return the exit code. Main thread.
+def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: bool = False) -> int:
+    """Mount ``store_path`` at ``mountpoint`` in the foreground as the leader of a new leader epoch; return the exit
+    code. Main thread.
 
-    Raises StoreLocked (another process owns the store), ConfigError (a node.id the store refuses) and MountError
-    before anything is mounted.
+    Raises StoreLocked (another process owns the store), ConfigError (a node.id the store refuses),
+    PromotionRefused (the store was out of the ISR when it last followed, and not ``unclean``) and MountError before
+    anything is mounted.
     """
     raise_open_file_limit()
     store = Store.open(store_path, config)
     try:
+        leader_epoch = start_leader_epoch(store, unclean=unclean)
         clear_stale_mount(mountpoint)
-        return trio.run(_run, store, mountpoint)
+        return trio.run(_run, store, mountpoint, leader_epoch)
     finally:
         store.close()
         _log.info("closed store %s", store_path)
 
 
-async def _run(store: Store, mountpoint: Path) -> int:
-    ops = Operations(store)
-    pyfuse3.init(ops, str(mountpoint), set(MOUNT_OPTIONS))
-    _log.info("serving %s at %s (max.follow.readers=%d)", store.path, mountpoint, ops.max_follow_readers)
+async def _run(store: Store, mountpoint: Path, leader_epoch: int) -> int:
+    ops = Operations(store, leader_epoch=leader_epoch)
+    background: list[Callable[[], Awaitable[None]]] = [
+        functools.partial(_on_signals, ops), functools.partial(_tick, store), ops.watch_replicas,
+    ]  # fmt: skip
+    return await run_mount(ops, mountpoint, background)
+
+
+async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Callable[[], Awaitable[None]]] = ()) -> int:
+    """Mount ``ops`` at ``mountpoint`` and serve until the main loop ends (an unmount, or :func:`stop_mount`); the
+    exit code (0, or 1 when the main loop failed). ``background`` tasks run in the same nursery beside the main loop
+    and the signal watcher, and are cancelled when it ends. Whatever happens, every view is released and the mount
+    point unmounted before this returns. A read-only ``ops`` (a follower's) is mounted ``ro``. Trio thread."""
+    options = set(MOUNT_OPTIONS | ({"ro"} if ops.read_only else set()))
+    pyfuse3.init(ops, str(mountpoint), options)
+    _log.info(
+        "serving %s at %s%s (max.follow.readers=%d)",
+        ops.store.path, mountpoint, " read-only" if ops.read_only else "", ops.max_follow_readers,
+    )  # fmt: skip
     code = 0
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_on_signals, ops)
-            nursery.start_soon(_tick, store)
+            for task in background:
+                nursery.start_soon(task)
             nursery.start_soon(ops.watch_signals)
             await pyfuse3.main(min_tasks=1, max_tasks=ops.max_tasks)
             nursery.cancel_scope.cancel()
@@ -128,12 +153,18 @@ async def _run(store: Store, mountpoint: Path) -> int:
     return code
 
 
+async def stop_mount(ops: Operations) -> None:
+    """End the main loop of :func:`run_mount` cleanly: wake every waiting follow/ reader (they answer EOF while the
+    session is still up), then ``pyfuse3.terminate()``. Trio thread."""
+    await ops.begin_shutdown()
+    pyfuse3.terminate()
+
+
 async def _on_signals(ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             _log.info("%s: shutting down", signal.Signals(signum).name)
-            await ops.begin_shutdown()
-            pyfuse3.terminate()
+            await stop_mount(ops)
             return
 
 

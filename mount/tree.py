@@ -6,6 +6,11 @@ Paths::
     /.logfs/                            LOGFS_DIR
         metrics                         METRICS            r   Prometheus text
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
+        fetch/                          FETCH_DIR          the replication fetch files (docs/replication.md); looked up,
+            <replica id>/               FETCH_REPLICA      never listed: every directory below lists nothing
+                <topic>/                FETCH_TOPIC
+                    <partition>/        FETCH_PARTITION
+                        <offset>.<epoch>    FETCH_FILE     r   a follower's fetch: a snapshot fixed at lookup
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -37,6 +42,8 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
   file's open RangeView) released when both its lookup count and its open handles reach zero.
 * pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
   counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
+* ``.logfs/fetch/…`` files are fresh too (each lookup is one fetch: the leader records the follower's offset and
+  fixes the response), and the directories above them are stable but list nothing, as ``at/`` does.
 * ``at/`` and ``follow/`` list nothing (their names are looked up, never enumerated, so ``ls -R``, ``find`` and
   Spark never walk an unbounded set of offsets). Lookups of names starting with ``.`` or ``_`` below the root
   (Spark's ``.<name>.crc`` and ``_spark_metadata``) answer ENOENT at once.
@@ -92,6 +99,11 @@ class Kind(enum.Enum):
     AT_FILE = ("at_file", False, 0o444, True)
     FOLLOW_FILE = ("follow_file", False, 0o444, True)
     HW_FILE = ("hw_file", False, 0o444, False)
+    FETCH_DIR = ("fetch_dir", True, 0o555, False)
+    FETCH_REPLICA = ("fetch_replica", True, 0o555, False)
+    FETCH_TOPIC = ("fetch_topic", True, 0o555, False)
+    FETCH_PARTITION = ("fetch_partition", True, 0o555, False)
+    FETCH_FILE = ("fetch_file", False, 0o444, True)
 
     @property
     def is_dir(self) -> bool:
@@ -118,22 +130,35 @@ class Kind(enum.Enum):
     def read_only(self) -> bool:
         return not self.is_dir and self.permissions & 0o222 == 0
 
+    @property
+    def is_fetch(self) -> bool:
+        """Under ``.logfs/fetch/``: served only by a leader's mount."""
+        return self in FETCH_KINDS
+
 
 _APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
 WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS}
+FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE})
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag and file name it needs."""
+    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name and (under
+    ``.logfs/fetch/``) replica id it needs."""
 
     kind: Kind
     topic: str = ""
     partition: int = -1
     committed: bool = False
     name: str = ""
+    replica: int = -1
 
     def __str__(self) -> str:
+        if self.kind.is_fetch:
+            fetch = [LOGFS_DIR_NAME, "fetch", *([str(self.replica)] if self.replica >= 0 else [])]
+            fetch += [self.topic] if self.topic else []
+            fetch += [str(self.partition)] if self.partition >= 0 else []
+            return "/" + "/".join([*fetch, *([self.name] if self.name else [])])
         parts = [self.topic] if self.topic else []
         if self.partition >= 0:
             parts.append(str(self.partition))
@@ -180,8 +205,21 @@ _PARTITION_CHILDREN = {
 _COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.HW_DIR}
 
 
+_FETCH_NAME = re.compile(r"(0|[1-9][0-9]{0,18})\.(-1|0|[1-9][0-9]{0,9})")
+FETCH_DIR_NAME = "fetch"
+
+
 def no_entry() -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(errno.ENOENT)
+
+
+def parse_fetch_name(name: str) -> tuple[int, int]:
+    """A fetch file's name ``<fetch offset>.<last fetched epoch>`` → ``(offset, epoch)`` (epoch -1: none); ENOENT
+    for anything else."""
+    m = _FETCH_NAME.fullmatch(name)
+    if m is None:
+        raise no_entry()
+    return int(m[1]), int(m[2])
 
 
 def parse_partition_name(name: str) -> int | None:
@@ -266,7 +304,11 @@ class Tree:
         if name.startswith((".", "_")):
             raise no_entry()  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
+            if name == FETCH_DIR_NAME:
+                return Node(Kind.FETCH_DIR)  # looked up, never listed
             return Node(_child(_LOGFS_CHILDREN, name))
+        if kind.is_fetch:
+            return self._resolve_fetch(parent, name)
         if kind is Kind.TOPIC:
             if name in _TOPIC_CHILDREN:
                 return Node(_TOPIC_CHILDREN[name], parent.topic)
@@ -288,11 +330,36 @@ class Tree:
             return Node(Kind.HW_FILE, parent.topic, parent.partition, parent.committed, name)
         raise no_entry()
 
+    def _resolve_fetch(self, parent: Node, name: str) -> Node:
+        """A name under ``.logfs/fetch/``. The replica id only parses here (whether it may fetch is the mount's
+        rule: EPERM); topics and partitions must exist."""
+        kind = parent.kind
+        if kind is Kind.FETCH_DIR:
+            replica = parse_partition_name(name)  # the same canonical digits
+            if replica is None:
+                raise no_entry()
+            return Node(Kind.FETCH_REPLICA, replica=replica)
+        if kind is Kind.FETCH_REPLICA:
+            if not self.store.has_topic(name):
+                raise no_entry()
+            return Node(Kind.FETCH_TOPIC, name, replica=parent.replica)
+        if kind is Kind.FETCH_TOPIC:
+            partition = parse_partition_name(name)
+            if partition is None or partition not in self.store.partitions(parent.topic):
+                raise no_entry()
+            return Node(Kind.FETCH_PARTITION, parent.topic, partition, replica=parent.replica)
+        if kind is Kind.FETCH_PARTITION:
+            parse_fetch_name(name)
+            return Node(Kind.FETCH_FILE, parent.topic, parent.partition, name=name, replica=parent.replica)
+        raise no_entry()
+
     def parent(self, node: Node) -> Node:
         """The directory holding ``node`` (the root's parent is the root)."""
         k = node.kind
         if k in (Kind.ROOT, Kind.LOGFS_DIR, Kind.TOPIC):
             return Node(Kind.ROOT)
+        if k.is_fetch:
+            return _fetch_parent(node)
         if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS):
             return Node(Kind.LOGFS_DIR)
         if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
@@ -325,7 +392,7 @@ class Tree:
             return [
                 (name, Node(Kind.HW_FILE, node.topic, node.partition, node.committed, name)) for name in hw_names or []
             ]
-        return []  # at/ and follow/ list nothing
+        return []  # at/, follow/ and everything under .logfs/fetch/ list nothing
 
     # --- inodes -------------------------------------------------------------------------------------------------
 
@@ -393,6 +460,19 @@ class Tree:
         inode = self._next_inode
         self._next_inode += 1
         return inode
+
+
+def _fetch_parent(node: Node) -> Node:
+    k = node.kind
+    if k is Kind.FETCH_DIR:
+        return Node(Kind.LOGFS_DIR)
+    if k is Kind.FETCH_REPLICA:
+        return Node(Kind.FETCH_DIR)
+    if k is Kind.FETCH_TOPIC:
+        return Node(Kind.FETCH_REPLICA, replica=node.replica)
+    if k is Kind.FETCH_PARTITION:
+        return Node(Kind.FETCH_TOPIC, node.topic, replica=node.replica)
+    return Node(Kind.FETCH_PARTITION, node.topic, node.partition, replica=node.replica)
 
 
 def _child(children: dict[str, Kind], name: str) -> Kind:

@@ -7,10 +7,15 @@
 * Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
   (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
   request carries is encoded before anything is appended, so a record too large for a batch stores nothing.
-* With no followers the ISR is the leader alone: each append moves the HW to the LEO, then the partition's event
-  wakes ``follow/`` readers and pollers.
-* Produce responses (O_RDWR), O_SYNC/O_DSYNC (write + flush), fsync (flush every partition the handle appended to),
-  and the command files (``config``, ``.logfs/delete-topic``, ``.logfs/delete-records``).
+* Each append stamps the mount's leader epoch and then applies the replication HW rule (``core/replica.py``: with
+  no followers the HW moves to the LEO at once; with followers it waits for them). A HW move wakes ``follow/``
+  readers, pollers and acks=all waits; any append wakes fetches long-polling at the log end.
+* acks=all (spec §3): fsync(2) flushes every partition the handle appended to, then waits (a trio wait, no lock
+  held: other writers go on) until each one's HW passes what the handle wrote (``mount/replication.py``): EIO at
+  once when the ISR is below ``min.insync.replicas``, or after ``request.timeout.ms``. An O_SYNC/O_DSYNC handle
+  first checks the ISR (EAGAIN, nothing framed or written, when it is too small), then writes, flushes and waits
+  like fsync.
+* Produce responses (O_RDWR) and the command files (``config``, ``.logfs/delete-topic``, ``.logfs/delete-records``).
 
 Threads: :class:`Writer` runs on the trio thread; :func:`append_batches` in a worker thread.
 """
@@ -32,6 +37,7 @@ from logfs.core.durable import now_ms
 from logfs.core.errors import RecordError, RecordTooLarge
 from logfs.core.log import AppendInfo, Log
 from logfs.core.partitioner import partition_for_key
+from logfs.core.replica import LeaderPartition
 from logfs.core.store import Store
 
 from .framing import (
@@ -46,6 +52,7 @@ from .framing import (
 )
 from .handles import Partitions, WriteHandle
 from .metrics import Metrics
+from .replication import LeaderReplication
 from .tree import ROOT_INODE, Kind
 
 _log = logging.getLogger(__name__)
@@ -54,34 +61,35 @@ T = TypeVar("T")
 Runner = Callable[..., Awaitable[Any]]
 
 
-def _leader_epoch(log: Log) -> int:
-    epoch = log.epoch_cache.latest_epoch()
-    return 0 if epoch is None else epoch
+APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL})
 
 
 def append_batches(
-    log: Log, make_batches: Callable[[], Sequence[bytes | bytearray]], flush: bool
-) -> tuple[list[AppendInfo], Exception | None]:
-    """Encode (``make_batches``) and append batches to ``log`` as its leader; move the HW to the LEO (ISR = the
-    leader alone); flush when asked. Worker thread: blocks on the disk.
+    leader: LeaderPartition, make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]], flush: bool
+) -> tuple[list[AppendInfo], Exception | None, bool]:
+    """Encode (``make_batches``) and append batches to ``leader``'s log in its leader epoch; apply the HW rule;
+    flush when asked. Worker thread: blocks on the disk.
 
     Everything is encoded before anything is appended, so an encoding error (a record too large) stores nothing.
-    Returns what was appended and the error that stopped it (None when all went in): batches before a bad one stay.
+    Returns what was appended, the error that stopped it (None when all went in: batches before a bad one stay),
+    and whether the HW moved.
     """
     batches = make_batches()
+    log = leader.log
     infos: list[AppendInfo] = []
     error: Exception | None = None
-    epoch = _leader_epoch(log)
+    epoch = leader.leader_epoch
     try:
         for batch in batches:
             infos.append(log.append_as_leader(batch, epoch))  # it takes a bytearray over and copies bytes
     except Exception as exc:
         error = exc
+    moved = False
     if infos:
-        log.maybe_increment_high_watermark(log.log_end_offset_metadata)
+        moved = leader.maybe_increment_high_watermark()
         if flush:
             log.flush()
-    return infos, error
+    return infos, error, moved
 
 
 def max_batch_bytes(log: Log) -> int:
@@ -92,11 +100,20 @@ class Writer:
     """The write path for one mount. Trio thread."""
 
     def __init__(
-        self, store: Store, partitions: Partitions, metrics: Metrics, *, read_thread: Runner, write_thread: Runner
+        self,
+        store: Store,
+        partitions: Partitions,
+        metrics: Metrics,
+        *,
+        read_thread: Runner,
+        write_thread: Runner,
+        replication: LeaderReplication | None = None,
     ) -> None:
+        """``replication`` is None in a follower's mount, which never appends (EROFS before anything gets here)."""
         self.store = store
         self.partitions = partitions
         self.metrics = metrics
+        self.replication = replication
         self._read_thread = read_thread
         self._write_thread = write_thread
         self._sticky: dict[str, int] = {}
@@ -105,6 +122,8 @@ class Writer:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
         if h.broken is not None:
             raise pyfuse3.FUSEError(h.broken)
+        if h.sync and h.node.kind in APPEND_KINDS:
+            self._check_enough_replicas(h)  # before framing: a refused request leaves nothing behind, even buffered
         if isinstance(h.framer, BatchFramer):
             await self._batches(h, buf)
             return
@@ -130,10 +149,25 @@ class Writer:
                 raise pyfuse3.FUSEError(errno.EBADMSG)
 
     async def fsync(self, h: WriteHandle) -> None:
-        """Flush every partition ``h`` appended to (the HW is already at the LEO: ISR = this node)."""
+        """acks=all: flush every partition ``h`` appended to, then wait until their HWs pass what ``h`` wrote."""
         for partition in sorted(h.touched):
             log = self.store.log(h.node.topic, partition)
             await self._write_thread(log.flush)
+        if h.touched:
+            await self._wait_replicated(h.node.topic, h.touched)
+
+    def _check_enough_replicas(self, h: WriteHandle) -> None:
+        node = h.node
+        partitions = [node.partition] if node.partition >= 0 else self.store.partitions(node.topic)
+        self._leader_replication().check_enough_replicas(node.topic, partitions)
+
+    async def _wait_replicated(self, topic: str, required: dict[int, int]) -> None:
+        await self._leader_replication().wait_replicated(topic, required, self.store.config.request_timeout_ms)
+
+    def _leader_replication(self) -> LeaderReplication:
+        if self.replication is None:
+            raise pyfuse3.FUSEError(errno.EROFS)  # a follower's mount
+        return self.replication
 
     async def delete_topic(self, topic: str, *, only_if_empty: bool, invalidate: bool) -> None:
         """Delete a topic (rmdir: only without records) with no append in flight on any of its partitions."""
@@ -225,23 +259,28 @@ class Writer:
             await self._append(h, partition, lambda b=batches: b)  # type: ignore[misc]
 
     async def _append(
-        self, h: WriteHandle, partition: int, make_batches: Callable[[], Sequence[bytes | bytearray]]
+        self, h: WriteHandle, partition: int, make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]]
     ) -> None:
         topic = h.node.topic
-        log = self.store.log(topic, partition)
+        leader = self._leader_replication().partition(topic, partition)
         state = self.partitions.get(topic, partition)
         async with state.append_lock:
-            infos, error = await self._write_thread(append_batches, log, make_batches, h.sync)
+            infos, error, moved = await self._write_thread(append_batches, leader, make_batches, h.sync)
         if infos:
-            h.touched.add(partition)
+            h.touched[partition] = infos[-1].last_offset + 1
             self.metrics.appended(
                 (topic, partition), sum(i.records_count for i in infos), sum(i.size_bytes for i in infos), len(infos)
             )
             if h.read_write:
                 h.responses += "".join(f"{partition} {i.first_offset} {i.last_offset}\n" for i in infos).encode()
-            state.notify()
+            if moved:
+                state.notify()
+            else:
+                state.appended()
         if error is not None:
             raise error
+        if infos and h.sync:  # O_SYNC / O_DSYNC: write + fsync (flushed in the append call)
+            await self._wait_replicated(topic, {partition: infos[-1].last_offset + 1})
 
     async def _config_lines(self, topic: str, lines: list[bytes]) -> None:
         text = b"\n".join(lines).decode("utf-8", "replace")

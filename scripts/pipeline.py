@@ -1,162 +1,171 @@
 #!/usr/bin/env python3
-"""The demo job that `scripts/demo` runs, on an embedded store inside the working tree.
+"""The end-to-end pipeline that `scripts/demo` runs (spec/spark.md §3), on an embedded store inside the working tree.
 
-What it does grows with the project (the whole pipeline of spec/spark.md §3 is the goal: shell tools produce
-events into a mounted store, Spark aggregates them, the results come back as a topic). Today:
-
-1. the codec: produce a realistic stream of JSON click events as a producer would, batches of different sizes, each
-   with a codec Kafka allows (none, gzip, snappy, lz4, zstd), keyed by user, and write them as a leader would into
-   a Kafka segment file; read it back, validating every batch, rendering JSON lines, counting clicks per page;
-2. the tools: show that segment with ``logfs dump`` and verify the store with ``logfs check``;
-3. the mount: ``logfs mount`` the store, create a topic with ``mkdir``, append events with ``echo >>``, read them
-   back with ``cat`` and ``wc``, look at ``state``, and unmount cleanly.
+1. mount the store (``logfs mount var/store var/mnt``) and start the topics afresh: ``clicks`` with three
+   partitions, ``user-counts`` with one;
+2. produce click events with shell tools: ``awk`` writes JSON click events keyed by user into
+   ``clicks/append.jsonl`` (spread over the partitions by ``murmur2(user)``, as Kafka's producer does), and a
+   "mobile app" sends producer-encoded RecordBatches of every codec (none, gzip, snappy, lz4, zstd), which ``cat``
+   writes into ``clicks/0/batches``;
+3. look at them with ``wc``, ``head`` and ``state``, and at the segment file in the store with ``logfs dump``;
+4. run the PySpark job (``scripts/clicks_job.py``): it reads the committed events through the ``logfs`` data source,
+   counts clicks per user in five-minute event-time windows, and appends the counts to ``user-counts`` through the
+   sink;
+5. show the results with ``cat`` and ``sort``, and check that the counts add up to the events produced;
+6. unmount cleanly and verify the store with ``logfs check``.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from logfs.core.batch import (
-    Header,
-    Record,
-    assign_offset_and_epoch,
-    encode_batch,
-    iter_batch_positions,
-    validate_batch,
-)
+from logfs.core.batch import Record, encode_batch
 from logfs.core.compression import Compression
-from logfs.core.render import render_jsonl
 
-TOPIC = "clicks"
 LOGFS = str(Path(sys.executable).parent / "logfs")
+JOB = Path(__file__).with_name("clicks_job.py")
 PAGES = ["/", "/search", "/product/42", "/product/7", "/cart", "/checkout"]
+USERS = 50
+SPAN_MS = 30 * 60 * 1000  # events over the last half hour
+
+# Shell: JSON click events, keyed by user, a little out of order (event time ``ts`` up to 20 s early).
+AWK_EVENTS = r"""awk -v n={n} -v seed={seed} -v now="$(date +%s%3N)" 'BEGIN {{
+  srand(seed); split("{pages}", pages, " ");
+  for (i = 0; i < n; i++) {{
+    user = "user-" int(1 + rand() * {users}); page = pages[int(1 + rand() * {npages})];
+    ts = now - {span} + int(i * {span} / n) - int(rand() * 20000);
+    printf "{{\"key\":\"%s\",\"value\":{{\"user\":\"%s\",\"page\":\"%s\",\"ts\":%.0f}}}}\n", user, user, page, ts
+  }} }}' > clicks/append.jsonl"""
 
 
-def produce(rng: random.Random, n_batches: int, start_ms: int) -> list[bytes]:
-    """Producer-encoded batches (baseOffset 0, as a producer sends them) of JSON click events."""
-    batches = []
-    ts = start_ms
-    for b in range(n_batches):
+def app_batches(rng: random.Random, count: int, now_ms: int) -> bytes:
+    """Producer-encoded batches (as a Kafka client sends them) of click events, one per codec."""
+    out = []
+    codecs = list(Compression)
+    for b in range(len(codecs)):
         records = []
-        for i in range(rng.choice([1, 10, 250, 1000])):
-            ts += rng.randint(0, 40)
-            user = f"user-{rng.randint(1, 50)}"
-            event = {"user": user, "page": rng.choice(PAGES), "ms": ts}
-            records.append(
-                Record(i, ts, user.encode(), json.dumps(event, separators=(",", ":")).encode(),
-                       (Header("source", b"demo"),))
-            )  # fmt: skip
-        batches.append(encode_batch(records, compression=list(Compression)[b % len(Compression)]))
-    return batches
+        for i in range(count // len(codecs)):
+            user = f"user-{rng.randint(1, USERS)}"
+            ts = now_ms - rng.randint(0, SPAN_MS)
+            event = {"user": user, "page": rng.choice(PAGES), "ts": ts}
+            records.append(Record(i, ts, user.encode(), json.dumps(event, separators=(",", ":")).encode()))
+        out.append(encode_batch(records, compression=codecs[b]))
+    return b"".join(out)
+
+
+def sh(command: str, mount: Path, *, show: int = 6) -> str:
+    """Run one shell command in the mount point, echo it, and return its output."""
+    print(f"      $ {command.split(chr(10))[0] + ' …' if chr(10) in command else command}")
+    out = subprocess.run(["bash", "-c", command], cwd=mount, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines()[:show]:
+        print(f"        {line[:150]}")
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", default="var/store", help="the store directory (created if missing)")
-    ap.add_argument("--mount", default="var/mnt", help="where the store will be mounted (once the mount exists)")
-    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--mount", default="var/mnt", help="the mount point (created if missing)")
+    ap.add_argument("--events", type=int, default=20_000, help="click events written by awk")
+    ap.add_argument("--app-events", type=int, default=1_000, help="click events sent as producer batches")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress in order with the job's
     started = time.monotonic()
+    store, mount = Path(args.store), Path(args.mount)
 
-    partition_dir = Path(args.store) / f"{TOPIC}-0"
-    shutil.rmtree(partition_dir, ignore_errors=True)  # written afresh each run; the mount rebuilds its indexes
-    partition_dir.mkdir(parents=True)
-    segment = partition_dir / f"{0:020d}.log"
-    print(f"[1/5] producing {args.batches} batches of click events (seed {args.seed})")
-    # recent timestamps: the store's default retention.ms (7 days) would delete older events at the first check
-    batches = produce(random.Random(args.seed), args.batches, start_ms=time.time_ns() // 1_000_000 - 3_600_000)
+    print(f"[1/6] mounting {store} at {mount}")
+    proc, log_file = start_mount(store, mount)
+    code: int | None = None
+    try:
+        for topic in ("clicks", "user-counts"):
+            if (mount / topic).exists():
+                sh(f"echo {topic} > .logfs/delete-topic", mount)
+        sh("mkdir clicks clicks/1 clicks/2 user-counts && ls", mount)
 
-    print(f"[2/5] appending them as leader (epoch 0) to {segment}")
-    log = bytearray()
-    next_offset = 0
-    for raw in batches:
-        batch = bytearray(raw)
-        valid = validate_batch(batch)  # a producer's batch: every rule a leader applies
-        assign_offset_and_epoch(batch, 0, next_offset, 0)
-        next_offset += valid.header.records_count
-        log += batch
-    segment.write_bytes(bytes(log))
+        print(f"[2/6] producing {args.events:,} click events with awk, and {args.app_events:,} as producer batches")
+        awk = AWK_EVENTS.format(n=args.events, seed=args.seed, pages=" ".join(PAGES), npages=len(PAGES), users=USERS,
+                                span=SPAN_MS)  # fmt: skip
+        sh(awk, mount)
+        app = store.parent / "app-clicks.kafka"
+        app.write_bytes(app_batches(random.Random(args.seed), args.app_events, time.time_ns() // 1_000_000))
+        sh(f"cat {app.resolve()} > clicks/0/batches", mount)
+        produced = args.events + args.app_events // len(Compression) * len(Compression)
 
-    print("[3/5] reading the segment back: validating every batch and rendering JSON lines")
-    data = segment.read_bytes()
-    per_page: collections.Counter[str] = collections.Counter()
-    n_records = 0
-    first_line = b""
-    for position, size in iter_batch_positions(data):
-        validate_batch(data, position, client=False, size=size)
-        lines = render_jsonl(data, TOPIC, 0, position)
-        for line in lines.splitlines():
-            obj = json.loads(line)
-            per_page[json.loads(obj["value"])["page"]] += 1
-            n_records += 1
-        first_line = first_line or lines.split(b"\n", 1)[0]
-    assert n_records == next_offset, (n_records, next_offset)
-    print(f"      {n_records} records in {len(batches)} batches, {len(data):,} bytes; offsets 0..{next_offset - 1}")
-    print(f"      first record: {first_line.decode()}")
-    for page, count in per_page.most_common():
-        print(f"      {count:6d}  {page}")
+        print("[3/6] the events, committed, as files")
+        sh("wc -l clicks/*/hw/*.jsonl", mount)
+        sh("head -n 2 clicks/1/at/earliest", mount)
+        sh("head -c 300 clicks/0/state; echo", mount)
+        segment = next((store / "clicks-0").glob("*.log")).resolve()  # the store on disk: Kafka's own format
+        fields = "$1, $2, $3, $4, $5, $6, $(NF-6), $(NF-5), $(NF-2), $(NF-1), $NF"  # offsets, size, codec, crc
+        sh(f"{LOGFS} dump {segment} | tail -n 5 | awk '{{print {fields}}}'", mount)
 
-    print("[4/5] logfs dump (first lines):")
-    out = subprocess.run([LOGFS, "dump", str(segment)], check=True, capture_output=True, text=True).stdout.splitlines()
-    for line in out[:4]:
-        print(f"      {line[:150]}")
+        print(
+            "[4/6] the PySpark job: per-user clicks in 5-minute event-time windows, through the logfs source and sink"
+        )
+        env = {**os.environ, "PYTHONSAFEPATH": "1"}
+        job_log = store.parent / "clicks-job.log"
+        with open(job_log, "wb") as log:  # Spark's own log lines go there; the job's progress comes here
+            job = subprocess.run([sys.executable, "-P", str(JOB), "--mount", str(mount)], env=env, stderr=log)
+        if job.returncode != 0:
+            sys.stdout.write(job_log.read_text(errors="replace")[-4000:])
+            raise SystemExit(f"the Spark job failed (exit {job.returncode}); its log: {job_log}")
 
-    print(f"[5/5] mounting {args.store} at {args.mount} and using it with shell tools")
-    mount_demo(Path(args.store), Path(args.mount))
-    check = subprocess.run([LOGFS, "check", args.store], check=True, capture_output=True, text=True)
-    print(f"      $ logfs check {args.store}\n        {check.stdout.strip().splitlines()[-1]}")
+        print("[5/6] the results, read back with shell tools")
+        sh("wc -l < user-counts/0/at/earliest", mount)
+        sh("sort -t: -k2 -n -r user-counts/0/at/earliest | head -n 5", mount)
+        values = (mount / "user-counts/0/at/earliest").read_text().splitlines()
+        total = sum(json.loads(v)["clicks"] for v in values)
+        if total != produced:
+            raise SystemExit(f"the counts add up to {total} clicks, but {produced} events were produced")
+        print(f"      the {len(values)} counts add up to the {produced:,} events produced")
+    finally:
+        print(f"[6/6] unmounting {mount}")
+        code = stop_mount(proc, mount)
+    if code != 0:
+        raise SystemExit(f"logfs mount exited {code}; see {log_file}")
+    check = subprocess.run([LOGFS, "check", str(store)], check=True, capture_output=True, text=True)
+    print(f"      unmounted cleanly; $ logfs check {store}: {check.stdout.strip().splitlines()[-1]}")
     print(f"done in {time.monotonic() - started:.1f}s")
     return 0
 
 
-def sh(command: str, mount: Path) -> str:
-    """Run one shell command in the mount point, echo it, and return its output."""
-    print(f"      $ {command}")
-    out = subprocess.run(["bash", "-c", command], cwd=mount, check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines()[:6]:
-        print(f"        {line[:150]}")
-    return out
-
-
-def mount_demo(store: Path, mount: Path) -> None:
+def start_mount(store: Path, mount: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    store.mkdir(parents=True, exist_ok=True)
     mount.mkdir(parents=True, exist_ok=True)
     log_file = store.parent / "mount.log"
     with open(log_file, "wb") as log:
         proc = subprocess.Popen([LOGFS, "--log-level", "info", "mount", str(store), str(mount)], stderr=log)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mount):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"logfs mount did not come up; see {log_file}")
-            time.sleep(0.05)
-        sh("ls", mount)
-        sh("[ -d signups ] || mkdir signups; ls signups", mount)
-        for user in ("ada", "grace", "alan"):
-            sh(f"echo '{{\"user\":\"{user}\",\"plan\":\"free\"}}' >> signups/0/append", mount)
-        sh("cat signups/0/at/earliest", mount)
-        sh("head -n 1 signups/0/at/earliest.jsonl", mount)
-        sh("wc -l < clicks/0/at/earliest", mount)
-        sh("cat signups/0/state", mount)
-    finally:
+    deadline = time.monotonic() + 20
+    while not os.path.ismount(mount):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_mount(proc, mount)
+            raise SystemExit(f"logfs mount did not come up; see {log_file}")
+        time.sleep(0.05)
+    return proc, log_file
+
+
+def stop_mount(proc: subprocess.Popen[bytes], mount: Path) -> int | None:
+    if proc.poll() is None:
         subprocess.run([LOGFS, "umount", str(mount)], check=False)
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
         try:
-            code = proc.wait(timeout=20)
+            return proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            proc.terminate()
-            code = proc.wait(timeout=20)
-    if code != 0:
-        raise SystemExit(f"logfs mount exited {code}; see {log_file}")
-    print(f"      unmounted cleanly (exit {code})")
+            proc.kill()
+            proc.wait()
+            subprocess.run(["fusermount3", "-u", "-z", str(mount)], check=False)
+            return None
 
 
 if __name__ == "__main__":

@@ -109,15 +109,3 @@ def test_dump_refuses_a_file_that_is_not_a_segment_file_with_exit_2(tmp_path: Pa
     out = run_dump(str(other))
     assert out.returncode == 2
     assert "not a .log, .index or .timeindex file" in out.stderr
-
-
-def test_demo_pipeline_runs_through_the_codec_the_tools_and_a_real_mount(tmp_path: Path) -> None:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "pipeline.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--store", str(tmp_path / "store"), "--mount", str(tmp_path / "mnt")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert "[4/5] logfs dump" in out.stdout and "baseOffset: 0 lastOffset: " in out.stdout
-    assert "        8534\n" in out.stdout  # `wc -l` of the clicks through the mount: every record the codec wrote
-    assert "unmounted cleanly (exit 0)" in out.stdout and ": ok (0 note(s))" in out.stdout

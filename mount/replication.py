@@ -1,0 +1,179 @@
+"""The leader's replication in the mount: fetch files, acks=all waits and the ISR shrink timer (spec §3, §6;
+docs/replication.md).
+
+The rules themselves live in the core (``core/replica.py``: ISR, HW, acks=all; ``core/replicafetch.py``: the
+fetch answer); this module runs them from FUSE requests without ever blocking the trio thread or holding a lock
+across a wait.
+
+* **A fetch** is the lookup of ``.logfs/fetch/<replica>/<topic>/<partition>/<offset>.<epoch>``
+  (:meth:`LeaderReplication.fetch`): validate and record it in a worker thread (the follower's LEO, the ISR, the
+  HW; a change wakes the partition's waiters), then, when the follower is at the log end and there is nothing new
+  to tell it, wait up to ``FETCH_WAIT_MAX_S`` for an append (or a HW or ISR change), then fix the answer in a worker
+  thread. The answer is the fresh inode's payload (:class:`FetchSnapshot`): its size is exact at lookup, its bytes
+  never change. "Nothing new to tell" means the HW and ISR are those of the last answer this follower opened for
+  that partition, so a follower learns of a HW its own fetch moved at once, not one long poll later.
+* **acks=all** (:meth:`LeaderReplication.wait_replicated`): a trio wait on the partition's HW event until the HW
+  passes the offsets a handle wrote, failing with NotEnoughReplicasAfterAppend as soon as the ISR is below
+  ``min.insync.replicas`` and with ReplicationTimeout after ``request.timeout.ms``. No lock is held meanwhile:
+  other writers of the partition append on.
+* **The ISR shrink timer** (:meth:`LeaderReplication.watch_isr`, a task in the server's nursery): every
+  ``replica.lag.time.max.ms`` / 2 (at least every 500 ms) followers that fell behind leave the ISR, and the waiters
+  of those partitions are woken (an fsync then fails at once when the ISR fell below the minimum).
+
+Threads: the trio thread; the core calls run in worker threads through the runners given.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyfuse3
+import trio
+
+from logfs.core.errors import ReplicationTimeout
+from logfs.core.replica import LeaderPartition, LeaderReplicas, shrink_check_interval_ms
+from logfs.core.replicafetch import accept_fetch, fetch_response
+
+from .handles import Partitions
+from .tree import Node, parse_fetch_name
+
+_log = logging.getLogger(__name__)
+
+Runner = Callable[..., Awaitable[Any]]
+
+FETCH_WAIT_MAX_S = 0.5  # Kafka's replica.fetch.wait.max.ms: a fetch at the log end waits this long for data
+# pyfuse3 tasks set aside per follower for fetches waiting at once (each long poll holds one; `logfs follow` has at
+# most 16 fetches in flight)
+FETCH_TASKS_PER_FOLLOWER = 32
+
+ReplicaKey = tuple[int, str, int]  # (replica id, topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshot:
+    """A fetch file's payload: its bytes, and what they told the follower (for the next long poll)."""
+
+    data: bytes
+    key: ReplicaKey
+    told: tuple[int, tuple[int, ...]]  # (HW, ISR)
+
+
+class LeaderReplication:
+    """The leader's replication for one mount. See the module docstring. Trio thread."""
+
+    def __init__(
+        self, leaders: LeaderReplicas, partitions: Partitions, *, read_thread: Runner, write_thread: Runner
+    ) -> None:
+        self.leaders = leaders
+        self.partitions = partitions
+        self._read_thread = read_thread
+        self._write_thread = write_thread
+        self._told: dict[ReplicaKey, tuple[int, tuple[int, ...]]] = {}
+        self.closing = False
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.leaders.leader_epoch
+
+    @property
+    def fetch_tasks(self) -> int:
+        """The pyfuse3 tasks the followers' long polls may hold at once."""
+        return FETCH_TASKS_PER_FOLLOWER * len(self.leaders.followers)
+
+    def partition(self, topic: str, partition: int) -> LeaderPartition:
+        return self.leaders.partition(topic, partition)
+
+    # --- fetches ----------------------------------------------------------------------------------------------------
+
+    def check_replica(self, node: Node) -> None:
+        """EPERM for a fetch path of an id that is not one of this leader's followers (logged once per lookup)."""
+        if node.replica >= 0 and not self.leaders.is_follower(node.replica):
+            _log.info("refused a fetch by replica %d: not a follower of node %d (replica.ids=%s)", node.replica,
+                      self.leaders.node_id, ",".join(map(str, self.leaders.replica_ids)))  # fmt: skip
+            raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def fetch(self, node: Node) -> FetchSnapshot:
+        """The lookup of a fetch file: record the fetch, long-poll at the log end, fix the answer."""
+        self.check_replica(node)
+        fetch_offset, last_fetched_epoch = parse_fetch_name(node.name)
+        leader = self.partition(node.topic, node.partition)
+        state = self.partitions.get(node.topic, node.partition)
+        validation, change = await self._read_thread(
+            accept_fetch, leader, node.replica, fetch_offset, last_fetched_epoch
+        )
+        if change.any:
+            state.notify()
+        key = (node.replica, node.topic, node.partition)
+        if validation.ok:
+            await self._wait_for_news(key, leader, fetch_offset)
+            if self.partition(node.topic, node.partition) is not leader:  # deleted meanwhile (and made again)
+                raise pyfuse3.FUSEError(errno.ENOENT)
+        response = await self._read_thread(fetch_response, leader, fetch_offset, validation)
+        return FetchSnapshot(response.render(), key, (response.high_watermark, response.isr))
+
+    async def _wait_for_news(self, key: ReplicaKey, leader: LeaderPartition, fetch_offset: int) -> None:
+        """Long poll: while the follower is at the log end and the HW and ISR are what it last read, wait (at most
+        FETCH_WAIT_MAX_S) for an append or a change."""
+        state = self.partitions.get(key[1], key[2])
+        log = leader.log
+        with trio.move_on_after(FETCH_WAIT_MAX_S):
+            while not self.closing and log.log_end_offset == fetch_offset:
+                if self._told.get(key) != (log.high_watermark, leader.isr):
+                    return
+                changed = state.changed
+                await changed.wait()
+
+    def opened(self, snapshot: FetchSnapshot) -> None:
+        """The follower opened a fetch file: it now knows that answer's HW and ISR."""
+        self._told[snapshot.key] = snapshot.told
+
+    # --- acks=all ---------------------------------------------------------------------------------------------------
+
+    def check_enough_replicas(self, topic: str, partitions: list[int]) -> None:
+        """Before an O_SYNC/O_DSYNC append: NotEnoughReplicas (EAGAIN) when a partition's ISR is too small."""
+        for p in partitions:
+            self.partition(topic, p).check_enough_replicas()
+
+    async def wait_replicated(self, topic: str, required: Mapping[int, int], timeout_ms: int) -> None:
+        """Wait until each partition's HW reaches its offset in ``required`` (acks=all): NotEnoughReplicasAfterAppend
+        at once when a partition's ISR is below min.insync.replicas, ReplicationTimeout after ``timeout_ms``."""
+        deadline = trio.current_time() + timeout_ms / 1000
+        for partition, offset in sorted(required.items()):
+            while True:
+                leader = self.partition(topic, partition)  # UnknownTopicOrPartition (ENOENT) once deleted
+                moved = self.partitions.get(topic, partition).hw_moved
+                if leader.check_replicated(offset):
+                    break
+                if self.closing or trio.current_time() >= deadline:
+                    raise ReplicationTimeout(
+                        f"{topic}-{partition}: records below offset {offset} were not replicated to the ISR "
+                        f"{list(leader.isr)} within request.timeout.ms={timeout_ms} (HW {leader.log.high_watermark})"
+                    )
+                with trio.move_on_at(deadline):
+                    await moved.wait()
+
+    # --- the ISR shrink timer ---------------------------------------------------------------------------------------
+
+    async def watch_isr(self) -> None:
+        """Apply the ISR shrink rule periodically and wake the waiters of partitions whose ISR changed. Runs until
+        cancelled; returns at once when there are no followers."""
+        if not self.leaders.followers:
+            return
+        interval_s = shrink_check_interval_ms(self.leaders.replica_lag_time_max_ms) / 1000
+        while True:
+            await trio.sleep(interval_s)
+            try:
+                changed = await self._write_thread(self.leaders.maybe_shrink_isr)
+            except Exception:
+                _log.exception("the ISR check failed (retrying in %.2f s)", interval_s)
+                continue
+            for tp in changed:
+                self.partitions.get(tp.topic, tp.partition).notify()
+
+    def begin_shutdown(self) -> None:
+        """Stop waiting: long polls return their answer, acks=all waits fail (the mount is going away)."""
+        self.closing = True

@@ -1,0 +1,217 @@
+"""The Spark source's options and offset arithmetic as pure functions: no Spark session, no mount.
+
+minPartitions and maxOffsetsPerTrigger are checked against the numbers Spark's own KafkaOffsetRangeCalculatorSuite
+and KafkaMicroBatchSourceSuite expect; JSON offsets against the Kafka source's format.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from logfs.core.compression import Compression
+from logfs.spark_offsets import (
+    DataLoss,
+    OffsetError,
+    OffsetRange,
+    PartitionState,
+    clamp_start,
+    offsets_from_json,
+    offsets_to_json,
+    parse_offset_spec,
+    plan_batch,
+    rate_limit,
+    resolve_offsets,
+    split_ranges,
+)
+from logfs.spark_options import OptionError, Subscription, sink_options, source_options
+
+STATES = {
+    ("a", 0): PartitionState(log_start_offset=0, high_watermark=100, last_stable_offset=90),
+    ("a", 1): PartitionState(log_start_offset=10, high_watermark=20, last_stable_offset=20),
+    ("b", 0): PartitionState(log_start_offset=0, high_watermark=0, last_stable_offset=0),
+}
+
+
+# --- options ----------------------------------------------------------------------------------------------------------
+
+
+def test_source_options_have_spark_kafka_defaults() -> None:
+    o = source_options({"path": "/mnt", "subscribe": "a, b"}, streaming=False)
+    assert o.subscription == Subscription(topics=("a", "b"))
+    assert (o.starting, o.ending) == ("earliest", "latest")
+    assert not o.read_committed and not o.include_headers and o.fail_on_data_loss
+    assert o.min_partitions is None and o.poll_timeout_s == 120.0
+    stream = source_options({"path": "/mnt", "subscribePattern": "a.*"}, streaming=True)
+    assert stream.starting == "latest" and stream.subscription.matches("ab") and not stream.subscription.matches("ba")
+
+
+def test_source_options_are_case_insensitive_and_accept_the_isolation_synonym() -> None:
+    o = source_options(
+        {"PATH": "/mnt", "SUBSCRIBE": "a", "isolation.level": "read_committed", "INCLUDEHEADERS": "TRUE"},
+        streaming=False,
+    )
+    assert o.read_committed and o.include_headers
+    assert source_options({"path": "/m", "assign": '{"a": [1, 0, 1]}'}, streaming=False).subscription == Subscription(
+        assign=(("a", 0), ("a", 1))
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"subscribe": "a"}, False, "mount point"),
+        ({"path": "/m"}, False, "exactly one of"),
+        ({"path": "/m", "subscribe": "a", "assign": '{"a": [0]}'}, False, "exactly one of"),
+        ({"path": "/m", "subscribePattern": "("}, False, "regular expression"),
+        ({"path": "/m", "assign": "[0]"}, False, "assign"),
+        ({"path": "/m", "subscribe": "a", "startingOffsets": "latest"}, False, "batch"),
+        ({"path": "/m", "subscribe": "a", "endingOffsets": "earliest"}, False, "earliest"),
+        ({"path": "/m", "subscribe": "a", "endingOffsets": "latest"}, True, "batch queries only"),
+        ({"path": "/m", "subscribe": "a", "maxOffsetsPerTrigger": "10"}, False, "streaming"),
+        ({"path": "/m", "subscribe": "a", "minPartitions": "0"}, False, "minPartitions"),
+        ({"path": "/m", "subscribe": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
+        ({"path": "/m", "subscribe": "a", "kafka.isolation.level": "serializable"}, False, "isolation"),
+        ({"path": "/m", "subscribe": "a", "startingOffsets": "{bad"}, False, "startingOffsets"),
+        ({"path": "/m", "subscribe": "a", "startingOffsetsByTimestamp": "{}"}, False, "not supported"),
+    ],
+)
+def test_bad_source_options_are_refused_naming_the_option(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        source_options(options, streaming=streaming)
+
+
+def test_sink_options() -> None:
+    s = sink_options({"path": "/m", "topic": "out", "kafka.compression.type": "zstd"})
+    assert (s.path, s.topic, s.compression) == ("/m", "out", Compression.ZSTD)
+    assert sink_options({"path": "/m"}).topic is None
+    with pytest.raises(OptionError, match="transactions"):
+        sink_options({"path": "/m", "exactlyOnce": "true"})
+    with pytest.raises(OptionError, match="compression"):
+        sink_options({"path": "/m", "kafka.compression.type": "brotli"})
+
+
+# --- offsets as JSON --------------------------------------------------------------------------------------------------
+
+
+def test_offsets_json_round_trip_is_spark_kafka_format() -> None:
+    offsets = {("b", 10): 5, ("a", 2): 7, ("a", 0): -2}
+    as_json = offsets_to_json(offsets)
+    assert as_json == {"a": {"0": -2, "2": 7}, "b": {"10": 5}}
+    assert list(as_json) == ["a", "b"]
+    assert offsets_from_json(as_json) == offsets
+    assert parse_offset_spec('{"a":{"0":23,"1":-2},"b":{"0":-1}}', "x") == {("a", 0): 23, ("a", 1): -2, ("b", 0): -1}
+    assert parse_offset_spec(" Earliest ", "x") == "earliest"
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}', '{"a": {"x": 1}}', '{"a": {"0": -3}}', '{"a": {"0": true}}', "[1]"])
+def test_malformed_offsets_json_is_refused(text: str) -> None:
+    with pytest.raises(OffsetError):
+        parse_offset_spec(text, "startingOffsets")
+
+
+# --- resolving and planning -------------------------------------------------------------------------------------------
+
+
+def test_earliest_and_latest_resolve_to_log_start_and_hw_or_lso() -> None:
+    assert resolve_offsets("earliest", STATES, read_committed=False, option="s") == {
+        ("a", 0): 0,
+        ("a", 1): 10,
+        ("b", 0): 0,
+    }
+    assert resolve_offsets("latest", STATES, read_committed=False, option="s")[("a", 0)] == 100
+    assert resolve_offsets("latest", STATES, read_committed=True, option="s")[("a", 0)] == 90
+
+
+def test_json_spec_must_name_every_partition_and_resolves_minus_one_and_minus_two() -> None:
+    spec = {("a", 0): 5, ("a", 1): -2, ("b", 0): -1}
+    assert resolve_offsets(spec, STATES, read_committed=False, option="s") == {("a", 0): 5, ("a", 1): 10, ("b", 0): 0}
+    with pytest.raises(OffsetError, match="missing: b-0"):
+        resolve_offsets({("a", 0): 5, ("a", 1): 10}, STATES, read_committed=False, option="s")
+    with pytest.raises(OffsetError, match="not subscribed or not found: c-0"):
+        resolve_offsets({**spec, ("c", 0): 1}, STATES, read_committed=False, option="s")
+    with pytest.raises(OffsetError, match="latest"):
+        resolve_offsets(spec, STATES, read_committed=False, option="s", allow_latest=False)
+
+
+def test_plan_batch_drops_empty_ranges_and_applies_fail_on_data_loss() -> None:
+    starting = {("a", 0): 40, ("a", 1): 5, ("b", 0): 0}
+    ending = {("a", 0): 60, ("a", 1): 20, ("b", 0): 0}
+    with pytest.raises(DataLoss, match=r"a-1: offsets 5\.\.9 are gone"):
+        plan_batch(starting, ending, STATES, read_committed=False, fail_on_data_loss=True)
+    assert plan_batch(starting, ending, STATES, read_committed=False, fail_on_data_loss=False) == [
+        OffsetRange("a", 0, 40, 60),
+        OffsetRange("a", 1, 10, 20),
+    ]
+    with pytest.raises(OffsetError, match="past its last stable offset 90"):
+        plan_batch(starting, {**ending, ("a", 0): 95}, STATES, read_committed=True, fail_on_data_loss=True)
+    with pytest.raises(OffsetError, match="after the ending offset"):
+        plan_batch({**starting, ("a", 0): 70}, ending, STATES, read_committed=False, fail_on_data_loss=True)
+    # a range wholly below the log start offset is skipped, not an error, when data loss is allowed
+    assert (
+        plan_batch(
+            {("a", 1): 2}, {("a", 1): 8}, {("a", 1): STATES[("a", 1)]}, read_committed=False, fail_on_data_loss=False
+        )
+        == []
+    )
+
+
+def test_clamp_start() -> None:
+    assert clamp_start("t", 0, 50, 40, True) == 50
+    assert clamp_start("t", 0, 30, 40, False) == 40
+    with pytest.raises(DataLoss, match="failOnDataLoss=false"):
+        clamp_start("t", 0, 30, 40, True)
+
+
+# --- minPartitions (KafkaOffsetRangeCalculatorSuite) ------------------------------------------------------------------
+
+
+def r(topic: str, partition: int, start: int, end: int) -> OffsetRange:
+    return OffsetRange(topic, partition, start, end)
+
+
+def test_split_ranges_one_per_partition_without_min_partitions_or_when_enough() -> None:
+    ranges = [r("t1", 1, 1, 2), r("t2", 1, 1, 3), r("t3", 1, 5, 5)]
+    assert split_ranges(ranges, None) == ranges[:2]
+    assert split_ranges(ranges, 2) == ranges[:2]
+
+
+def test_split_ranges_splits_large_ranges_like_spark() -> None:
+    assert split_ranges([r("t1", 1, 1, 5)], 3) == [r("t1", 1, 1, 2), r("t1", 1, 2, 3), r("t1", 1, 3, 5)]
+    assert split_ranges([r("t1", 1, 1, 5), r("t2", 1, 1, 5)], 4) == [
+        r("t1", 1, 1, 3),
+        r("t1", 1, 3, 5),
+        r("t2", 1, 1, 3),
+        r("t2", 1, 3, 5),
+    ]
+    # skewed: the small range stays whole, the large one takes the other parts
+    assert split_ranges([r("t1", 1, 1, 5), r("t2", 1, 1, 101)], 3) == [
+        r("t1", 1, 1, 5),
+        r("t2", 1, 1, 51),
+        r("t2", 1, 51, 101),
+    ]
+    # every offset exactly once, whatever the split
+    ranges = [r("a", 0, 0, 1000), r("a", 1, 7, 10), r("b", 0, 100, 333)]
+    for n in range(1, 40):
+        parts = split_ranges(ranges, n)
+        for whole in ranges:
+            covered = [
+                o
+                for p in parts
+                if (p.topic, p.partition) == (whole.topic, whole.partition)
+                for o in range(p.start, p.end)
+            ]
+            assert covered == list(range(whole.start, whole.end)), (n, whole)
+
+
+# --- maxOffsetsPerTrigger ---------------------------------------------------------------------------------------------
+
+
+def test_rate_limit_spreads_the_limit_by_backlog_and_never_starves() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    latest = {("t", 0): 1000, ("t", 1): 10, ("t", 2): 0}
+    assert rate_limit(start, latest, 10) == {("t", 0): 9, ("t", 1): 1, ("t", 2): 0}
+    assert rate_limit(start, latest, 10_000) == latest
+    # a partition new to the query starts at 0
+    assert rate_limit({("t", 0): 1000}, {("t", 0): 1000, ("t", 1): 50}, 20) == {("t", 0): 1000, ("t", 1): 20}
