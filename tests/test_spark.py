@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Mount, finish_mount, start_mount
+from conftest import Mount, finish_mount, start_mount, write_all
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -65,16 +65,6 @@ def make_topic(mnt: Path, topic: str, partitions: int, **config: object) -> None
         os.mkdir(mnt / topic / str(p))
     if config:
         (mnt / topic / "config").write_text("".join(f"{k.replace('_', '.')}={v}\n" for k, v in config.items()))
-
-
-def write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def kafka_python_batch(records: list[tuple[int, bytes | None, bytes | None, list[Any]]], codec: int) -> bytes:
@@ -163,11 +153,11 @@ def orders(mount: Mount) -> list[Row]:
             value = rng.choice([None, b"", b'{"order": %d, "total": %d}' % (i, rng.randint(1, 999)), rng.randbytes(40)])
             headers = [("source", b"test"), ("trace", rng.choice([None, rng.randbytes(4)]))] if i % 3 == 0 else []
             records.append((NOW_MS - rng.randint(0, 10_000), key, value, headers))
-        write_file(mnt / "orders" / str(p) / "batches", kafka_python_batch(records, int(codec)))
+        write_all(mnt / "orders" / str(p) / "batches", kafka_python_batch(records, int(codec)))
         written[p] += records
     lines = [json.dumps({"key": f"customer-{i % 7}", "value": {"late": i}}) for i in range(40)]
-    write_file(mnt / "orders" / "append.jsonl", ("\n".join(lines) + "\n").encode())
-    write_file(mnt / "payments" / "0" / "append", b"".join(b"payment %d\n" % i for i in range(25)))
+    write_all(mnt / "orders" / "append.jsonl", ("\n".join(lines) + "\n").encode())
+    write_all(mnt / "payments" / "0" / "append", b"".join(b"payment %d\n" % i for i in range(25)))
     rows = oracle_all(mnt, {"orders": 3, "payments": 1})
     for p, records in written.items():  # kafka-python finds what was written, in order, then the JSON lines
         found = [
@@ -199,7 +189,7 @@ def test_spark_read_json_of_hw_files_returns_every_committed_record_once(spark: 
             record["headers"] = [{"key": "h", "value": "é"}]
         lines.append(json.dumps(record))
     for i in range(0, len(lines), 100):  # several write requests: several batches, several segments
-        write_file(mnt / "pages" / "append.jsonl", ("\n".join(lines[i : i + 100]) + "\n").encode())
+        write_all(mnt / "pages" / "append.jsonl", ("\n".join(lines[i : i + 100]) + "\n").encode())
     hw_files = [f for p in range(3) for f in os.listdir(mnt / "pages" / str(p) / "hw")]
     assert len(hw_files) > 9, hw_files
     assert all(re.fullmatch(r"[0-9]{20}\.jsonl", f) for f in hw_files)  # nothing Spark would skip or choke on
@@ -307,7 +297,7 @@ def test_fail_on_data_loss_both_ways_after_retention_removed_the_start(spark: An
     mnt = mount.path
     make_topic(mnt, "old", 1, segment_bytes=2048)
     for i in range(20):  # one batch per write: segments of a few batches each
-        write_file(mnt / "old" / "0" / "append", b"".join(b"old %02d %02d %s\n" % (i, j, b"x" * 40) for j in range(5)))
+        write_all(mnt / "old" / "0" / "append", b"".join(b"old %02d %02d %s\n" % (i, j, b"x" * 40) for j in range(5)))
     (mnt / "old" / "config").write_text("retention.bytes=4096\n")
     deadline = time.monotonic() + 15
     seen = [0]
@@ -387,7 +377,7 @@ def test_stream_available_now_then_restart_from_checkpoint_exactly_once(
 
     def produce(start: int, count: int) -> None:
         for p in range(2):
-            write_file(
+            write_all(
                 mnt / "events" / str(p) / "append", b"".join(b"e-%d-%d\n" % (p, i) for i in range(start, start + count))
             )
 
@@ -438,8 +428,8 @@ def test_a_follower_mount_reads_the_same_and_a_follower_behind_is_waited_for(spa
         make_topic(lead.path, "rep", 2)
         for p in range(2):
             records = [(NOW_MS + i, b"k%d" % i, b"rep-%d-%d" % (p, i), [("h", b"v")]) for i in range(500)]
-            write_file(lead.path / "rep" / str(p) / "batches", kafka_python_batch(records, int(Compression.GZIP)))
-            write_file(lead.path / "rep" / str(p) / "append", b"".join(b"text-%d\n" % i for i in range(50)))
+            write_all(lead.path / "rep" / str(p) / "batches", kafka_python_batch(records, int(Compression.GZIP)))
+            write_all(lead.path / "rep" / str(p) / "append", b"".join(b"text-%d\n" % i for i in range(50)))
         hw = [state(lead.path, "rep", p)["high_watermark"] for p in range(2)]
         assert hw == [550, 550]
         fmnt = tmp_path / "F.mnt"
