@@ -2,7 +2,7 @@
 
 The problem (spec §5). A file under ``at/`` or ``hw/`` reports its exact size at lookup (``stat``; Spark plans its
 splits from it, ``tail -f`` polls it) and serves reads at any byte position. Its bytes are the plain or JSON-lines
-rendering of stored batches (``core/render.py``), which is a pure function of those bytes: a batch's rendered size
+rendering of stored batches (``core/renderstored.py``), which is a pure function of those bytes: a batch's rendered size
 never changes once computed, so it is computed once and kept.
 
 Rules:
@@ -70,7 +70,7 @@ from logfs.core.batch import (
 )
 from logfs.core.errors import StorageError
 from logfs.core.logfile import LogFile
-from logfs.core.render import render_stored, stored_size, stored_sizes
+from logfs.core.renderstored import render_stored, stored_size, stored_sizes
 from logfs.core.segment import LogSegment
 
 # --- limits ---------------------------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def render_batches(
     until_offset: int | None = None,
 ) -> bytes | memoryview:
     """The renderings of the whole batches at ``positions`` of ``buf``, concatenated, each cut to ``[from_offset,
-    until_offset)``: all of them at once (``core.render.render_stored``). Not for KAFKA."""
+    until_offset)``: all of them at once (``core.renderstored.render_stored``). Not for KAFKA."""
     return render_stored(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset)
 
 

@@ -17,13 +17,13 @@ whole chunks from the segment's rendered-size index (``mount/rendersize.py``), a
 cut by ``end`` (and what follows the last whole chunk). The view's size is the sum of its pieces; a read bisects
 the pieces, then the chunk prefix sums, and renders only the chunks it touches (shared, recently rendered chunks
 come from the cache). Opening costs O(segments covered + log n) once the index is warm, plus rendering at most about
-one chunk and two batches per end; a cold index walks each batch once (``core.render.stored_sizes``: sizes from
+one chunk and two batches per end; a cold index walks each batch once (``core.renderstored.stored_sizes``: sizes from
 the record columns, nothing rendered, for plain text always and for JSON lines whose keys and values need no
 escaping).
 
 Sequential readers. A read that starts near where the view's previous read ended (``cat``, and the kernel's
 readahead, which sends 128-256 KiB requests a few at a time, not always in order) renders the chunk it misses and the
-chunks after it, up to READ_AHEAD_BYTES (1 MiB) of stored bytes, in one ``core.render.render_stored`` call (one
+chunks after it, up to READ_AHEAD_BYTES (1 MiB) of stored bytes, in one ``core.renderstored.render_stored`` call (one
 vectorised walk of all their records), and keeps each chunk in the shared LRU: the reads that follow find their
 chunks there. One render runs at a time per view, so concurrent requests of one reader wait for the render that
 covers them instead of rendering the same chunks again. :meth:`RangeView.read_cached` answers a read from the LRU

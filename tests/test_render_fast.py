@@ -1,4 +1,4 @@
-"""The fast renderings of many stored batches (``core/render.py``: ``render_stored``, ``stored_size``,
+"""The fast renderings of many stored batches (``core/renderstored.py``: ``render_stored``, ``stored_size``,
 ``walk_stored``) against the one-batch reference renderers (``render_plain``, ``render_jsonl``), byte for byte.
 
 Batches vary in everything the renderings depend on: record counts (1 to thousands: the per-record and the 2-D block
@@ -30,7 +30,8 @@ from logfs.core.batch import (
 )
 from logfs.core.compression import Compression
 from logfs.core.records import walk
-from logfs.core.render import render_jsonl, render_plain, render_stored, stored_size, walk_stored
+from logfs.core.render import render_jsonl, render_plain
+from logfs.core.renderstored import render_stored, stored_size, walk_stored
 
 TOPIC = "t"
 PARTITION = 3
