@@ -35,7 +35,7 @@ import functools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -373,23 +373,46 @@ def decode_keys_and_values(
     return key_pos, key_len, value_pos, value_len
 
 
-def chain_records(data: WalkBuffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
-    """Where each of ``count`` records starts, and where its body starts (after the length prefix), following the
-    length prefixes from ``start``. None unless the chain ends exactly at ``end`` and every length is one the fast
-    walker takes: non-negative, at least the minimum body, in one or two bytes (records up to 8 KiB; longer ones go to
-    the reference walker).
+class RecordRun(NamedTuple):
+    """Consecutive records of one size: where the first starts, the size of each, its length prefix's bytes."""
+
+    start: int
+    step: int
+    head: int
+    records: int
+
+
+def record_runs(
+    data: WalkBuffer, start: int, end: int, count: int, max_runs: int | None = None
+) -> list[RecordRun] | None:
+    """The ``count`` records from ``start``, as maximal runs of records of one size, following their length prefixes.
+
+    None unless the chain ends exactly at ``end`` and every length is one the fast walkers take: non-negative, at
+    least the minimum body, in one or two bytes (records up to 8 KiB; longer ones go to the reference walker). An
+    empty list when the records make more than ``max_runs`` runs (sizes vary: the caller treats them one by one).
 
     A plain loop costs ~150 ns a record. Producers often write records of one size (fixed schemas, benchmarks), so
-    once two records in a row have the same length prefix the loop guesses that the following ones do too and checks
-    the guess for all of them at C speed: a strided slice gathers the first (and second) byte at every guessed
-    start, and ``lstrip`` counts how many equal the prefix. A start is taken only when its prefix bytes equal the
-    previous record's, which makes it that record's true successor with the same (checked) length: the chain is the
-    loop's, guessed or not.
+    once two records in a row have the same size the loop guesses that the following ones do too and checks the guess
+    for all of them at C speed: a strided slice gathers the first (and second) byte at every guessed start, and
+    ``lstrip`` counts how many equal the prefix. A start is taken only when its prefix bytes equal the previous
+    record's, which makes it that record's true successor with the same (checked) length: the chain is the loop's,
+    guessed or not.
     """
-    starts = array("q")
-    bodies = array("q")
+    found = _runs(data, start, end, count, max_runs)
+    return None if found is None else [RecordRun(*run) for run in zip(*found, strict=True)]
+
+
+def _runs(
+    data: WalkBuffer, start: int, end: int, count: int, max_runs: int | None
+) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """:func:`record_runs` as four parallel lists (starts, steps, heads, record counts): no object per record, which
+    keeps records of varied sizes (a run each) at the plain loop's cost."""
+    starts: list[int] = []
+    steps: list[int] = []
+    heads: list[int] = []
+    counts: list[int] = []
+    run_step = run_head = -1
     pos = start
-    previous = -1
     n = 0
     try:
         while n < count:
@@ -404,11 +427,15 @@ def chain_records(data: WalkBuffer, start: int, end: int, count: int) -> tuple[a
             if raw & 1 or (raw >> 1) < RECORD_BODY_MIN_BYTES:
                 return None
             step = head + (raw >> 1)
-            if step != previous:
+            if step != run_step or head != run_head:  # (a padded prefix: the same size with another head)
+                if max_runs is not None and len(starts) >= max_runs:
+                    return [], [], [], []
                 starts.append(pos)
-                bodies.append(pos + head)
+                steps.append(step)
+                heads.append(head)
+                counts.append(1)
+                run_step, run_head = step, head
                 pos += step
-                previous = step
                 n += 1
                 continue
             # Two records of one size: take every following start whose prefix bytes repeat this one's.
@@ -418,15 +445,35 @@ def chain_records(data: WalkBuffer, start: int, end: int, count: int) -> tuple[a
             if head == 2:
                 gathered = bytes(data[pos + 1 : limit + 1 : step])
                 run = min(run, len(gathered) - len(gathered.lstrip(gathered[:1])))
-            run_starts = np.arange(pos, pos + step * run, step, dtype=np.int64)
-            starts.frombytes(run_starts.tobytes())
-            bodies.frombytes((run_starts + head).tobytes())
+            counts[-1] += run
             pos += step * run
             n += run
-            previous = -1  # the record that broke the run (if any) goes through the loop
     except IndexError:
         return None
-    return (starts, bodies) if pos == end else None
+    return (starts, steps, heads, counts) if pos == end else None
+
+
+def chain_records(data: WalkBuffer, start: int, end: int, count: int) -> tuple[array[int], array[int]] | None:
+    """Where each of ``count`` records starts, and where its body starts (after the length prefix): the runs of
+    :func:`record_runs` laid out record by record; None where it gives None."""
+    found = _runs(data, start, end, count, None)
+    if found is None:
+        return None
+    run_starts, steps, heads, counts = found
+    if len(run_starts) == count:  # every record a run of its own (sizes vary)
+        return array("q", run_starts), array("q", [s + h for s, h in zip(run_starts, heads, strict=True)])
+    starts = array("q")
+    bodies = array("q")
+    for first, step, head, records in zip(run_starts, steps, heads, counts, strict=True):
+        if records < 8:  # short runs: cheaper one by one than through numpy
+            for k in range(records):
+                starts.append(first + k * step)
+                bodies.append(first + k * step + head)
+        else:
+            at = np.arange(first, first + step * records, step, dtype=np.int64)
+            starts.frombytes(at.tobytes())
+            bodies.frombytes((at + head).tobytes())
+    return starts, bodies
 
 
 @functools.lru_cache(maxsize=16)

@@ -38,9 +38,11 @@ from .records import (
     RECORD_BODY_MIN_BYTES,
     IntArray,
     RecordColumns,
+    RecordRun,
     chain_records,
     decode_keys_and_values,
     decode_varints,
+    record_runs,
     walk,
 )
 from .render import (
@@ -95,13 +97,11 @@ def walk_stored(data: bytes, sections: Sequence[tuple[int, int, int, int]]) -> S
         return None
     counts = [c for _, _, c, _ in sections]
     total = sum(counts)
-    # 1. The record starts, as runs of records of one size. Each record's length prefix is checked here (one or two
-    #    bytes, non-negative, at least the minimum body). Once two records in a row have the same size, the records
-    #    after them whose length bytes are the very same (so whose size is the same, and as valid) are counted at C
-    #    speed: a strided slice of the bytes where they would start, and ``lstrip``. Records of one size (or of a
-    #    few sizes in long runs: the offset delta's varint grows at record 64) cost next to nothing. A batch whose
-    #    sizes vary is chained record by record instead (~100 ns a record) and kept as one run of step 0 ("not of
-    #    one size"). The chain ends exactly where each section ends, or the span goes to the reference.
+    # 1. The record starts, as runs of records of one size (records.record_runs, which checks every length prefix
+    #    and counts a run of equal prefixes at C speed). Records of one size (or of a few sizes in long runs: the
+    #    offset delta's varint grows at record 64) cost next to nothing. A batch whose sizes vary is chained record
+    #    by record instead and kept as one run of step 0 ("not of one size"). The chain ends exactly where each
+    #    section ends, or the span goes to the reference.
     run_first: list[int] = []
     run_start: list[int] = []
     run_step: list[int] = []
@@ -109,62 +109,25 @@ def walk_stored(data: bytes, sections: Sequence[tuple[int, int, int, int]]) -> S
     run_batch: list[int] = []
     chained: dict[int, list[int]] = {}  # batch → the starts of its records, for batches of varying sizes
     index = 0
-    try:
-        for j, (start, end, count, _) in enumerate(sections):
-            if count < 1 or count > (end - start) // (1 + RECORD_BODY_MIN_BYTES):
+    for j, (start, end, count, _) in enumerate(sections):
+        if count < 1 or count > (end - start) // (1 + RECORD_BODY_MIN_BYTES):
+            return None
+        runs = record_runs(data, start, end, count, max_runs=max(4, count // 32))
+        if runs is None:
+            return None
+        if not runs:  # sizes vary: chain this batch record by record, one run of step 0
+            chained_batch = chain_records(data, start, end, count)
+            if chained_batch is None:
                 return None
-            pos, left, previous = start, count, -1
-            runs_before, patience = len(run_first), max(4, count // 32)
-            while left:
-                b = data[pos]
-                if b < 0x80:
-                    width, raw = 1, b
-                else:
-                    c = data[pos + 1]
-                    if c >= 0x80:
-                        return None  # a 3+ byte length (records over 8 KiB): the reference walks those
-                    width, raw = 2, (b & 0x7F) | (c << 7)
-                if raw & 1 or raw >> 1 < RECORD_BODY_MIN_BYTES:
-                    return None
-                step = width + (raw >> 1)
-                k = 1
-                if step == previous and left > 1:
-                    limit = min(end, pos + step * left)
-                    column = data[pos:limit:step]
-                    k = len(column) - len(column.lstrip(column[:1]))
-                    if width == 2:
-                        column = data[pos + 1 : limit : step]
-                        k = min(k, len(column) - len(column.lstrip(column[:1])))
-                if not (run_step and run_batch[-1] == j and run_step[-1] == step and run_width[-1] == width):
-                    if len(run_first) - runs_before >= patience:
-                        break  # sizes vary: chain this batch record by record
-                    run_first.append(index)
-                    run_start.append(pos)
-                    run_step.append(step)
-                    run_width.append(width)
-                    run_batch.append(j)
-                pos += step * k
-                left -= k
-                index += k
-                previous = step
-            if left:
-                index -= count - left
-                del run_first[runs_before:], run_start[runs_before:], run_step[runs_before:]
-                del run_width[runs_before:], run_batch[runs_before:]
-                chained_batch = chain_records(data, start, end, count)
-                if chained_batch is None:
-                    return None
-                chained[j] = chained_batch[0].tolist()
-                run_first.append(index)
-                run_start.append(start)
-                run_step.append(0)
-                run_width.append(0)
-                run_batch.append(j)
-                index += count
-            elif pos != end:
-                return None
-    except IndexError:
-        return None
+            chained[j] = chained_batch[0].tolist()
+            runs = [RecordRun(start, 0, 0, count)]
+        for run in runs:
+            run_first.append(index)
+            run_start.append(run.start)
+            run_step.append(run.step)
+            run_width.append(run.head)
+            run_batch.append(j)
+            index += run.records
     run_first.append(total)
     counts_a = np.array(counts, dtype=np.int64)
     first = np.cumsum(counts_a) - counts_a  # each batch's first record

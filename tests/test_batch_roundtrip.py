@@ -37,7 +37,7 @@ from logfs.core.batch import (
 )
 from logfs.core.compression import Compression
 from logfs.core.errors import InvalidRecord
-from logfs.core.records import NUMPY_WALK_MIN_RECORDS, walk_numpy, walk_python
+from logfs.core.records import NUMPY_WALK_MIN_RECORDS, record_runs, walk_numpy, walk_python
 from logfs.core.render import render_jsonl, render_plain
 from logfs.core.varint import INT64_MAX, INT64_MIN, decode_varint, encode_varint, size_of_varint
 
@@ -772,3 +772,21 @@ def test_walk_numpy_checks_every_record_of_a_run_of_equal_sizes(value_size: int,
                     f"record {index} byte {prefix_byte} set to {new:#x}",
                 )  # fmt: skip
                 assert expected is None and got is None
+
+
+def test_a_padded_length_prefix_starts_a_run_of_its_own() -> None:
+    """A record whose length prefix is padded to two bytes (9 as ``92 00``) is as long as its neighbours with a
+    one-byte prefix and one more body byte: the chain must not count it as one more of their run (its body starts a
+    byte later), and both walkers must agree on the batch."""
+    records = [Record(i, 1_000, None, b"abc" if i == 10 else b"abcd") for i in range(200)]
+    section = bytearray(encode_batch(records)[61:])
+    starts = record_starts(bytes(section))
+    assert section[starts[10]] == 9 * 2 and section[starts[9]] == 10 * 2
+    section[starts[10] : starts[10] + 1] = b"\x92\x00"  # 9, padded: the record is now 11 bytes, as record 9
+    data = bytes(section)
+    runs = record_runs(data, 0, len(data), 200)
+    assert runs is not None
+    assert [(r.step, r.head, r.records) for r in runs[:3]] == [(11, 1, 10), (11, 2, 1), (11, 1, 53)]
+    for client in (True, False):
+        expected, _ = assert_walkers_agree(data, 0, len(data), 200, 199, client, True, "padded length of record 10")
+        assert expected is not None  # the reference takes a padded varint
