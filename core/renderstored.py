@@ -34,17 +34,8 @@ import numpy.typing as npt
 
 from .batch import RECORDS_OFFSET, BatchHeader, TimestampType, read_header, record_columns
 from .compression import Compression, decompress
-from .records import (
-    RECORD_BODY_MIN_BYTES,
-    IntArray,
-    RecordColumns,
-    RecordRun,
-    chain_records,
-    decode_keys_and_values,
-    decode_varints,
-    record_runs,
-    walk,
-)
+from .recordruns import RECORD_BODY_MIN_BYTES, RecordRun, chain_records, record_runs
+from .records import IntArray, RecordColumns, decode_keys_and_values, decode_varints, walk
 from .render import (
     first_index,
     json_bytes,

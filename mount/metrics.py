@@ -25,6 +25,9 @@ class PartitionGauges:
     size_bytes: int
     segments: int
     recovery_point: int = 0  # the offset up to which the log is flushed to disk (Kafka's recovery point)
+    isr: tuple[int, ...] = ()  # the in-sync replicas (a follower's mount: as its leader's last answer said)
+    under_min_isr: bool = False
+    replicas: dict[int, int] = field(default_factory=dict)  # leader only: each follower's LEO as it last fetched
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +84,10 @@ class Metrics:
         )  # fmt: skip
 
 
-def _labels(key: TopicPartitionKey) -> str:
+def _labels(key: TopicPartitionKey, replica: int | None = None) -> str:
     # Topic names are [A-Za-z0-9._-]: nothing to escape.
-    return f'{{topic="{key[0]}",partition="{key[1]}"}}'
+    extra = "" if replica is None else f',replica="{replica}"'
+    return f'{{topic="{key[0]}",partition="{key[1]}"{extra}}}'
 
 
 def _family(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, int]]) -> list[str]:
@@ -124,6 +128,18 @@ def render(stats: Statistics) -> bytes:
                      gauge("recovery_point"))  # fmt: skip
     lines += _family("logfs_log_size_bytes", "gauge", "Bytes in the partition's segments.", gauge("size_bytes"))
     lines += _family("logfs_log_segments", "gauge", "Segments of the partition.", gauge("segments"))
+    replication = sorted((k, g) for k, g in stats.gauges.items() if g.isr)
+    lines += _family("logfs_isr_size", "gauge", "Replicas in the ISR (this node included).",
+                     [(_labels(k), len(g.isr)) for k, g in replication])  # fmt: skip
+    lines += _family("logfs_under_min_isr", "gauge", "1 while the ISR is below min.insync.replicas (acks=all fails).",
+                     [(_labels(k), int(g.under_min_isr)) for k, g in replication])  # fmt: skip
+    followers = [(k, g, r, leo) for k, g in replication for r, leo in sorted(g.replicas.items())]
+    lines += _family("logfs_replica_log_end_offset", "gauge", "A follower's log end offset as its last fetch said.",
+                     [(_labels(k, r), leo) for k, _, r, leo in followers])  # fmt: skip
+    lines += _family("logfs_replica_lag_offsets", "gauge", "Records a follower is behind the leader's log end.",
+                     [(_labels(k, r), max(0, g.log_end_offset - leo)) for k, g, r, leo in followers])  # fmt: skip
+    lines += _family("logfs_replica_in_sync", "gauge", "1 when the follower is in the ISR.",
+                     [(_labels(k, r), int(r in g.isr)) for k, g, r, _ in followers])  # fmt: skip
     lines += _family("logfs_follow_readers", "gauge", "Open follow/ handles.", [("", stats.follow_readers)])
     lines += _family("logfs_fresh_inodes", "gauge", "at/, follow/ and write-file inodes the kernel holds.",
                      [("", stats.fresh_inodes)])  # fmt: skip

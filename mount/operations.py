@@ -338,6 +338,19 @@ class Operations(pyfuse3.Operations):
     def _render_config(self, topic: str) -> bytes:
         return render_config(self.store.topic_config(topic), self.store.topic_overrides(topic)).encode()
 
+    def _replication_gauges(self, topic: str, partition: int) -> dict[str, Any]:
+        """The ISR and the followers' LEOs of one partition, for ``.logfs/metrics``."""
+        if self.follower is not None:
+            _, isr = self.follower(topic, partition)
+            return {"isr": tuple(isr)}
+        assert self.replication is not None
+        leader = self.replication.partition(topic, partition)
+        return {
+            "isr": leader.isr,
+            "under_min_isr": leader.under_min_isr,
+            "replicas": {r: leader.replica_state(r).log_end_offset for r in leader.followers},
+        }
+
     async def _render_state(self, node: Node) -> bytes:
         """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
         as its fetches left it), or what a follower's last fetch told it."""
@@ -362,6 +375,7 @@ class Operations(pyfuse3.Operations):
                 log.size_bytes,
                 len(log.segments),
                 log.recovery_point,
+                **self._replication_gauges(tp.topic, tp.partition),
             )
             for tp, log in self.store.logs()
         }

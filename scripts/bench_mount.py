@@ -4,13 +4,15 @@
 
 Rows, each beside its baseline measured in the same run on the same disk:
 
-* ``dd if=<kafka batches file> of=MOUNT/t/0/batches bs=1M`` (MB/s) vs ``dd`` of the same file to a plain file, and
-  vs the core alone (``Log.append_as_leader`` of the same batches, no FUSE).
+* ``dd if=<kafka batches file> of=MOUNT/t/0/batches bs=1M`` (MB/s) vs ``dd`` of the same file to a plain file, vs
+  the core alone (``Log.append_as_leader`` of the same batches, no FUSE), and vs the FUSE floor (the same ``dd``
+  into a pyfuse3 filesystem whose write handler does nothing).
 * 100-byte lines through ``append`` in 1 MiB writes (records/s) vs the core alone (``encode_values`` + append).
 * ``cat at/earliest`` (its first open: the rendered-size index is cold) and ``cat`` of a closed segment's ``hw/``
   file (records/s, MB/s) vs the same views opened and read without FUSE (``mount/views.py`` in this process, a
   cold cache, 256 KiB reads: what FUSE adds is the difference) and ``cat`` of a file on disk.
-* End-to-end latency from one write of one record to a blocked ``follow/latest`` reader receiving it (p50, p99).
+* End-to-end latency from one write of one record to a blocked ``follow/latest`` reader receiving it (p50, p99),
+  after ``sync`` (the earlier rows leave ~300 MB of dirty pages whose writeback would otherwise sit in the samples).
 
 Kafka's published single-machine figures for 100-byte records, the anchor: 821,557 records/s produced, 940,521
 records/s consumed, 2 ms median / 3 ms p99 end to end.
@@ -72,6 +74,54 @@ def mount(store: Path, mnt: Path, *config: str) -> subprocess.Popen[bytes]:
 def unmount(proc: subprocess.Popen[bytes], mnt: Path) -> None:
     subprocess.run([LOGFS, "umount", str(mnt)], check=False)
     proc.wait(60)
+
+
+# The FUSE floor: a pyfuse3 filesystem whose one file takes every write and does nothing with it. What a write
+# through FUSE costs before logfs does anything (the kernel's copies, the request round trip, pyfuse3 and trio).
+NULL_FS = """
+import errno, stat, sys
+import pyfuse3, trio
+
+class Sink(pyfuse3.Operations):
+    async def getattr(self, inode, ctx=None):
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.st_mode = (stat.S_IFDIR | 0o755) if inode == pyfuse3.ROOT_INODE else (stat.S_IFREG | 0o644)
+        return attr
+    async def lookup(self, parent, name, ctx=None):
+        if name != b"sink":
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await self.getattr(2)
+    async def open(self, inode, flags, ctx):
+        info = pyfuse3.FileInfo(fh=inode)
+        info.direct_io = True
+        return info
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        return await self.getattr(inode)
+    async def write(self, fh, off, buf):
+        return len(buf)
+
+pyfuse3.init(Sink(), sys.argv[1], set())
+try:
+    trio.run(pyfuse3.main)
+finally:
+    pyfuse3.close()
+"""
+
+
+def fuse_floor(source: Path, mnt: Path) -> float:
+    """Seconds for ``dd`` of ``source`` into the do-nothing filesystem (best of two)."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", NULL_FS, str(mnt)])
+    try:
+        while not os.path.ismount(mnt):
+            if proc.poll() is not None:
+                raise SystemExit(f"the null filesystem exited {proc.returncode}")
+            time.sleep(0.02)
+        return min(dd(source, mnt / "sink") for _ in range(2))
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+        proc.wait(30)
 
 
 def core_append(root: Path, batches: list[bytes], config: StoreConfig) -> float:
@@ -166,6 +216,7 @@ def main() -> None:
         source.write_bytes(b"".join(batches))
         size_mb = source.stat().st_size / 1e6
         disk = dd(source, work / "copy.bin")
+        floor = fuse_floor(source, work / "null-mnt")
         core = core_append(work / "core-store", batches, config)
         lines = values(args.records)
         core_l = core_lines(work / "core-lines", lines, config)
@@ -181,7 +232,8 @@ def main() -> None:
             rows.append((
                 f"dd bs=1M of {size_mb:.0f} MB of batches into `batches`",
                 f"{size_mb / through:,.0f} MB/s ({n / through:,.0f} records/s)",
-                f"dd to disk {size_mb / disk:,.0f} MB/s; core alone {size_mb / core:,.0f} MB/s",
+                f"dd to disk {size_mb / disk:,.0f} MB/s; core alone {size_mb / core:,.0f} MB/s; "
+                f"FUSE floor (a write handler that does nothing) {size_mb / floor:,.0f} MB/s",
             ))  # fmt: skip
             lines_s = timed(lambda: subprocess.run(
                 ["dd", f"if={text}", f"of={mnt / 'lines/0/append'}", "bs=1M", "status=none"], check=True))  # fmt: skip
@@ -200,6 +252,7 @@ def main() -> None:
             hw_s = cat(closed)
             with open(closed, "rb") as f:
                 hw_records = sum(1 for _ in f)
+            os.sync()  # the earlier rows' writeback must not sit in the latency samples
             p50, p99 = latency(mnt, args.latency)
             rows.append((
                 f"write → blocked `follow/latest` reader, {args.latency} records",

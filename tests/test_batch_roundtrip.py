@@ -3,8 +3,8 @@
 * ``decode_records(encode_batch(x)) == x`` over keys, values, headers, timestamps, codecs, producer fields and
   batch sizes, and ``validate_batch`` accepts what ``encode_batch`` writes.
 * ``encode_values`` is byte-identical to ``encode_batch`` of the same null-key, header-less records.
-* ``walk_numpy`` agrees with ``walk_python`` on valid and on damaged records sections: same result when it answers,
-  and None whenever the reference raises.
+* ``walk_numpy`` and ``walk_runs`` agree with ``walk_python`` on valid and on damaged records sections: same result
+  when they answer, and None whenever the reference raises.
 * ``render_plain`` and ``render_jsonl`` match renderings built independently from the decoded records.
 
 Hypothesis runs derandomized (a fixed seed derived from each test), so every run explores the same examples and a
@@ -37,7 +37,8 @@ from logfs.core.batch import (
 )
 from logfs.core.compression import Compression
 from logfs.core.errors import InvalidRecord
-from logfs.core.records import NUMPY_WALK_MIN_RECORDS, record_runs, walk_numpy, walk_python
+from logfs.core.recordruns import record_runs
+from logfs.core.records import NUMPY_WALK_MIN_RECORDS, walk_numpy, walk_python, walk_runs
 from logfs.core.render import render_jsonl, render_plain
 from logfs.core.varint import INT64_MAX, INT64_MIN, decode_varint, encode_varint, size_of_varint
 
@@ -415,6 +416,12 @@ def assert_walkers_agree(
     except InvalidRecord:
         expected = None
     got = walk_numpy(data, start, end, count, last_offset_delta, client=client, columns=columns)
+    if client and count > 0:  # the run walker: producer batches, no columns
+        by_runs = walk_runs(data, start, end, count)
+        if expected is None:
+            assert by_runs is None, f"walk_python raised but walk_runs answered ({context})"
+        elif by_runs is not None:
+            assert by_runs == expected[0], context
     if currently_in_test_context():  # hypothesis --hypothesis-show-statistics: how often each path is taken
         reference = "raised" if expected is None else "answered"
         event(f"reference {reference}, numpy {'declined' if got is None else 'answered'}")
@@ -790,3 +797,101 @@ def test_a_padded_length_prefix_starts_a_run_of_its_own() -> None:
     for client in (True, False):
         expected, _ = assert_walkers_agree(data, 0, len(data), 200, 199, client, True, "padded length of record 10")
         assert expected is not None  # the reference takes a padded varint
+
+
+# --- the run walker: a producer's batch of records of one layout, checked column by column ---------------------
+
+
+def uniform_section(count: int, ts_deltas: tuple[int, int], key: bytes | None = None) -> bytes:
+    """A producer's records section of ``count`` records of 100-byte values, timestamp deltas drawn from
+    ``ts_deltas`` (inclusive) but the first record's, 0 as a producer writes it: with wider deltas it is a run of its
+    own."""
+    rng = random.Random(count * 31 + ts_deltas[1])
+    lo, hi = ts_deltas
+    records = [
+        Record(i, 1_000_000 + (0 if i == 0 else rng.randint(lo, hi)), key, b"%010d" % i + b"." * 90)
+        for i in range(count)
+    ]
+    return encode_batch(records)[61:]
+
+
+TS_DELTAS = {"one-ts": (0, 0), "1-byte-ts": (0, 31), "2-byte-ts": (64, 4000), "6-byte-ts": (2**40, 2**40 + 10**6)}
+
+
+@pytest.mark.parametrize("ts_deltas", list(TS_DELTAS.values()), ids=list(TS_DELTAS))
+@pytest.mark.parametrize("count", [24, 64, 65, 1000, 9000])
+@pytest.mark.parametrize("key", [None, b"k", b"key-of-ten"], ids=["null-key", "1-byte-key", "10-byte-key"])
+def test_walk_runs_takes_a_producers_batch_of_one_layout(
+    ts_deltas: tuple[int, int], count: int, key: bytes | None
+) -> None:
+    """The batches the run walker exists for: it answers, with the reference's largest timestamp delta. Counts
+    across the offset-delta width changes at 64 and 8192 (record sizes change there: new runs)."""
+    section = uniform_section(count, ts_deltas, key)
+    got = walk_runs(section, 0, len(section), count)
+    assert got is not None
+    assert got == walk_python(section, 0, len(section), count, count - 1, client=True, columns=False)[0]
+
+
+# (field, the new value; the record's length is kept, so only the column check can notice)
+RUN_DAMAGES: list[tuple[str, int | None]] = [
+    ("offsetDelta", None),  # the next record's: the same width
+    ("offsetDelta", 0),
+    ("offsetDelta", 1),
+    ("keyLength", 0),
+    ("keyLength", -2),
+    ("valueLength", 99),
+    ("valueLength", -1),
+    ("headersCount", 1),
+    ("headersCount", -1),
+    ("timestampDelta", 64),  # a two-byte timestamp delta in a run of one-byte ones
+]
+
+
+@pytest.mark.parametrize("index", [1, 2, 63, 64, 65, 500, 998, 999])
+@pytest.mark.parametrize(("field", "value"), RUN_DAMAGES)
+def test_walk_runs_catches_one_damaged_field_anywhere_in_a_run(index: int, field: str, value: int | None) -> None:
+    """Every column the run walker checks, damaged in one record at the edges and the middle of both runs of a
+    1,000-record batch (the record's length prefix untouched, so the chain still holds): the walker declines, as
+    it must when the reference raises, and agrees when the damage leaves a valid batch."""
+    section = uniform_section(1000, (0, 31))
+    starts = record_starts(section)
+    value = index + 1 if value is None else value
+    damaged = set_record_field(section, starts[index], field, value, keep_length=True)
+    expected, _ = assert_walkers_agree(damaged, 0, len(damaged), 1000, 999, True, False, f"{field} = {value} @{index}")
+    if expected is None:
+        assert walk_runs(damaged, 0, len(damaged), 1000) is None
+
+
+def test_walk_runs_accepts_what_the_reference_accepts_in_columns_it_does_not_fix() -> None:
+    """The attributes byte (unused: any value) and value bytes may differ from record to record."""
+    section = bytearray(uniform_section(1000, (0, 31)))
+    starts = record_starts(bytes(section))
+    for index in (1, 500, 999):
+        section[starts[index] + 2] = 0x7F  # attributes, after a two-byte length prefix
+        section[starts[index] + 20] ^= 0xFF  # inside the value
+    data = bytes(section)
+    expected, _ = assert_walkers_agree(data, 0, len(data), 1000, 999, True, False, "attributes and values")
+    assert expected is not None
+    assert walk_runs(data, 0, len(data), 1000) == expected[0]
+
+
+def test_walk_runs_declines_batches_of_varied_sizes_and_headers() -> None:
+    """More than a few runs, or records with headers: left to the other walkers."""
+    varied = encode_batch([Record(i, 1000, None, b"v" * (i % 50)) for i in range(200)])[61:]
+    assert walk_runs(varied, 0, len(varied), 200) is None
+    headers = encode_batch([Record(i, 1000, None, b"v", (Header("h", b"x"),)) for i in range(200)])[61:]
+    assert walk_runs(headers, 0, len(headers), 200) is None
+    assert walk_python(headers, 0, len(headers), 200, 199, client=True, columns=False) is not None
+
+
+@pytest.mark.parametrize("index", [1, 63, 64, 500, 999])
+def test_walk_runs_catches_a_continuation_bit_on_a_timestamp_delta(index: int) -> None:
+    """A timestamp delta whose last byte says "more follows": the reference reads the next field as part of it and
+    fails; the run walker must not let the unchanged offset-delta column vouch for the record."""
+    section = bytearray(uniform_section(1000, (0, 31)))
+    starts = record_starts(bytes(section))
+    section[starts[index] + 3] |= 0x80  # after the two-byte length prefix and the attributes byte
+    data = bytes(section)
+    expected, _ = assert_walkers_agree(data, 0, len(data), 1000, 999, True, False, f"continuation bit @{index}")
+    assert expected is None
+    assert walk_runs(data, 0, len(data), 1000) is None

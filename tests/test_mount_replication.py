@@ -100,6 +100,13 @@ def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[ty
     return json.loads((mnt / topic / str(partition) / "state").read_bytes())
 
 
+def replication_metrics(mnt: Path) -> dict[str, int]:
+    """The replication samples of ``.logfs/metrics`` (ISR size, under min ISR, each follower's LEO, lag, in sync)."""
+    families = ("logfs_isr_size", "logfs_under_min_isr", "logfs_replica_")
+    samples = [line.split() for line in (mnt / ".logfs/metrics").read_text().splitlines() if not line.startswith("#")]
+    return {name: int(value) for name, value in samples if name.startswith(families)}
+
+
 def append(mnt: Path, topic: str, *lines: str, partition: int = 0) -> None:
     fd = os.open(mnt / topic / str(partition) / "append", os.O_WRONLY)
     try:
@@ -290,11 +297,20 @@ def test_a_follower_leaves_the_isr_after_the_lag_time_and_rejoins_after_catching
         f = FakeFollower(mnt, 1, "t")
         f.catch_up()
         assert state(mnt, "t")["isr"] == [0, 1]
+        tp, follower = 'topic="t",partition="0"', 'topic="t",partition="0",replica="1"'
+        assert replication_metrics(mnt) == {
+            f"logfs_isr_size{{{tp}}}": 2, f"logfs_under_min_isr{{{tp}}}": 0,
+            f"logfs_replica_log_end_offset{{{follower}}}": 0, f"logfs_replica_lag_offsets{{{follower}}}": 0,
+            f"logfs_replica_in_sync{{{follower}}}": 1,
+        }  # fmt: skip
         append(mnt, "t", "a")  # the follower stops fetching (as if killed)
         t = time.monotonic()
         wait_for("the ISR to shrink", lambda: state(mnt, "t")["isr"] == [0], timeout=5)
         assert time.monotonic() - t <= 2.5  # 1 s after it was last caught up, checked every 0.5 s
         assert state(mnt, "t")["high_watermark"] == 1  # ISR = the leader alone (min.insync.replicas=1)
+        gauges = replication_metrics(mnt)
+        assert gauges[f"logfs_isr_size{{{tp}}}"] == 1 and gauges[f"logfs_replica_in_sync{{{follower}}}"] == 0
+        assert gauges[f"logfs_replica_lag_offsets{{{follower}}}"] == 1
         append(mnt, "t", "b", "c")
         head = f.fetch()
         assert head["isr"] == [0] and f.offset == 3  # fetched at 0 < HW 3: not yet
