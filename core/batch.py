@@ -562,6 +562,28 @@ def set_max_timestamp(
     _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
 
 
+def set_producer(
+    buf: bytearray | memoryview,
+    position: int,
+    size: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+) -> None:
+    """Give a batch a producer identity in place (id, epoch, base sequence, the transactional bit) and recompute the
+    CRC: the mount writes a transaction's batches as that transaction's producer, whatever the client encoded."""
+    _INT64.pack_into(buf, position + PRODUCER_ID_OFFSET, producer_id)
+    _INT16.pack_into(buf, position + PRODUCER_EPOCH_OFFSET, producer_epoch)
+    _INT32.pack_into(buf, position + BASE_SEQUENCE_OFFSET, base_sequence)
+    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
+    attributes = (attributes | TRANSACTIONAL_MASK) if transactional else (attributes & ~TRANSACTIONAL_MASK)
+    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes)
+    crc = _crc32c.crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
+    _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
+
+
 END_TXN_MARKER_BATCH_BYTES = 78  # Kafka's CURRENT_END_TXN_SCHEMA_RECORD_SIZE plus the batch overhead
 
 

@@ -32,7 +32,12 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   └── PromotionRefused              leading a store that was out of the ISR, without --unclean
     ├── ProducerError
     │   ├── OutOfOrderSequence            an idempotent producer skipped or reused a sequence number
-    │   └── ProducerFenced                an older producer epoch than the one the log knows
+    │   ├── ProducerFenced                an older producer epoch than the one the log knows
+    │   ├── InvalidTxnState               a plain batch from a producer whose transaction is open; a coordinator
+    │   │                                 call on a transactional id in a state that does not allow it
+    │   ├── TransactionInProgress         begin while that transactional id has a transaction open or pending
+    │   ├── InvalidTransactionalId        a transactional id outside the topic-name rules
+    │   └── CoordinatorFenced             a marker from an older coordinator epoch than the log knows
     ├── ConfigError                       unknown key, unsupported key or bad value
     ├── TopicError
     │   ├── InvalidTopic                  a name outside Kafka's rules (InvalidTopicException)
@@ -45,6 +50,8 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
         ├── DiskFull
         ├── StoreLocked
         ├── CorruptIndex                  an index file that fails its sanity check (CorruptIndexException)
+        ├── CorruptTransactionLog         damage before the end of the coordinator's transaction log
+        ├── CorruptSnapshot               a producer snapshot that fails its checks (skipped by the loader)
         └── CorruptCheckpoint             a checkpoint file with a bad version, line or entry count
 """
 
@@ -232,6 +239,32 @@ class ProducerFenced(ProducerError):
     """A producer epoch older than the newest one the log has seen for that producer id."""
 
 
+class InvalidTxnState(ProducerError):
+    """A non-transactional batch from a producer with an open transaction (InvalidTxnStateException).
+
+    The transaction coordinator raises it too: a write, a commit or an abort for a transactional id that has no open
+    transaction (Kafka's INVALID_TXN_STATE).
+    """
+
+
+class TransactionInProgress(ProducerError):
+    """A begin for a transactional id whose transaction is still open or has a decision still being completed.
+
+    Kafka answers InitProducerId in that case with CONCURRENT_TRANSACTIONS; the mount answers mkdir with EEXIST.
+    """
+
+
+class InvalidTransactionalId(ProducerError):
+    """A transactional id outside the topic-name rules: 1-249 of ``[A-Za-z0-9._-]``, no leading ``.``.
+
+    Kafka accepts any string; logfs names each transaction's directory after it (``.logfs/transactions/<id>``).
+    """
+
+
+class CoordinatorFenced(ProducerError):
+    """A transaction marker with an older coordinator epoch than the producer's last (TransactionCoordinatorFenced)."""
+
+
 # --- configuration and storage -------------------------------------------------------------------------------------
 
 
@@ -296,6 +329,31 @@ class CorruptIndex(StorageError):
         self.path = path
         self.reason = reason
         super().__init__(f"corrupt index {path}: {reason}")
+
+
+class CorruptTransactionLog(StorageError):
+    """The transaction coordinator's log is damaged before its end, or holds a record it cannot read.
+
+    A torn tail (the record a crash interrupted) is cut with a warning instead; damage with intact records after it
+    cannot come from a crash of an append-only, fsynced file, so the coordinator refuses to guess. ``position`` is
+    the byte where the bad record starts.
+    """
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        self.path = path
+        self.position = position
+        self.reason = reason
+        super().__init__(f"corrupt transaction log {path} at byte {position}: {reason}")
+
+
+class CorruptSnapshot(StorageError):
+    """A producer snapshot (``.snapshot``) that is too short, of another version, or fails its CRC or count (Kafka's
+    CorruptSnapshotException). The loader skips it for an older one."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"corrupt producer snapshot {path}: {reason}")
 
 
 class CorruptCheckpoint(StorageError):

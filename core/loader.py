@@ -15,6 +15,12 @@
    batches' leader epochs; a log ending below the checkpointed log start offset is emptied; an empty directory gets
    one segment at the log start offset; the active segment's indexes get their full size back; the epoch cache is
    trimmed to ``[log start, LEO]``.
+6. Producer state (reference §2.8, Kafka's ``rebuildProducerState``): snapshots above the LEO or below the first
+   segment go; the newest snapshot at or below the LEO that parses is loaded (a corrupt one is skipped with a
+   warning) and the log replayed from its offset to the LEO. Recovery (step 4) positions one state at the first
+   recovered segment the same way and replays each recovered segment into it, which rebuilds its ``.txnindex``.
+   After a clean shutdown with no snapshot at all (a store written before producer state existed), the state starts
+   empty at the LEO, as Kafka's does, rather than scanning every segment.
 
 A clean load opens no ``.log`` beyond a ``stat`` and reads only the active segment's tail (for the LEO), so opening a
 large clean store does not scan its logs. Each finding is reported to ``on_event`` (the store logs them; ``logfs
@@ -39,12 +45,14 @@ from .errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
 from .handles import HandleCache
 from .log import Log, roll_jitter
 from .logfile import LogFile
+from .producerstate import ProducerStateManager, replay
 from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     QUARANTINE_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     ScanResult,
     offset_from_filename,
@@ -55,7 +63,7 @@ _log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 NO_LIMIT = 2**63 - 1
 
 
@@ -101,16 +109,21 @@ def load_log(
     first = len(segments)  # a clean log recovers only the segments of step 3
     if not had_clean_shutdown:
         first = max((i for i, s in enumerate(segments) if s.base_offset <= recovery_point), default=0)
-    segments = _recover(segments, first, needs_recovery, epoch_cache, on_event)
+    producer_state = ProducerStateManager(directory)
+    recovery_start = max(log_start_offset, segments[0].base_offset) if segments else log_start_offset
+    segments = _recover(segments, first, needs_recovery, epoch_cache, on_event, producer_state, recovery_start)
     if epochs_lost:
         _rebuild_epochs(segments, epoch_cache)
     leo = segments[-1].read_next_offset() if segments else log_start_offset
+    recovered_to_leo = producer_state.map_end_offset == leo and (first < len(segments) or bool(needs_recovery))
     if segments and leo < log_start_offset:
         for segment in segments:
             segment.delete_if_exists()
         _report(on_event, "emptied", directory, f"log end offset {leo} is below the log start offset checkpoint")
         segments = []
         epoch_cache.clear_and_flush()
+        producer_state.delete_snapshots_above(-1)
+        recovered_to_leo = False
     if not segments:
         segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
         segments[0].log_file.create()  # so that the next load finds it, as Kafka's does (see Log._new_segment)
@@ -122,6 +135,7 @@ def load_log(
     start = max(log_start_offset, segments[0].base_offset)
     epoch_cache.truncate_from_end(leo)
     epoch_cache.truncate_from_start(start)
+    _load_producer_state(producer_state, segments, start, leo, clean=had_clean_shutdown, recovered=recovered_to_leo)
     return Log(
         directory,
         config,
@@ -132,7 +146,33 @@ def load_log(
         recovery_point=recovery,
         high_watermark=high_watermark,
         log_end_offset=leo,
+        producer_state=producer_state,
     )
+
+
+def _load_producer_state(
+    state: ProducerStateManager, segments: list[LogSegment], start: int, leo: int, *, clean: bool, recovered: bool
+) -> None:
+    """Step 6: the producer state at the LEO. ``recovered``: recovery already replayed the log up to the LEO into
+    ``state``, which is kept."""
+    state.delete_snapshots_above(leo)
+    state.delete_snapshots_before(segments[0].base_offset)
+    if recovered:
+        return
+    if clean and not state.snapshot_offsets():
+        state.clear(leo)
+        return
+    loaded = state.load_snapshot(leo)
+    replay(state, segments, start if loaded is None else max(loaded, start), leo)
+
+
+def _position_producer_state(
+    state: ProducerStateManager, segments: list[LogSegment], index: int, log_start_offset: int
+) -> None:
+    """Bring ``state`` to ``segments[index]``'s base offset: newest snapshot at or below it, then replay."""
+    base = segments[index].base_offset
+    loaded = state.load_snapshot(base)
+    replay(state, segments[:index], log_start_offset if loaded is None else max(loaded, log_start_offset), base)
 
 
 def _load_epoch_cache(directory: Path, on_event: EventSink | None) -> tuple[LeaderEpochFileCache, bool]:
@@ -281,8 +321,9 @@ def _recover_one(
     epoch_cache: LeaderEpochFileCache,
     on_event: EventSink | None,
     before_cut: Callable[[ScanResult], None] | None = None,
+    producer_state: ProducerStateManager | None = None,
 ) -> ScanResult:
-    result = segment.recover(epoch_cache, before_cut=before_cut)
+    result = segment.recover(epoch_cache, before_cut=before_cut, producer_state=producer_state)
     if result.damaged_bytes:
         what = result.reason or "torn tail"
         _report(
@@ -298,14 +339,23 @@ def _recover(
     needs_recovery: set[int],
     epoch_cache: LeaderEpochFileCache,
     on_event: EventSink | None,
+    producer_state: ProducerStateManager,
+    log_start_offset: int,
 ) -> list[LogSegment]:
     """Pass 4: recover ``segments[first:]`` and every earlier one in ``needs_recovery``; the first segment that is
-    cut ends the log, and the segments after it go to quarantine (before the cut: see ``LogSegment.recover``)."""
+    cut ends the log, and the segments after it go to quarantine (before the cut: see ``LogSegment.recover``).
+
+    ``producer_state`` is carried through consecutive recovered segments (and positioned afresh after a skipped
+    one), so each recovery rebuilds its segment's ``.txnindex`` from the state at its base."""
+    previous = -2
     for i, segment in enumerate(segments):
         if i < first and segment.base_offset not in needs_recovery:
             continue
+        if previous != i - 1:
+            _position_producer_state(producer_state, segments, i, log_start_offset)
+        previous = i
         quarantine_later = functools.partial(_quarantine_segments, segments[i + 1 :], on_event)
-        if _recover_one(segment, epoch_cache, on_event, quarantine_later).damaged_bytes:
+        if _recover_one(segment, epoch_cache, on_event, quarantine_later, producer_state).damaged_bytes:
             return segments[: i + 1]
     return segments
 

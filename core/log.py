@@ -20,6 +20,15 @@ OffsetOutOfRange; at the isolation bound or between it and the LEO an empty resu
 of the batch holding the offset, at most ``max_bytes`` (at least one batch with ``min_one_message``) and never past
 the bound (the HW for HIGH_WATERMARK, the LEO for LOG_END).
 
+Producers and transactions (``core/producerstate.py``): a batch with a producer id is checked against its producer's
+state before anything is written (fenced epoch, sequence, duplicate: a retry answers with the original's offsets and
+stores nothing); a batch without one costs a single comparison. :meth:`append_end_txn_marker` writes COMMIT and
+ABORT markers; an abort also goes into the active segment's ``.txnindex``. The last stable offset (LSO) is the first
+offset of the earliest transaction that is open or whose marker the HW has not passed, never above the HW; it is
+recomputed on every HW move and published as one frozen value (``core/stableoffset.py``), so any thread reads it.
+TXN_COMMITTED reads stop at it and carry the aborted transactions of the fetched range. A producer snapshot is
+written at every roll (fsynced by :meth:`flush_rolled`) and at close.
+
 Retention (:meth:`delete_old_segments`) never deletes at or above the HW; deleted segments are renamed
 ``.deleted`` and unlinked by :meth:`delete_expired_files` after ``file.delete.delay.ms``. A reader that pinned a
 segment keeps reading it.
@@ -40,8 +49,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch import TimestampType, assign_offset_and_epoch, iter_batch_positions, set_max_timestamp, validate_batch
+from .batch import (
+    TimestampType,
+    assign_offset_and_epoch,
+    encode_end_txn_marker,
+    iter_batch_positions,
+    set_max_timestamp,
+    validate_batch,
+)
 from .config import LogConfig
+from .control import ControlType
 from .durable import now_ms as wall_clock_ms
 from .epoch import LeaderEpochFileCache
 from .errors import (
@@ -58,6 +75,16 @@ from .handles import HandleCache
 from .highwatermark import HighWatermark
 from .index import TimestampOffset
 from .offsets import AppendInfo, FetchDataInfo, Isolation, LogOffsetMetadata, LogOffsetPosition
+from .producerstate import (
+    PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+    ProducerUpdate,
+    apply_replicated,
+    read_marker,
+    replay,
+    sync_snapshot_files,
+)
 from .retention import (
     Rule,
     SegmentSummary,
@@ -67,6 +94,8 @@ from .retention import (
     retention_ms_rule,
 )
 from .segment import DELETED_SUFFIX, LogSegment
+from .stableoffset import StableOffsets, stable_offsets, with_aborted_transactions
+from .txnindex import AbortedTxn, collect_aborted
 
 _log = logging.getLogger(__name__)
 
@@ -107,8 +136,10 @@ class Log:
         recovery_point: int,
         high_watermark: int = 0,
         log_end_offset: int | None = None,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
-        """Adopt loaded segments; ``log_end_offset``, when the loader knows it, saves a scan of the active tail."""
+        """Adopt loaded segments; ``log_end_offset``, when the loader knows it, saves a scan of the active tail;
+        ``producer_state`` is the state at the LEO (the loader rebuilds it; default: no producers)."""
         if not segments:
             raise StorageError(f"{directory}: a log needs at least one segment")
         self._dir = directory
@@ -128,6 +159,11 @@ class Log:
         self._last_flush_ms = wall_clock_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._rolled_upto = 0  # base of the newest rolled-to segment: everything below awaits flush_rolled()
+        if producer_state is None:
+            producer_state = ProducerStateManager(directory, self._leo.message_offset)
+        self._producer_state = producer_state
+        self._stable = StableOffsets(None, self._hw.offset)  # published: see _update_lso
+        self._update_lso()
 
     def __repr__(self) -> str:
         return (
@@ -160,6 +196,36 @@ class Log:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided and replicated, never above the HW. Any thread."""
+        return self._stable.last_stable_offset
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open or not-yet-replicated transaction, at least the log start offset;
+        None when there is none. Any thread."""
+        return self._stable.first_unstable_offset
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The producer state (writer thread only: it is not safe to read while appends run)."""
+        return self._producer_state
+
+    def remove_expired_producers(
+        self, now_ms: int | None = None, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
+    ) -> int:
+        """Forget idle producers (``producer.id.expiration.ms``); how many went. Writer (the store's periodic work)."""
+        with self._lock:
+            return self._producer_state.remove_expired_producers(
+                wall_clock_ms() if now_ms is None else now_ms, expiration_ms
+            )
+
+    def open_transactions(self) -> list[tuple[int, int]]:
+        """``(producer id, first offset)`` of every open transaction. Writer (or any thread, under no appends)."""
+        with self._lock:
+            return self._producer_state.open_transactions()
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -212,14 +278,20 @@ class Log:
             data = batch
         else:
             data = bytearray(batch)
+        max_ts = now if log_append else valid.max_timestamp
         with self._lock:
             first = self._leo.message_offset
-            if log_append:
-                set_max_timestamp(data, 0, size, TimestampType.LOG_APPEND_TIME, now)
-                max_ts = now
-            else:
-                set_max_timestamp(data, 0, size, TimestampType.CREATE_TIME, valid.max_timestamp)
-                max_ts = valid.max_timestamp
+            update = None
+            if header.producer_id >= 0:  # the one check a non-idempotent batch pays
+                found = self._producer_state.prepare_client_batch(header, first, max_ts)
+                if isinstance(found, BatchMetadata):
+                    return AppendInfo(
+                        found.first_offset, found.last_offset, found.timestamp, found.last_offset,
+                        found.timestamp if log_append else -1, 0, 0, duplicate=True,
+                    )  # fmt: skip
+                update = found
+            ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+            set_max_timestamp(data, 0, size, ts_type, max_ts)
             assign_offset_and_epoch(data, 0, first, leader_epoch)
             last = first + header.last_offset_delta
             rolled = self._maybe_roll(size, max_ts, last, first, now)
@@ -227,8 +299,59 @@ class Log:
             # The LEO is published as soon as the bytes are in the segment, so that a failure of what follows
             # (the epoch checkpoint's write) can never make the next append reuse these offsets.
             self._advance_leo(last + 1, header.records_count)
+            if update is not None:
+                self._apply_producer_update(update)
             self.epoch_cache.assign(leader_epoch, first)
             return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Write a COMMIT or ABORT marker for ``producer_id`` at the LEO (Kafka's coordinator-origin append).
+
+        It ends the producer's open transaction (if any); an abort is recorded in the active segment's
+        ``.txnindex`` with the LSO of that moment. An older producer epoch is ProducerFenced, an older coordinator
+        epoch CoordinatorFenced; nothing is written then. Writer.
+        """
+        now = wall_clock_ms() if now_ms is None else now_ms
+        with self._lock:
+            offset = self._leo.message_offset
+            update = self._producer_state.prepare_marker(
+                producer_id, producer_epoch, offset, commit=commit, coordinator_epoch=coordinator_epoch, timestamp=now
+            )
+            data = encode_end_txn_marker(
+                ControlType.COMMIT if commit else ControlType.ABORT, producer_id=producer_id,
+                producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch, timestamp=now,
+                base_offset=offset, partition_leader_epoch=leader_epoch,
+            )  # fmt: skip
+            rolled = self._maybe_roll(len(data), now, offset, offset, now)
+            self.active_segment.append(offset, now, offset, data)
+            self._advance_leo(offset + 1, 1)
+            self._apply_producer_update(update)
+            self.epoch_cache.assign(leader_epoch, offset)
+            return AppendInfo(offset, offset, now, offset, -1, 1, len(data), rolled)
+
+    def _apply_producer_update(self, update: ProducerUpdate) -> None:
+        """Install a checked update whose bytes are stored; an abort it completes goes into the .txnindex."""
+        state = self._producer_state
+        state.apply(update)
+        completed = update.completed
+        if completed is not None:
+            self.active_segment.update_txn_index(completed, state.last_stable_offset_for(completed))
+            state.complete_txn(completed)
+        if completed is not None or update.started_txn >= 0:
+            self._update_lso()
+
+    def _update_lso(self) -> None:
+        """Recompute and publish the first unstable offset and the LSO. Writer, under the lock."""
+        self._stable = stable_offsets(self._producer_state, self._hw.offset, self._log_start_offset)
 
     def _check_timestamp(self, timestamp: int, now: int) -> None:
         if timestamp < 0:
@@ -254,8 +377,13 @@ class Log:
         """
         now = wall_clock_ms() if now_ms is None else now_ms
         headers = []
+        positions = []
+        producers = False
         for position, size in iter_batch_positions(data):
-            headers.append(validate_batch(data, position, client=False, size=size, deep=False).header)
+            h = validate_batch(data, position, client=False, size=size, deep=False).header
+            headers.append(h)
+            positions.append(position)
+            producers = producers or h.producer_id >= 0
         if not headers:
             return None
         consumed = sum(h.size for h in headers)
@@ -267,6 +395,10 @@ class Log:
                     f"batch at offset {cur.base_offset} follows one ending at {prev.last_offset}: offsets must ascend"
                 )
         first, last = headers[0].base_offset, headers[-1].last_offset
+        # A marker's record is read before anything is written, so a malformed one refuses the whole append.
+        markers = {}
+        if producers:
+            markers = {p: read_marker(data, p) for h, p in zip(headers, positions, strict=True) if h.is_control}
         if consumed > self.config.segment_bytes:
             raise RecordBatchTooLarge(consumed, self.config.segment_bytes)
         max_h = max(headers, key=lambda h: h.max_timestamp)
@@ -277,6 +409,14 @@ class Log:
             self.active_segment.append(last, max_h.max_timestamp, max_h.last_offset, data)
             records = sum(h.records_count for h in headers)
             self._advance_leo(last + 1, records)  # before the epoch checkpoint: see append_as_leader
+            if producers:
+                # One batch at a time, as the leader appended them, so the .txnindex entries (their LSOs
+                # included) come out identical to the leader's.
+                state = self._producer_state
+                on_completed = self.active_segment.update_txn_index_for(state)
+                for h, position in zip(headers, positions, strict=True):
+                    apply_replicated(state, h, data, position, on_completed, markers.get(position))
+                self._update_lso()
             for h in headers:
                 if h.partition_leader_epoch >= 0:
                     self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
@@ -331,10 +471,24 @@ class Log:
             segment = self._new_segment(new_base, now_ms)
             self._segments = _view([*self._segments.segments, segment])
             self._leo = LogOffsetMetadata(self._leo.message_offset, new_base, 0)
+            # Kafka's roll snapshot: recovering the new segment can start from it. Not fsynced here: flush_rolled
+            # does it with the rolled segment (a snapshot lost to a crash is only a longer replay).
+            self._producer_state.update_map_end_offset(new_base)
+            self._take_snapshot(sync=False)
             # Kafka flushes the rolled segment asynchronously; so do we: the store's tick calls flush_rolled() on
             # a worker thread, so an append that rolls never waits for an fsync of the segment it leaves.
             self._rolled_upto = max(self._rolled_upto, new_base)
             return segment
+
+    def _take_snapshot(self, *, sync: bool) -> None:
+        """A producer snapshot at the state's map end offset. A failure only costs the next load a longer replay,
+        so it is logged, never raised (the append that rolled must not fail for it)."""
+        try:
+            self._producer_state.take_snapshot(sync=sync)
+        except OSError as exc:
+            _log.warning(
+                "%s: producer snapshot at %d not written: %s", self._dir, self._producer_state.map_end_offset, exc
+            )
 
     def flush_rolled(self) -> None:
         """fsync the segments left by rolls since the last call and raise the recovery point to them. Writer."""
@@ -342,7 +496,7 @@ class Log:
             self.flush(self._rolled_upto)
 
     def _new_segment(self, base_offset: int, now_ms: int | None = None) -> LogSegment:
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             stale = self._dir / f"{base_offset:020d}{suffix}"
             if stale.exists():
                 _log.warning("deleting stale %s before creating a segment at %d", stale, base_offset)
@@ -372,11 +526,24 @@ class Log:
         isolation: Isolation = Isolation.HIGH_WATERMARK,
         min_one_message: bool = True,
     ) -> FetchDataInfo:
-        """Kafka's read (reference §5). Any thread."""
+        """Kafka's read (reference §5); TXN_COMMITTED reads stop at the LSO and carry the aborted transactions of the
+        fetched range (reference §7). Any thread."""
+        fetched = self._read(start_offset, max_bytes, isolation, min_one_message)
+        if isolation is not Isolation.TXN_COMMITTED:
+            return fetched
+        view = self._segments
+        return with_aborted_transactions(view.bases, view.segments, fetched, self._leo.message_offset)
+
+    def _read(self, start_offset: int, max_bytes: int, isolation: Isolation, min_one_message: bool) -> FetchDataInfo:
         if start_offset < self._log_start_offset:
             raise OffsetOutOfRange(start_offset, self._log_start_offset, self._leo.message_offset)
         end = self._leo
-        bound = end if isolation is Isolation.LOG_END else self.fetch_high_watermark_metadata()
+        if isolation is Isolation.LOG_END:
+            bound = end
+        elif isolation is Isolation.HIGH_WATERMARK:
+            bound = self.fetch_high_watermark_metadata()
+        else:
+            bound = self.fetch_last_stable_offset_metadata()
         view = self._segments
         if start_offset == bound.message_offset:
             return FetchDataInfo(bound, b"")
@@ -398,6 +565,22 @@ class Log:
                 return fetched
             i += 1
         return FetchDataInfo(end, b"")
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from the segment holding
+        ``start_offset`` on. Any thread."""
+        view = self._segments
+        segment = view.floor(start_offset)
+        i = view.index_of(segment.base_offset) if segment is not None else 0
+        return collect_aborted(view.segments[i:], start_offset, upper_bound_offset)
+
+    def fetch_last_stable_offset_metadata(self) -> LogOffsetMetadata:
+        """The LSO with its position (the HW's when they are equal). Any thread."""
+        lso = self._stable.last_stable_offset
+        hw = self.fetch_high_watermark_metadata()
+        if lso >= hw.message_offset:
+            return hw
+        return self.offset_metadata(lso)
 
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Where ``offset`` lies (segment and position of its batch), for a bound; the LEO's when at the end."""
@@ -471,17 +654,25 @@ class Log:
     def update_high_watermark(self, hw: int) -> int:
         """Set the HW clamped to ``[log start, LEO]`` (it may move back). Returns the new HW. Writer."""
         with self._lock:
-            return self._hw.update(LogOffsetMetadata(hw), self._log_start_offset, self._leo)
+            new = self._hw.update(LogOffsetMetadata(hw), self._log_start_offset, self._leo)
+            self._update_lso()
+            return new
 
     def maybe_increment_high_watermark(self, hw: LogOffsetMetadata) -> LogOffsetMetadata | None:
         """The leader's forward-only HW move (OffsetOutOfRange past the LEO). Writer."""
         with self._lock:
-            return self._hw.maybe_increment(hw, self._leo)
+            moved = self._hw.maybe_increment(hw, self._leo)
+            if moved is not None:
+                self._update_lso()
+            return moved
 
     def maybe_update_high_watermark(self, hw: int) -> int | None:
         """The follower's HW move: clamped, returns the new HW if it changed. Writer."""
         with self._lock:
-            return self._hw.maybe_update_as_follower(hw, self._log_start_offset, self._leo)
+            moved = self._hw.maybe_update_as_follower(hw, self._log_start_offset, self._leo)
+            if moved is not None:
+                self._update_lso()
+            return moved
 
     # --- flush and recovery point (writer) -------------------------------------------------------------------------
 
@@ -504,9 +695,11 @@ class Log:
                 and (i + 1 == len(view.bases) or view.bases[i + 1] > self._recovery_point)
             ]
             unflushed_records = self._unflushed_records
+            snapshots = self._producer_state.take_unsynced_snapshots(target)
         for segment in unflushed:
             if segment in self._segments.segments:  # a truncation or retention may have removed it meanwhile
                 segment.flush()
+        sync_snapshot_files(snapshots, self._dir)
         with self._lock:
             target = min(target, self._leo.message_offset)
             if target > self._recovery_point:
@@ -545,7 +738,22 @@ class Log:
             self.epoch_cache.truncate_from_end(target_offset)
             if self._hw.offset >= target_offset:
                 self._hw.update(self._leo, self._log_start_offset, self._leo)
+            self._rebuild_producer_state(target_offset)
             return True
+
+    def _rebuild_producer_state(self, end_offset: int) -> None:
+        """The producer state at ``end_offset``: its snapshots above go, the newest below is loaded and the log
+        replayed from there (from the log start offset without one), as Kafka's ``rebuildProducerState``."""
+        state = self._producer_state
+        state.delete_snapshots_above(end_offset)
+        if not state.producers:  # no producer above the target either: nothing to replay (a follower's usual case)
+            state.clear(end_offset)
+            self._update_lso()
+            return
+        loaded = state.load_snapshot(end_offset)
+        start = self._log_start_offset if loaded is None else max(loaded, self._log_start_offset)
+        replay(state, self._segments.segments, start, end_offset)
+        self._update_lso()
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at ``new_offset`` (LEO = log start = HW = recovery point). Writer."""
@@ -562,6 +770,9 @@ class Log:
             self._unflushed_records = 0
             self.epoch_cache.clear_and_flush()
             self._hw.update(self._leo, new_offset, self._leo)
+            self._producer_state.delete_snapshots_above(-1)
+            self._producer_state.clear(new_offset)
+            self._update_lso()
 
     # --- log start offset and retention (writer) ----------------------------------------------------------------------
 
@@ -578,6 +789,8 @@ class Log:
             self.epoch_cache.truncate_from_start(new_start)
             if self._recovery_point < new_start:
                 self._recovery_point = new_start
+            self._producer_state.truncate_head(new_start)
+            self._update_lso()
             return True
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -606,11 +819,14 @@ class Log:
         for segment in doomed:
             self._schedule_delete(segment, now)
         new_start = self._segments.bases[0]
+        self._producer_state.delete_snapshots_before(new_start)  # the snapshots of deleted segments go with them
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
             self.epoch_cache.truncate_from_start(new_start)
             if self._recovery_point < new_start:
                 self._recovery_point = new_start
+            self._producer_state.truncate_head(new_start)
+            self._update_lso()
         _log.info("%s: retention deleted %d segment(s); log start offset %d", self._dir.name, count, new_start)
         return count
 
@@ -634,9 +850,13 @@ class Log:
     # --- lifecycle -------------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush, trim and close every segment; unlink pending deletions. Writer."""
+        """Flush, snapshot the producer state at the LEO (so the next load replays nothing), trim and close every
+        segment; unlink pending deletions. Writer."""
         with self._lock:
             self.flush()
+            if self._producer_state.producers or self._producer_state.snapshot_offsets():
+                self._producer_state.update_map_end_offset(self._leo.message_offset)
+                self._take_snapshot(sync=True)
             for segment in self._segments.segments:
                 segment.close()
             self.delete_expired_files(NO_LIMIT)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .txnindex import AbortedTxn
 
 UNKNOWN_OFFSET = -1
 
@@ -43,23 +46,34 @@ class LogOffsetPosition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
-    """The answer to a read: where it starts, the raw bytes, and whether the first batch was cut short."""
+    """The answer to a read: where it starts, the raw bytes, and whether the first batch was cut short.
+
+    ``aborted_transactions`` is set by TXN_COMMITTED reads only: the aborted transactions overlapping the fetched
+    range, which a read_committed consumer needs to drop their records (``core/txnfilter.py``).
+    """
 
     fetch_offset_metadata: LogOffsetMetadata
     records: bytes
     first_entry_incomplete: bool = False
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 class Isolation(Enum):
-    """Kafka's FetchIsolation: how far a read may go (LSO-bounded TXN_COMMITTED arrives with transactions)."""
+    """Kafka's FetchIsolation: how far a read may go: the LEO (replicas), the HW (read_uncommitted) or the last
+    stable offset (read_committed, which also returns the aborted transactions)."""
 
     LOG_END = "log_end"
     HIGH_WATERMARK = "high_watermark"
+    TXN_COMMITTED = "txn_committed"
 
 
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
-    """What an append did: the offsets it took, its max timestamp and where that is, its bytes and records."""
+    """What an append did: the offsets it took, its max timestamp and where that is, its bytes and records.
+
+    ``duplicate``: the batch was a producer's retry of one already stored; nothing was written, the offsets and
+    timestamp are the original's, and ``records_count`` and ``size_bytes`` are 0.
+    """
 
     first_offset: int
     last_offset: int
@@ -69,3 +83,4 @@ class AppendInfo:
     records_count: int
     size_bytes: int
     rolled: bool = False
+    duplicate: bool = False

@@ -17,8 +17,12 @@ beside the segment before the ``.log`` is cut, so recovery never destroys bytes 
 the valid prefix. :meth:`scan` does the reading alone, for ``logfs check``.
 
 Threads: one writer thread (the log's) appends, truncates, rolls, recovers, renames and closes; any thread may
-read, translate, look up timestamps, flush and close_handler. Differences from Kafka: no transaction index or
-producer state yet (issue 7 adds them beside the two indexes).
+read, translate, look up timestamps, flush and close_handler.
+
+Transactions: the segment owns its ``.txnindex`` (``core/txnindex.py``) beside the two indexes: the log appends an
+entry when an ABORT marker lands here (:meth:`update_txn_index`); it is truncated, renamed ``.deleted`` and deleted
+with the segment, and recovery rebuilds it by replaying the batches through the producer state it is given, as
+Kafka's ``LogSegment.recover`` does.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from .handles import HandleCache
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .logfile import BatchPosition, LogFile
 from .offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
+from .producerstate import CompletedTxn, ProducerStateManager, apply_replicated
+from .txnindex import AbortedTxn, TransactionIndex
 from .varint import INT32_MAX
 
 _log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ _log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 QUARANTINE_SUFFIX = ".quarantine"
 
@@ -121,6 +128,7 @@ class LogSegment:
         self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self._touch)
         self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
         self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
+        self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX), base_offset)
         self._created_ms = created_ms if created_ms is not None else wall_clock_ms()
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
@@ -150,6 +158,10 @@ class LogSegment:
     @property
     def time_index(self) -> TimeIndex:
         return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        return self._txn_index
 
     @property
     def log_path(self) -> Path:
@@ -352,6 +364,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self._offset_index.truncate_to(offset)
         self._time_index.truncate_to(offset)
+        self._txn_index.truncate_to(offset)
         self._offset_index.resize(self._max_index_bytes)
         self._time_index.resize(self._max_index_bytes)
         removed = 0 if mapping is None else self._log.truncate_to(mapping.position)
@@ -374,7 +387,11 @@ class LogSegment:
                 best = TimestampOffset(b.max_timestamp, b.last_offset)
         return best
 
-    def scan(self, on_batch: Callable[[BatchPosition], None] | None = None) -> ScanResult:
+    def scan(
+        self,
+        on_batch: Callable[[BatchPosition], None] | None = None,
+        on_producer_batch: Callable[[BatchHeader, bytes, int], None] | None = None,
+    ) -> ScanResult:
         """Validate every batch from the start of the ``.log``: size, magic and CRC, as Kafka's ``ensureValid``, and
         offsets (see :meth:`_check_offsets`).
 
@@ -394,6 +411,8 @@ class LogSegment:
                 while (size := batch_size_at(chunk, at)) is not None:
                     h = validate_batch(chunk, at, client=False, size=size, deep=False).header
                     self._check_offsets(h, next_offset)
+                    if on_producer_batch is not None and h.producer_id >= 0:
+                        on_producer_batch(h, chunk, at)
                     if on_batch is not None:
                         on_batch(
                             BatchPosition(
@@ -418,6 +437,8 @@ class LogSegment:
                     self._check_offsets(h, next_offset)
                 except (CorruptRecord, InvalidRecord) as exc:
                     return ScanResult(valid, total, exc.reason, False, batches, next_offset)
+                if on_producer_batch is not None and h.producer_id >= 0:
+                    on_producer_batch(h, chunk, 0)
                 if on_batch is not None:
                     on_batch(BatchPosition(position, declared, h.base_offset, h.last_offset, h.max_timestamp,
                                            h.partition_leader_epoch))  # fmt: skip
@@ -450,8 +471,12 @@ class LogSegment:
         *,
         quarantine: bool = True,
         before_cut: Callable[[ScanResult], None] | None = None,
+        producer_state: ProducerStateManager | None = None,
     ) -> ScanResult:
-        """Rebuild both indexes from the ``.log``, cut it after the last valid batch, and return what was found.
+        """Rebuild the indexes from the ``.log``, cut it after the last valid batch, and return what was found.
+
+        With ``producer_state`` (positioned at this segment's base offset: the state after every earlier batch), the
+        batches are replayed into it and the ``.txnindex`` is rebuilt from the aborts it completes.
 
         When there is something to cut, ``before_cut`` runs first (the loader moves the later segments aside there:
         a crash before the cut then finds the same damage again, where one after it would find this segment whole
@@ -461,6 +486,8 @@ class LogSegment:
         """
         self._offset_index.reset()
         self._time_index.reset()
+        if producer_state is not None:  # else it could not be rebuilt: keep it
+            self._txn_index.reset()
         self._bytes_since_last_index_entry = 0
         last_index_entry = 0
         max_ts = TimestampOffset(NO_TIMESTAMP, self._base_offset)
@@ -484,7 +511,17 @@ class LogSegment:
                 if latest is None or b.partition_leader_epoch > latest:
                     epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
 
-        result = self.scan(rebuild)
+        on_producer_batch = None
+        if producer_state is not None:
+            state = producer_state
+
+            def on_producer_batch(h: BatchHeader, data: bytes, position: int) -> None:
+                apply_replicated(state, h, data, position, self.update_txn_index_for(state))
+                state.update_map_end_offset(h.last_offset + 1)
+
+        result = self.scan(rebuild, on_producer_batch)
+        if producer_state is not None:
+            producer_state.update_map_end_offset(result.next_offset)
         if result.damaged_bytes > 0:
             if before_cut is not None:
                 before_cut(result)
@@ -503,6 +540,17 @@ class LogSegment:
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
         return result
+
+    def update_txn_index(self, completed: CompletedTxn, last_stable_offset: int) -> None:
+        """Record an aborted transaction whose marker is in this segment (a commit records nothing). Writer thread."""
+        if completed.is_aborted:
+            self._txn_index.append(
+                AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, last_stable_offset)
+            )
+
+    def update_txn_index_for(self, state: ProducerStateManager) -> Callable[[CompletedTxn], None]:
+        """The ``on_completed`` of a replay: index an abort with the LSO ``state`` gives it (before it completes)."""
+        return lambda completed: self.update_txn_index(completed, state.last_stable_offset_for(completed))
 
     def quarantine_tail(self, from_position: int) -> Path | None:
         """Copy the ``.log`` bytes from ``from_position`` on into a quarantine file, fsynced. Writer thread."""
@@ -535,6 +583,7 @@ class LogSegment:
             self._offset_index.sanity_check()
             if self._time_index.path.exists():
                 self._time_index.sanity_check()
+            self._txn_index.sanity_check()
 
     # --- lifecycle ----------------------------------------------------------------------------------------------------
 
@@ -543,6 +592,7 @@ class LogSegment:
         self._log.flush()
         self._offset_index.flush()
         self._time_index.flush()
+        self._txn_index.flush()
 
     def close(self) -> None:
         """Write the final time index entry, trim the indexes and give back every descriptor. Writer thread."""
@@ -556,14 +606,14 @@ class LogSegment:
         self._handles.forget(self)
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename all three files, e.g. ``""`` → ``".deleted"``. Writer thread.
+        """Rename all four files, e.g. ``""`` → ``".deleted"``. Writer thread.
 
         A name already taken (the same base offset deleted twice within ``file.delete.delay.ms``, as an empty
         segment re-created by a roll is) gets a counter before the suffix (``….log.1.deleted``), so one pending
         deletion never overwrites, and later unlinks, another's files.
         """
         stems = []
-        for f in (self._log, self._offset_index, self._time_index):
+        for f in (self._log, self._offset_index, self._time_index, self._txn_index):
             name = f.path.name
             if old_suffix and name.endswith(old_suffix):
                 name = name[: -len(old_suffix)]
@@ -578,9 +628,10 @@ class LogSegment:
             f.rename_to(f.path.with_name(name + tag + new_suffix))
 
     def delete_if_exists(self) -> None:
-        """Delete all three files (a pinned reader keeps the ``.log`` bytes). Writer thread."""
+        """Delete all four files (a pinned reader keeps the ``.log`` bytes). Writer thread."""
         self._offset_index.delete_if_exists()
         self._time_index.delete_if_exists()
+        self._txn_index.delete_if_exists()
         self._log.delete_if_exists()
         self._handles.forget(self)
 

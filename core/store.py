@@ -47,6 +47,7 @@ from pathlib import Path
 
 from .checkpoint import OffsetCheckpointFile, TopicPartition
 from .config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
+from .coordinator import TransactionCoordinator
 from .durable import fsync_dir, replace_file
 from .durable import now_ms as wall_clock_ms
 from .errors import (
@@ -63,6 +64,7 @@ from .errors import (
 from .handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
 from .loader import EventSink, load_log
 from .log import Log
+from .producerids import ProducerIdAllocator
 
 _log = logging.getLogger(__name__)
 
@@ -154,6 +156,10 @@ class Store:
         self._overrides: dict[str, dict[str, str]] = {}
         self._due = _Due()
         self._closed = False
+        # Idempotent producers' ids and the transaction coordinator: files in the store root, opened after the logs
+        # (see open); the mount writes the markers, the store only owns the files.
+        self.producer_ids: ProducerIdAllocator | None = None
+        self.transactions: TransactionCoordinator | None = None
 
     # --- opening ------------------------------------------------------------------------------------------------------
 
@@ -191,6 +197,8 @@ class Store:
             raise
         try:
             store._load_all()
+            store.producer_ids = ProducerIdAllocator(root)
+            store.transactions = TransactionCoordinator.open(root, store.producer_ids.allocate)
         except BaseException:
             store.abandon()  # the partitions loaded so far give their descriptors back, then the lock goes
             raise
@@ -336,6 +344,7 @@ class Store:
         if now >= due.retention:
             for log in logs:
                 log.delete_old_segments(now)
+                log.remove_expired_producers(now)  # idle for producer.id.expiration.ms (a day): forgotten
             due.retention = now + self.config.log_retention_check_interval_ms
         if now >= due.delete_expired:
             for log in logs:
@@ -379,6 +388,8 @@ class Store:
         with self._lock:
             if self._closed:
                 return
+            if self.transactions is not None:
+                self.transactions.close()
             for log in self._logs.values():
                 log.close()
             self._write_checkpoints(hw=True, offsets=True)
@@ -393,6 +404,9 @@ class Store:
             if self._closed:
                 return
             self._closed = True
+            if self.transactions is not None:
+                with contextlib.suppress(Exception):
+                    self.transactions.close()
             for log in self._logs.values():
                 for segment in log.segments:
                     segment.close_handler()

@@ -26,12 +26,15 @@ path (each node mounts the log, or a follower of it). Streaming offsets are plai
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -59,6 +62,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from . import spark_transactions as txn
 from .spark_arrow import read_range
 from .spark_mount import list_topics, open_range, partitions_of, read_states
 from .spark_offsets import (
@@ -79,6 +83,10 @@ from .spark_sink import Appended, MountWriter, summarize
 __all__ = ["JSONL_SCHEMA", "KAFKA_SCHEMA", "LogfsDataSource", "local_session", "register"]
 
 _log = logging.getLogger(__name__)
+
+# Fault injection for the exactly-once tests (tests/test_spark_exactly_once.py); unset in normal use.
+FAIL_TASK_ONCE_ENV = "LOGFS_SPARK_TEST_FAIL_TASK_ONCE"  # the first attempt of every write task fails after writing
+PAUSE_ENV = "LOGFS_SPARK_TEST_PAUSE"  # "<before-commit|after-commit>:<file>": create it, wait to be killed
 
 # The columns of Spark's Kafka source, names and types exactly (KafkaRecordToRowConverter).
 KAFKA_SCHEMA = (
@@ -102,10 +110,11 @@ def register(spark: Any) -> None:
     spark.dataSource.register(LogfsDataSource)
 
 
-def local_session(app: str, **conf: str) -> Any:
+def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
     """A ``local[2]`` SparkSession for the demo, the benchmark and the tests on a small machine, ``logfs``
     registered: no UI, two shuffle partitions, UTC, C1-only JIT (a first result in ~6 s instead of ~8 s), logs at
-    ERROR; ``conf`` adds or overrides settings (``spark_driver_memory="2g"`` → ``spark.driver.memory``).
+    ERROR; ``conf`` adds or overrides settings (``spark_driver_memory="2g"`` → ``spark.driver.memory``); ``master``
+    ``"local[2,2]"`` retries a failed task once.
 
     Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set) with PYTHONSAFEPATH=1: they start in
     the driver's working directory, and in a logfs checkout its bare ``logfs/`` folder would shadow the package.
@@ -125,7 +134,7 @@ def local_session(app: str, **conf: str) -> Any:
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     }
     settings.update({key.replace("_", "."): value for key, value in conf.items()})
-    builder = SparkSession.builder.master("local[2]").appName(app)
+    builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -327,9 +336,11 @@ def kafka_struct(include_headers: bool) -> StructType:
 
 @dataclass
 class LogfsCommitMessage(WriterCommitMessage):
-    """What one task appended, per partition."""
+    """What one task appended, per partition; with exactlyOnce, its transaction and Spark partition id."""
 
     appended: list[Appended]
+    transaction: str | None = None
+    task_partition: int = -1
 
 
 def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
@@ -362,13 +373,59 @@ def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
 
 
 def _write_task(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
-    writer = MountWriter(Path(sink.path), topic=sink.topic, compression=sink.compression)
+    writer = MountWriter(
+        Path(sink.path), topic=sink.topic, compression=sink.compression, transactional_id=sink.transactional_id
+    )
+    context = TaskContext.get()
     try:
         for batch in batches:
             writer.write(batch)
-        return LogfsCommitMessage(writer.close())
+        appended = writer.close()
+        if os.environ.get(FAIL_TASK_ONCE_ENV) and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError(f"{FAIL_TASK_ONCE_ENV}: this task attempt fails after writing (a test's fault)")
+        return LogfsCommitMessage(appended, writer.transaction, -1 if context is None else context.partitionId())
+    except BaseException:
+        writer.abort_transaction()
+        raise
     finally:
         writer.abort()
+
+
+def _commit_transactions(sink: SinkOptions, messages: list[Any], batch_id: int | None) -> None:
+    """Commit the tasks' transactions of a write (exactlyOnce), after aborting any other open transaction of the
+    query (an earlier run's). A streaming micro-batch's carry labels, so a replayed micro-batch whose transactions
+    were committed before aborts its new ones (no duplicate)."""
+    if sink.transactional_id is None:
+        return
+    _test_pause("before-commit")
+    mount = Path(sink.path)
+    ours = [m for m in messages if isinstance(m, LogfsCommitMessage) and m.transaction is not None]
+    # Micro-batches run one after another: any other open transaction of this query is a leftover (a killed
+    # driver's or executor's), which would hold the last stable offset until its timeout.
+    txn.abort_stale(mount, sink.transactional_id, keep={m.transaction for m in ours if m.transaction})
+    for m in ours:
+        assert m.transaction is not None
+        name = None if batch_id is None else txn.label(sink.transactional_id, batch_id, m.task_partition)
+        txn.commit(mount, m.transaction, name)
+    _test_pause("after-commit")
+
+
+def _abort_transactions(sink: SinkOptions, messages: list[Any]) -> None:
+    if sink.transactional_id is None:
+        return
+    for m in messages:
+        if isinstance(m, LogfsCommitMessage) and m.transaction is not None:
+            txn.abort(Path(sink.path), m.transaction)
+
+
+def _test_pause(point: str) -> None:
+    """A fault-injection point for the exactly-once tests: with ``LOGFS_SPARK_TEST_PAUSE=<point>:<file>`` set,
+    create ``<file>`` and wait there to be killed (kill -9 of the whole query at that moment)."""
+    wanted, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
+    if wanted == point and marker:
+        Path(marker).touch()
+        while True:
+            time.sleep(1)
 
 
 def _log_commit(messages: list[Any], what: str) -> None:
@@ -389,10 +446,13 @@ class LogfsBatchWriter(DataSourceArrowWriter):
         return _write_task(self.sink, iterator)
 
     def commit(self, messages: list[Any]) -> None:
+        _commit_transactions(self.sink, messages, None)
         _log_commit(messages, "write")
 
     def abort(self, messages: list[Any]) -> None:
-        _log.warning("logfs: write aborted; rows appended by tasks that succeeded stay (no transactions yet)")
+        _abort_transactions(self.sink, messages)
+        if self.sink.transactional_id is None:
+            _log.warning("logfs: write aborted; rows appended by tasks that succeeded stay (no exactlyOnce)")
 
 
 class LogfsStreamWriter(DataSourceStreamArrowWriter):
@@ -405,7 +465,10 @@ class LogfsStreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self.sink, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
+        _commit_transactions(self.sink, messages, batchId)
         _log_commit(messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        _log.warning("logfs: micro-batch %d aborted; rows appended by its finished tasks stay", batchId)
+        _abort_transactions(self.sink, messages)
+        if self.sink.transactional_id is None:
+            _log.warning("logfs: micro-batch %d aborted; rows appended by its finished tasks stay", batchId)

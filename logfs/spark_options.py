@@ -23,7 +23,11 @@ option                         meaning here
                                before failing the task (default 120000, Spark's network timeout)
 ``topic`` (sink)               the topic of every row (overrides a ``topic`` column)
 ``kafka.compression.type``     sink: ``none`` (default) | ``gzip`` | ``snappy`` | ``lz4`` | ``zstd``
-``exactlyOnce`` (sink)         ``true`` needs transactions, which logfs does not have yet: refused
+``exactlyOnce`` (sink)         ``true``: each task writes in a transaction of its own, committed when Spark commits
+                              the micro-batch (``docs/spark.md``); needs ``transactional.id``
+``transactional.id`` (sink)    with exactlyOnce: a name for the query, stable across its restarts and used by no
+                              other query (``[A-Za-z0-9._-]``, at most 200 characters); ``kafka.transactional.id``
+                              is the same option
 =============================  ===========================================================================
 
 Other ``kafka.*`` options are accepted and ignored (they configure a Kafka consumer or producer that logfs does not
@@ -104,6 +108,7 @@ class SinkOptions:
     path: str
     topic: str | None
     compression: Compression
+    transactional_id: str | None = None  # set: exactlyOnce
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -222,14 +227,26 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check the options of a write; raise :class:`OptionError` naming the option."""
     o = _lower(options)
+    transactional_id = (o.get("kafka.transactional.id") or o.get("transactional.id") or "").strip() or None
     if _bool(o, "exactlyOnce", False):
-        raise OptionError(
-            "option exactlyOnce needs transactions, which logfs does not have yet; "
-            "without it the sink is at-least-once (a retried task may append its rows again)"
-        )
+        if transactional_id is None:
+            raise OptionError(
+                "option exactlyOnce needs option transactional.id: a name for this query, stable across its restarts "
+                "and used by no other query (its transactions and commit labels are named after it)"
+            )
+        if not _TRANSACTIONAL_ID.fullmatch(transactional_id):
+            raise OptionError(
+                f"option transactional.id must be 1-200 of [A-Za-z0-9._-], not starting with '.': {transactional_id!r}"
+            )
+    else:
+        transactional_id = None  # without exactlyOnce the sink is at-least-once: no transactions
     raw = (o.get("kafka.compression.type") or o.get("compression.type") or "none").strip().lower()
     names = {c.name.lower(): c for c in Compression}
     if raw not in names:
         raise OptionError(f"option kafka.compression.type must be one of {', '.join(names)}, not {raw!r}")
     topic = o.get("topic", "").strip() or None
-    return SinkOptions(path=_path(o, "save"), topic=topic, compression=names[raw])
+    return SinkOptions(path=_path(o, "save"), topic=topic, compression=names[raw], transactional_id=transactional_id)
+
+
+# A transactional.id, with room for the suffixes of the sink's transaction ids and labels within the 249 of a name.
+_TRANSACTIONAL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")

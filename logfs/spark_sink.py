@@ -16,8 +16,9 @@ The produce responses of each handle (opened O_RDWR) give the offsets each task 
 driver in the commit message.
 
 A topic that does not exist is created with ``mkdir`` (the mount's ``num.partitions``), as a Kafka broker with
-``auto.create.topics.enable`` does. Without transactions the sink is at-least-once: a task that fails after some of
-its writes and is retried appends those rows again (the ``exactlyOnce`` option comes with transactions).
+``auto.create.topics.enable`` does. Without ``exactlyOnce`` the sink is at-least-once: a task that fails after some
+of its writes and is retried appends those rows again. With it, each task writes in a transaction of its own, which
+the driver commits with the micro-batch (``logfs/spark_transactions.py``).
 
 Threads: one :class:`MountWriter` per task, used by one thread.
 """
@@ -41,6 +42,7 @@ from logfs.core.compression import Compression
 from logfs.core.partitioner import partition_for_key
 
 from .spark_mount import list_partitions
+from .spark_transactions import abort, new_transaction, transaction_dir
 
 WRITE_BYTES = 1024 * 1024  # bytes per write(2): one FUSE request at the mount's max_write
 BATCH_BYTES_MAX = 1024 * 1024  # Kafka's producer batches are far smaller (batch.size 16 KiB); one request's worth
@@ -89,8 +91,13 @@ class MountWriter:
         compression: Compression = Compression.NONE,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         rng: random.Random | None = None,
+        transactional_id: str | None = None,
     ) -> None:
+        """``transactional_id`` (exactlyOnce): the rows go into a transaction of this task's own, begun at the first
+        row (``logfs/spark_transactions.py``); :attr:`transaction` names it for the driver's commit."""
         self._mount = mount
+        self._transactional_id = transactional_id
+        self.transaction: str | None = None
         self._topic = topic
         self._compression = compression
         self._clock_ms = clock_ms
@@ -199,7 +206,12 @@ class MountWriter:
         return nxt
 
     def _open_partition(self, topic: str, partition: int) -> _Partition:
-        path = self._mount / topic / str(partition) / "batches"
+        base = self._mount
+        if self._transactional_id is not None:
+            if self.transaction is None:
+                self.transaction = new_transaction(self._mount, self._transactional_id)
+            base = transaction_dir(self._mount, self.transaction)
+        path = base / topic / str(partition) / "batches"
         try:
             fd = os.open(path, os.O_RDWR)
         except OSError as exc:
@@ -229,8 +241,13 @@ class MountWriter:
         finally:
             self.abort()
 
+    def abort_transaction(self) -> None:
+        """The task failed: abort its transaction, if it began one (without exactlyOnce what was written stays)."""
+        if self.transaction is not None:
+            abort(self._mount, self.transaction)
+
     def abort(self) -> None:
-        """Close every handle (what was written stays: there are no transactions yet)."""
+        """Close every handle (:meth:`abort_transaction` decides what becomes of the rows of a transaction)."""
         handles, self._open = self._open, {}
         for p in handles.values():
             try:

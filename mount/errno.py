@@ -61,6 +61,10 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.ReplicationTimeout, errno.EIO, ERROR),
     (core.OutOfOrderSequence, errno.EILSEQ, INFO),
     (core.ProducerFenced, errno.ESTALE, INFO),
+    (core.InvalidTxnState, errno.ESTALE, INFO),
+    (core.TransactionInProgress, errno.EEXIST, INFO),
+    (core.InvalidTransactionalId, errno.EINVAL, INFO),
+    (core.CoordinatorFenced, errno.ESTALE, INFO),
     (core.StorageError, errno.EIO, ERROR),
     (core.LogfsError, errno.EIO, ERROR),
 )

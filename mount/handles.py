@@ -79,6 +79,7 @@ class WriteHandle(Handle):
     # waits for their HW to reach it (acks=all)
     touched: dict[int, int] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)
+    txn: tuple[str, int] | None = None  # under .logfs/transactions/<id>/: (id, the producer epoch at open)
 
 
 @dataclass(eq=False)

@@ -41,14 +41,16 @@ Theory of operation.
   the follower's (min(leader HW, own LEO)), so every view is bounded by it; the follower calls :meth:`notify_hw`
   when its HW moves; ``state`` shows role "follower" with the leader epoch and ISR of its last fetch.
 
-Known limitations: idempotent and transactional producers (producer ids, sequences, ``committed/`` bounded by a real
-LSO) arrive with later issues; until then ``committed/`` is the HW view.
+* **committed/** (read_committed): the same views bounded by the last stable offset instead of the HW, with the
+  batches of aborted transactions (and, in ``.kafka``, control batches) left out (``mount/views.py``). A
+  ``committed/follow/`` reader waits on every change of its partition, not only HW moves, and re-reads the LSO.
 
 Threads: every method runs on the trio thread (pyfuse3 calls them there).
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import logging
@@ -76,6 +78,7 @@ from .framing import (
 from .handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
 from .metrics import Metrics, PartitionGauges, render
 from .replication import FetchSnapshot, LeaderReplication
+from .transactions import Transactions
 from .tree import Entry, Kind, Node, Tree, parse_at_name, parse_follow_name, parse_partition_name
 from .views import (
     Format,
@@ -86,6 +89,7 @@ from .views import (
     render_follow_chunk,
     render_state,
     resolve_start,
+    view_end,
 )
 from .writes import Writer, max_batch_bytes
 
@@ -96,7 +100,7 @@ T = TypeVar("T")
 # Attribute and entry cache lifetimes (seconds) handed to the kernel.
 STABLE_TIMEOUT_S = 1.0  # directories and fixed names: their inode never changes; a topic deletion invalidates
 IMMUTABLE_TIMEOUT_S = 3600.0  # an at/ snapshot's attributes never change (its inode is its own)
-CLOSED_HW_SIZES_MAX = 100_000  # remembered sizes of closed segments' hw/ files (forgotten all at once beyond)
+HW_SIZES_MAX = 100_000  # remembered sizes of hw/ files by range (forgotten all at once beyond)
 MOVING_TIMEOUT_S = 0.0  # sizes that move (hw/, state, config, metrics) and fresh inodes (looked up on every open)
 
 READ_THREADS = 8  # worker threads rendering or reading views at once
@@ -139,7 +143,8 @@ class Operations(pyfuse3.Operations):
         self.read_only = follower is not None
         self.tree = Tree(store, on_release=self._release_entry)
         self.cache = RenderCache()
-        self._closed_hw_sizes: dict[tuple[str, int, int, int], int] = {}
+        # (id of the log, committed, start, end) → size of that hw/ file (see _hw_size)
+        self._hw_sizes: dict[tuple[int, bool, int, int], int] = {}
         self.metrics = Metrics()
         self.max_follow_readers = max_follow_readers or store.config.max_follow_readers
         self._handles: dict[int, Handle] = {}
@@ -158,6 +163,10 @@ class Operations(pyfuse3.Operations):
             store, self.partitions, self.metrics, read_thread=self._read_thread, write_thread=self._write_thread,
             replication=self.replication,
         )  # fmt: skip
+        self.transactions = None if self.replication is None else Transactions(
+            store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
+        )  # fmt: skip
+        self.writer.transactions = self.transactions
         self._closing = False
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._write_limiter = trio.CapacityLimiter(WRITE_THREADS)
@@ -228,6 +237,12 @@ class Operations(pyfuse3.Operations):
         server's nursery."""
         if self.replication is not None:
             await self.replication.watch_isr()
+
+    async def watch_transactions(self) -> None:
+        """Complete transactions a crash left decided, then time out forgotten ones (``mount/transactions.py``). A
+        task of the server's nursery; returns at once in a follower's mount."""
+        if self.transactions is not None:
+            await self.transactions.watch()
 
     def notify_hw(self, topic: str, partition: int) -> None:
         """The HW of a partition moved outside the mount's own writes (a follower's fetch): wake its follow/ readers
@@ -325,6 +340,8 @@ class Operations(pyfuse3.Operations):
         return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
 
     def _check_exists(self, node: Node) -> None:
+        if node.txn and not self.tree.open_transaction(node.txn):
+            raise pyfuse3.FUSEError(errno.ENOENT)  # the transaction ended: its directory is gone
         if node.topic and not self.store.has_topic(node.topic):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if node.partition >= 0 and node.partition not in self.store.partitions(node.topic):
@@ -395,35 +412,37 @@ class Operations(pyfuse3.Operations):
         return render(stats)
 
     def _hw_file(self, node: Node) -> tuple[int, int, bool]:
-        """(start, end, closed) of an ``hw/`` file; ENOENT when the segment holds no committed record (now)."""
+        """(start, end, closed) of an ``hw/`` file (under ``committed/`` bounded by the LSO); ENOENT when the segment
+        holds no committed record (now). Closed: its end is the next segment's base, so its bytes no longer change
+        (a rolled segment whose end the HW, or an open transaction's LSO, has not reached yet still grows)."""
         log = self._log(node)
-        files = hw_files(log)
-        for i, (name, start, end) in enumerate(files):
+        for name, start, end in hw_files(log, node.committed):
             if name == node.name:
                 segments = log.segments
-                closed = i + 1 < len(files) or (segments[-1].base_offset > start and end <= segments[-1].base_offset)
+                n = bisect.bisect_right(segments, start, key=lambda s: s.base_offset) - 1
+                closed = 0 <= n < len(segments) - 1 and end >= segments[n + 1].base_offset
                 return start, end, closed
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def _hw_size(self, node: Node) -> tuple[int, int | None, bool]:
-        """(size, mtime, closed) of an ``hw/`` file. A closed segment's size is remembered for its (start, end): the
-        kernel asks getattr before reads of a file whose attributes it has not cached, and opening a view for each
-        of those cost ~0.7 ms (1,600 times for a 200 MB ``cat``)."""
+        """(size, mtime, closed) of an ``hw/`` file. The size of the records [start, end) of a log never changes
+        (they are below the HW, or the LSO), so it is remembered for that range, the active segment's too: the
+        kernel asks getattr before every read of a file whose attributes it may not cache (an active segment's, 0 s),
+        and opening a view for each of those cost ~0.7 ms per 128 KiB read. A new HW is a new range."""
         start, end, closed = self._hw_file(node)
         log = self._log(node)
-        key = (node.topic, node.partition, start, end)
-        size = self._closed_hw_sizes.get(key) if closed else None
+        key = (id(log), node.committed, start, end)  # id(log): a topic deleted and made again is another log
+        size = self._hw_sizes.get(key)
         if size is None:
             view = await self._read_thread(open_range, log, self.cache, node.topic, node.partition, Format.JSONL,
-                                           start, end)  # fmt: skip
+                                           start, end, node.committed)  # fmt: skip
             try:
                 size = view.size
             finally:
                 view.close()
-            if closed:
-                if len(self._closed_hw_sizes) >= CLOSED_HW_SIZES_MAX:
-                    self._closed_hw_sizes.clear()
-                self._closed_hw_sizes[key] = size
+            if len(self._hw_sizes) >= HW_SIZES_MAX:
+                self._hw_sizes.clear()
+            self._hw_sizes[key] = size
         return size, _segment_mtime_ns(log, start), closed
 
     def _held_hw_attr(self, entry: Entry) -> tuple[int, int | None] | None:
@@ -490,22 +509,23 @@ class Operations(pyfuse3.Operations):
         return self.tree.add_fresh(node, None, created_ns=now)
 
     async def _open_at(self, node: Node) -> RangeView:
-        """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, equal to the
-        HW until transactions exist)."""
+        """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, where aborted
+        transactions and control batches are left out)."""
         name = parse_at_name(node.name)
         log = self._log(node)
-        hw = log.high_watermark
+        hw = view_end(log, node.committed)
         if name.range is not None:
             start, end = name.range
             if end > hw or start > end:
                 raise pyfuse3.FUSEError(errno.ENOENT)
         else:
             try:
-                start = await self._read_thread(resolve_start, log, name.stem)
+                start = await self._read_thread(resolve_start, log, name.stem, node.committed)
             except ValueError:
                 raise pyfuse3.FUSEError(errno.ENOENT) from None
             end = hw
-        return await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end)
+        return await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end,
+                                       node.committed)  # fmt: skip
 
     @handler
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
@@ -526,7 +546,7 @@ class Operations(pyfuse3.Operations):
         self._check_exists(node)
         hw_names = None
         if node.kind is Kind.HW_DIR:
-            hw_names = [name for name, _, _ in hw_files(self._log(node))]
+            hw_names = [name for name, _, _ in hw_files(self._log(node), node.committed)]
         fh = self._next_fh
         self._next_fh += 1
         self._dirs[fh] = self.tree.children(node, hw_names)  # listed as of opendir
@@ -575,6 +595,9 @@ class Operations(pyfuse3.Operations):
             await self._write_thread(self.store.add_partition, parent.topic, partition)
             node = Node(Kind.PARTITION, parent.topic, partition)
             _log.info("added partition %d to topic %s", partition, parent.topic)
+        elif parent.kind is Kind.TXN_DIR and self.transactions is not None:
+            await self.transactions.begin(text)  # EEXIST while one of that id is open; EINVAL for a bad id
+            node = Node(Kind.TXN, txn=text)
         else:
             raise pyfuse3.FUSEError(errno.EPERM)
         entry = self.tree.entry(self.tree.stable_inode(node))
@@ -675,7 +698,11 @@ class Operations(pyfuse3.Operations):
             parent = self.tree.stable_inode(self.tree.parent(node))
             pyfuse3.invalidate_entry_async(parent, node.name.encode(), ignore_enoent=True)
             return pyfuse3.FileInfo(fh=self._new_fh(SnapshotHandle(entry, snapshot.data)), keep_cache=True)
-        if kind is Kind.STATE:
+        if kind is Kind.PRODUCER_ID:
+            data = await self._new_producer_id()
+        elif kind is Kind.LABEL:
+            data = b""  # its existence is the answer
+        elif kind is Kind.STATE:
             data = await self._render_state(node)
         elif kind is Kind.CONFIG:
             data = self._render_config(node.topic)
@@ -691,9 +718,21 @@ class Operations(pyfuse3.Operations):
             limit = self._max_line_bytes(entry.node)
             framer = LineFramer(limit)
         h = WriteHandle(entry, framer, read_write=access == os.O_RDWR, sync=bool(flags & os.O_DSYNC))
+        if entry.node.txn:  # writes land in the transaction's epoch of now: a later epoch fences them (ESTALE)
+            assert self.transactions is not None
+            h.txn = (entry.node.txn, self.transactions.epoch_of(entry.node.txn))
         if kind is Kind.CONFIG and h.read_write:
             h.responses += self._render_config(entry.node.topic)
         return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
+
+    async def _new_producer_id(self) -> bytes:
+        """``.logfs/producer-id``: a producer id never handed out before (the allocator reserves blocks durably, in
+        a worker thread), at epoch 0, for an idempotent producer's batches."""
+        self._refuse_if_read_only()
+        allocator = self.store.producer_ids
+        assert allocator is not None
+        producer_id = await self._write_thread(allocator.allocate)
+        return f"{producer_id} 0\n".encode()
 
     def _max_line_bytes(self, node: Node) -> int:
         if node.kind in (Kind.APPEND, Kind.APPEND_JSONL):
@@ -707,7 +746,7 @@ class Operations(pyfuse3.Operations):
         start, end, closed = self._hw_file(node)
         log = self._log(node)
         view = await self._read_thread(open_range, log, self.cache, node.topic, node.partition,
-                                       Format.JSONL, start, end)  # fmt: skip
+                                       Format.JSONL, start, end, node.committed)  # fmt: skip
         fh = self._new_fh(HwHandle(entry, start, view, mtime_ns=_segment_mtime_ns(log, start)))
         return pyfuse3.FileInfo(fh=fh, keep_cache=closed)
 
@@ -719,7 +758,7 @@ class Operations(pyfuse3.Operations):
         name = parse_follow_name(node.name)
         log = self._log(node)
         try:
-            position = await self._read_thread(resolve_start, log, name.stem)
+            position = await self._read_thread(resolve_start, log, name.stem, node.committed)
         except ValueError:
             raise pyfuse3.FUSEError(errno.ENOENT) from None
         if not log.log_start_offset <= position <= log.log_end_offset:
@@ -804,7 +843,8 @@ class Operations(pyfuse3.Operations):
                 if start == h.start and end > view.end_offset:
                     node = h.node
                     grown = await self._read_thread(open_range, self._log(node), self.cache, node.topic,
-                                                    node.partition, Format.JSONL, start, end)  # fmt: skip
+                                                    node.partition, Format.JSONL, start, end,
+                                                    node.committed)  # fmt: skip
                     view.close()
                     h.view = view = grown
         data = await self._read_view(view, off, size)
@@ -832,13 +872,15 @@ class Operations(pyfuse3.Operations):
                     return b""
                 log = self._log(node)
                 state = self.partitions.get(*key)
-                moved = state.hw_moved
-                hw = log.high_watermark
+                # Under committed/ the bound is the LSO, which moves with the HW and with markers: such a reader
+                # wakes on any change of the partition (appends too) and looks at the LSO again each time.
+                moved = state.changed if node.committed else state.hw_moved
+                hw = view_end(log, node.committed)
                 if h.position < hw:
                     before = h.position
                     data, h.position = await self._read_thread(
                         render_follow_chunk, log, self.cache, node.topic, node.partition, h.fmt, h.position, hw,
-                        max(size, FOLLOW_CHUNK_BYTES_MIN),
+                        max(size, FOLLOW_CHUNK_BYTES_MIN), node.committed,
                     )  # fmt: skip
                     h.pending = data
                     if data or h.position > before:
@@ -859,7 +901,7 @@ class Operations(pyfuse3.Operations):
         if not isinstance(h, FollowHandle):
             return _POLL_READY | _POLL_WRITABLE
         node = h.node
-        if h.pending or self._closing or h.position < self._log(node).high_watermark:
+        if h.pending or self._closing or h.position < view_end(self._log(node), node.committed):
             return _POLL_READY
         if poll_handle is not None:
             self.partitions.get(node.topic, node.partition).poll_handles[fh] = poll_handle

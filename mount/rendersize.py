@@ -34,6 +34,18 @@ Rules:
 * Sizes and renderings come from ``core.render`` (``stored_sizes``, ``render_stored``), which walks every batch of
   a buffer at once (vectorised) and gives the same bytes as rendering each batch alone.
 
+Read-committed views (``committed/``). A segment whose batches include aborted transactions gets a second index,
+keyed apart (``committed=True``) with a token of its own, that sizes and renders those batches as nothing through an
+``core.renderstored.AbortedBatches`` filter. The filter is only known to be right below the last stable offset of the
+lookup that built it (past it, a transaction may still abort); so is everything the index holds, because views never
+reach past the LSO. As the LSO moves, :meth:`SegmentIndex.admit` takes the filter of the larger range. Each abort in a
+filter covers only real batches of an aborted transaction, and the old filter already held every abort covering a
+batch below the old bound, so the new one changes no entry below it: the index is extended, not rebuilt, like the
+active segment's (unless a truncation took away an ABORT marker the old filter knew: then it starts over). Segments
+without aborted transactions use the ordinary index: their committed views are the same bytes. ``.kafka`` views
+leave out whole batches instead (:class:`LeftOutBatches`: the byte spans of a segment's control batches and aborted
+batches, found by one walk of the batch headers).
+
 Memory is bounded by ``max_entries`` chunks in all (one million: ~16 MB of arrays, covering ~64 GiB of stored
 batches), evicted a whole segment index at a time, least recently used first; evicting never disturbs an open view.
 
@@ -62,15 +74,18 @@ from typing import NamedTuple
 import numpy as np
 
 from logfs.core.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
     CRC_OFFSET,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
     iter_batch_positions,
     read_header,
 )
 from logfs.core.errors import StorageError
 from logfs.core.logfile import LogFile
-from logfs.core.renderstored import render_stored, stored_size, stored_sizes
+from logfs.core.renderstored import AbortedBatches, render_stored, stored_size, stored_sizes
 from logfs.core.segment import LogSegment
 
 # --- limits ---------------------------------------------------------------------------------------------------------
@@ -86,6 +101,8 @@ MAX_ENTRIES_DEFAULT = 1_000_000
 RENDERED_BYTES_DEFAULT = 64 * 1024 * 1024
 # Sizes of partial pieces (a view's first and last batch, an active segment's unindexed tail) kept per segment index.
 PIECE_SIZES_PER_SEGMENT = 256
+# Segments whose left-out batches (committed .kafka views) are remembered.
+LEFT_OUT_SEGMENTS = 4096
 # Stored bytes a sequential reader's view renders in one call when a read misses the LRU: the chunks after the one
 # read are rendered with it and kept for the reads that follow (one walk of their records, not one a chunk).
 READ_AHEAD_BYTES = 1024 * 1024
@@ -95,6 +112,8 @@ SCAN_READ_BYTES = 1024 * 1024
 assert CHUNK_BYTES_DEFAULT <= SCAN_READ_BYTES
 
 _tokens = itertools.count(1)
+_ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1  # the low byte of the big-endian attributes, which holds both flags
+_TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
 
 
 class Format(enum.Enum):
@@ -124,10 +143,12 @@ def render_batches(
     partition: int,
     from_offset: int | None = None,
     until_offset: int | None = None,
+    aborted: AbortedBatches | None = None,
 ) -> bytes | memoryview:
     """The renderings of the whole batches at ``positions`` of ``buf``, concatenated, each cut to ``[from_offset,
-    until_offset)``: all of them at once (``core.renderstored.render_stored``). Not for KAFKA."""
-    return render_stored(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset)
+    until_offset)``: all of them at once (``core.renderstored.render_stored``); those ``aborted`` covers render as
+    nothing. Not for KAFKA."""
+    return render_stored(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset, aborted)
 
 
 def batches_rendered_size(
@@ -138,9 +159,10 @@ def batches_rendered_size(
     partition: int,
     from_offset: int | None = None,
     until_offset: int | None = None,
+    aborted: AbortedBatches | None = None,
 ) -> int:
     """``len(render_batches(...))``; plain text from the value lengths alone. Not for KAFKA."""
-    return stored_size(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset)
+    return stored_size(buf, positions, fmt is Format.JSONL, topic, partition, from_offset, until_offset, aborted)
 
 
 def batch_rendered_size(
@@ -152,9 +174,17 @@ def batch_rendered_size(
     return batches_rendered_size(buf, [at], fmt, topic, partition, from_offset, until_offset)
 
 
-def batch_sizes(buf: bytes, positions: list[int], fmt: Format, topic: str, partition: int) -> list[int]:
-    """The rendered size of each whole batch at ``positions`` of ``buf``, all walked at once. Not for KAFKA."""
-    return stored_sizes(buf, positions, fmt is Format.JSONL, topic, partition)
+def batch_sizes(
+    buf: bytes,
+    positions: list[int],
+    fmt: Format,
+    topic: str,
+    partition: int,
+    aborted: AbortedBatches | None = None,
+) -> list[int]:
+    """The rendered size of each whole batch at ``positions`` of ``buf`` (0 for those ``aborted`` covers), all walked
+    at once. Not for KAFKA."""
+    return stored_sizes(buf, positions, fmt is Format.JSONL, topic, partition, aborted)
 
 
 def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int]]:
@@ -190,15 +220,17 @@ def render_span(
     partition: int,
     from_offset: int | None = None,
     until_offset: int | None = None,
+    aborted: AbortedBatches | None = None,
 ) -> bytes | memoryview:
-    """The rendering of the batches in ``[lo, hi)`` of a ``.log``, each cut to ``[from_offset, until_offset)``."""
+    """The rendering of the batches in ``[lo, hi)`` of a ``.log``, each cut to ``[from_offset, until_offset)``; the
+    batches ``aborted`` covers render as nothing (not for KAFKA: its committed views leave out byte spans)."""
     if fmt is Format.KAFKA:
         data = log_file.read(lo, hi - lo)
         if len(data) != hi - lo:
             raise StorageError(f"{log_file.path}: {hi - lo} bytes at {lo} are not there (truncated under a view?)")
         return data
     parts = [
-        render_batches(buf, positions, fmt, topic, partition, from_offset, until_offset)
+        render_batches(buf, positions, fmt, topic, partition, from_offset, until_offset, aborted)
         for buf, _, positions in _batches_by_buffer(log_file, lo, hi)
     ]
     return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -229,12 +261,13 @@ def span_size(
     partition: int,
     from_offset: int | None = None,
     until_offset: int | None = None,
+    aborted: AbortedBatches | None = None,
 ) -> int:
     """``len(render_span(...))``, without joining bytes where the format allows."""
     if fmt is Format.KAFKA:
         return hi - lo
     return sum(
-        batches_rendered_size(buf, positions, fmt, topic, partition, from_offset, until_offset)
+        batches_rendered_size(buf, positions, fmt, topic, partition, from_offset, until_offset, aborted)
         for buf, _, positions in _batches_by_buffer(log_file, lo, hi)
     )
 
@@ -299,15 +332,27 @@ def _signature(log_file: LogFile, position: int) -> bytes:
 
 
 class SegmentIndex:
-    """The rendered-size index of one segment in one format (see the module docstring). Any thread."""
+    """The rendered-size index of one segment in one format (see the module docstring). Any thread.
 
-    def __init__(self, segment: LogSegment, fmt: Format, topic: str, partition: int, chunk_bytes: int) -> None:
+    A *committed* index (``committed/`` views of a segment with aborted transactions) sizes and renders the batches
+    of aborted transactions as nothing (``aborted``, a filter valid for the batches below the offset
+    ``aborted_until``: the last stable offset of some lookup). Below the LSO nothing changes any more (every
+    transaction there is decided), so its entries stay valid as the LSO moves; :meth:`admit` takes the filter of a
+    larger range, which changes nothing below the old bound.
+    """
+
+    def __init__(
+        self, segment: LogSegment, fmt: Format, topic: str, partition: int, chunk_bytes: int, committed: bool = False
+    ) -> None:
         assert fmt is not Format.KAFKA
         self.segment = segment  # a strong reference: the key's id() cannot be reused while this index lives
         self.fmt = fmt
         self.topic = topic
         self.partition = partition
         self.chunk_bytes = chunk_bytes
+        self.committed = committed
+        self.aborted: AbortedBatches | None = AbortedBatches(()) if committed else None
+        self.aborted_until = -1  # the filter is right for the batches below this offset
         self.token = next(_tokens)  # names this index's renderings in the shared LRU; changes when it starts over
         self.lock = threading.Lock()
         self._runs: list[_Run] = []
@@ -330,10 +375,30 @@ class SegmentIndex:
             position, signature = last.tail
             ok = _signature(log_file, position) == signature
         if not ok:
-            self._runs = []
-            self._piece_sizes.clear()
-            self.entries = 0
-            self.token = next(_tokens)
+            self._start_over()
+
+    def _start_over(self) -> None:
+        self._runs = []
+        self._piece_sizes.clear()
+        self.entries = 0
+        self.token = next(_tokens)
+        self.aborted_until = -1  # the next admit() replaces the filter, whatever its range
+
+    def admit(self, aborted: AbortedBatches, until: int) -> None:
+        """Take ``aborted`` (the aborted transactions of this segment's offsets below ``until``, the LSO of a lookup)
+        when it reaches further than the filter held. Only for a committed index. Caller holds ``lock``.
+
+        A truncation can take an ABORT marker below the old bound away (the transaction may then commit): when an
+        abort of the held filter that overlaps this segment below both bounds is missing from ``aborted``, the index
+        starts over."""
+        assert self.committed and self.aborted is not None
+        self.validate()
+        if self.aborted_until >= 0 and not self.aborted.kept_in(
+            aborted, self.segment.base_offset, min(until, self.aborted_until)
+        ):
+            self._start_over()
+        if until > self.aborted_until:
+            self.aborted, self.aborted_until = aborted, until
 
     def piece_size(self, lo: int, hi: int, from_offset: int | None, until_offset: int | None) -> int:
         """Rendered size of ``[lo, hi)`` cut to ``[from_offset, until_offset)``, from the table or computed once."""
@@ -343,8 +408,10 @@ class SegmentIndex:
             if size is not None:
                 self._piece_sizes.move_to_end(key)
                 return size
-            token = self.token
-        size = span_size(self.segment.log_file, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset)
+            token, aborted = self.token, self.aborted
+        size = span_size(
+            self.segment.log_file, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset, aborted
+        )
         with self.lock:
             if token != self.token:  # the segment was truncated meanwhile: do not keep what may be stale
                 return size
@@ -405,7 +472,7 @@ class SegmentIndex:
         """``(buffer, at, size, position, rendered size)`` of each batch in ``[lo, hi)``: the batches of each read
         are sized together (one walk of all their records)."""
         for buf, base, positions in _batches_by_buffer(self.segment.log_file, lo, hi):
-            sizes = batch_sizes(buf, positions, self.fmt, self.topic, self.partition)
+            sizes = batch_sizes(buf, positions, self.fmt, self.topic, self.partition, self.aborted)
             for at, rendered in zip(positions, sizes, strict=True):
                 size = int.from_bytes(buf[at + LENGTH_OFFSET : at + LOG_OVERHEAD], "big") + LOG_OVERHEAD
                 yield buf, at, size, base + at, rendered
@@ -421,6 +488,80 @@ class SegmentIndex:
         merged = _Run(bounds, cum, b.tail if b.tail is not None else a.tail)
         self._runs[i : i + 2] = [merged]
         return merged
+
+
+class LeftOutBatches:
+    """Where the batches a read_committed reader never sees lie in one segment's ``.log`` (control batches and those
+    of aborted transactions): what ``committed/…/*.kafka`` views cut out of the stored bytes (aborted-ness is a
+    property of a whole batch, so they leave out whole batches). Found by one walk of the batch headers up to where
+    views have needed, extended as they need more; kept as sorted byte spans (one per left-out batch: a control
+    batch per transaction, so few). The filter rules are those of :class:`SegmentIndex`'s committed indexes.
+    Any thread (serialised by ``lock``).
+    """
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.segment = segment  # a strong reference: the key's id() cannot be reused while this lives
+        self.lock = threading.Lock()
+        self.aborted = AbortedBatches(())
+        self.aborted_until = -1
+        self._scanned = 0  # batches below this byte position are walked
+        self._tail: tuple[int, bytes] | None = None  # (position, signature) of the last batch walked
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def kept(self, lo: int, hi: int, aborted: AbortedBatches, until: int) -> list[tuple[int, int]]:
+        """The byte spans of ``[lo, hi)`` (batch boundaries; every batch in it below offset ``until``) that hold
+        batches a read_committed reader sees, given the aborted transactions below ``until``."""
+        with self.lock:
+            self._validate()
+            if self.aborted_until >= 0 and not self.aborted.kept_in(
+                aborted, self.segment.base_offset, min(until, self.aborted_until)
+            ):
+                self._start_over()  # an ABORT marker was truncated away (see SegmentIndex.admit)
+            if until > self.aborted_until:
+                self.aborted, self.aborted_until = aborted, until
+            if hi > self._scanned:
+                self._scan(hi)
+            i = bisect.bisect_left(self._ends, lo + 1)  # the first left-out batch ending after lo
+            spans: list[tuple[int, int]] = []
+            at = lo
+            while i < len(self._starts) and self._starts[i] < hi:
+                if self._starts[i] > at:
+                    spans.append((at, self._starts[i]))
+                at = max(at, self._ends[i])
+                i += 1
+            if at < hi:
+                spans.append((at, hi))
+            return spans
+
+    def _validate(self) -> None:
+        log_file = self.segment.log_file
+        ok = log_file.size_bytes >= self._scanned
+        if ok and self._tail is not None:
+            ok = _signature(log_file, self._tail[0]) == self._tail[1]
+        if not ok:  # truncated: walk again
+            self._start_over()
+
+    def _start_over(self) -> None:
+        self._scanned, self._tail = 0, None
+        self._starts.clear()
+        self._ends.clear()
+        self.aborted_until = -1
+
+    def _scan(self, hi: int) -> None:
+        aborted = self.aborted
+        last: tuple[bytes, int, int, int] | None = None
+        for buf, at, size, position in iter_stored_batches(self.segment.log_file, self._scanned, hi):
+            # Only a transactional batch can be left out (control batches are transactional too): one byte decides
+            # for all the others, so a segment without transactions costs the walk alone.
+            if buf[at + _ATTRIBUTES_LOW] & _TRANSACTIONAL_OR_CONTROL and aborted.leaves_out(read_header(buf, at)):
+                self._starts.append(position)
+                self._ends.append(position + size)
+            last = (buf, at, size, position)
+        if last is not None:
+            buf, at, size, position = last
+            self._tail = (position, buf[at : at + LOG_OVERHEAD] + buf[at + CRC_OFFSET : at + CRC_OFFSET + 4])
+            self._scanned = position + size
 
 
 # --- the store-wide cache -------------------------------------------------------------------------------------------
@@ -455,7 +596,8 @@ class RenderCache:
         self.max_rendered_bytes = max_rendered_bytes
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
-        self._indexes: OrderedDict[tuple[int, Format, str, int], SegmentIndex] = OrderedDict()
+        self._indexes: OrderedDict[tuple[int, Format, str, int, bool], SegmentIndex] = OrderedDict()
+        self._left_out: OrderedDict[int, LeftOutBatches] = OrderedDict()
         self._entries = 0
         self._rendered: OrderedDict[tuple[object, ...], bytes | memoryview] = OrderedDict()
         self._rendered_bytes = 0
@@ -463,9 +605,12 @@ class RenderCache:
         self._misses = 0
         self._evictions = 0
 
-    def segment_index(self, segment: LogSegment, fmt: Format, topic: str, partition: int) -> SegmentIndex:
-        """The index of ``segment`` in ``fmt`` (JSON lines: for that topic and partition), created when missing."""
-        key = self._key(segment, fmt, topic, partition)
+    def segment_index(
+        self, segment: LogSegment, fmt: Format, topic: str, partition: int, committed: bool = False
+    ) -> SegmentIndex:
+        """The index of ``segment`` in ``fmt`` (JSON lines: for that topic and partition), created when missing;
+        ``committed``: the one that leaves aborted transactions out (see SegmentIndex)."""
+        key = self._key(segment, fmt, topic, partition, committed)
         with self._lock:
             index = self._indexes.get(key)
             if index is not None and index.segment is segment:
@@ -473,9 +618,28 @@ class RenderCache:
                 return index
             if index is not None:
                 self._entries -= index.entries
-            index = SegmentIndex(segment, fmt, topic, partition, self.chunk_bytes)
+            index = SegmentIndex(segment, fmt, topic, partition, self.chunk_bytes, committed)
             self._indexes[key] = index
             return index
+
+    def admit(self, index: SegmentIndex, aborted: AbortedBatches, until: int) -> None:
+        """``index.admit`` under its lock."""
+        with index.lock:
+            index.admit(aborted, until)
+
+    def left_out(self, segment: LogSegment) -> LeftOutBatches:
+        """The left-out batches of ``segment`` (committed ``.kafka`` views), created when missing; the least recently
+        used are forgotten beyond LEFT_OUT_SEGMENTS."""
+        key = id(segment)
+        with self._lock:
+            found = self._left_out.get(key)
+            if found is not None and found.segment is segment:
+                self._left_out.move_to_end(key)
+                return found
+            found = self._left_out[key] = LeftOutBatches(segment)
+            while len(self._left_out) > LEFT_OUT_SEGMENTS:
+                self._left_out.popitem(last=False)
+            return found
 
     def cover(self, index: SegmentIndex, lo: int, hi: int, *, closed: bool) -> RunSlice | None:
         """``index.cover`` under its lock, then the entry budget enforced (never evicting ``index`` itself)."""
@@ -489,7 +653,8 @@ class RenderCache:
 
     def _account(self, index: SegmentIndex, grown: int) -> None:
         with self._lock:
-            if self._indexes.get(self._key(index.segment, index.fmt, index.topic, index.partition)) is index:
+            key = self._key(index.segment, index.fmt, index.topic, index.partition, index.committed)
+            if self._indexes.get(key) is index:
                 self._entries += grown  # (an index evicted meanwhile counts no more)
             while self._entries > self.max_entries and len(self._indexes) > 1:
                 key, victim = next(iter(self._indexes.items()))
@@ -501,9 +666,13 @@ class RenderCache:
                 self._evictions += 1
 
     @staticmethod
-    def _key(segment: LogSegment, fmt: Format, topic: str, partition: int) -> tuple[int, Format, str, int]:
+    def _key(
+        segment: LogSegment, fmt: Format, topic: str, partition: int, committed: bool
+    ) -> tuple[int, Format, str, int, bool]:
         # Plain text does not name the topic and partition; JSON lines do in every line.
-        return (id(segment), fmt, topic, partition) if fmt is Format.JSONL else (id(segment), fmt, "", -1)
+        if fmt is Format.JSONL:
+            return (id(segment), fmt, topic, partition, committed)
+        return (id(segment), fmt, "", -1, committed)
 
     def rendered(self, key: tuple[object, ...], render: Callable[[], bytes | memoryview]) -> bytes | memoryview:
         """The bytes ``render()`` gives for ``key``, from the shared LRU or rendered now (outside the lock)."""
@@ -555,6 +724,7 @@ __all__ = [
     "READ_AHEAD_BYTES",
     "SCAN_READ_BYTES",
     "Format",
+    "LeftOutBatches",
     "RenderCache",
     "RenderCacheStatistics",
     "RunSlice",

@@ -118,6 +118,7 @@ async def _run(store: Store, mountpoint: Path, leader_epoch: int) -> int:
     ops = Operations(store, leader_epoch=leader_epoch)
     background: list[Callable[[], Awaitable[None]]] = [
         functools.partial(_on_signals, ops), functools.partial(_tick, store), ops.watch_replicas,
+        ops.watch_transactions,
     ]  # fmt: skip
     return await run_mount(ops, mountpoint, background)
 

@@ -6,6 +6,13 @@ Paths::
     /.logfs/                            LOGFS_DIR
         metrics                         METRICS            r   Prometheus text
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
+        producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
+        labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
+        transactions/                   TXN_DIR            lists the open transactions; mkdir <id> begins one
+            <id>/                       TXN                while transaction <id> is open
+                control                 TXN_CONTROL        w   "commit [<label>]" or "abort"
+                <topic>/<partition>/    TXN_TOPIC, TXN_PARTITION
+                    append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (Node.txn = <id>)   w
         fetch/                          FETCH_DIR          the replication fetch files (docs/replication.md); looked up,
             <replica id>/               FETCH_REPLICA      never listed: every directory below lists nothing
                 <topic>/                FETCH_TOPIC
@@ -24,8 +31,7 @@ Paths::
             hw/                         HW_DIR             one <20-digit base offset>.jsonl per segment
                 <file>                  HW_FILE            r   committed records of that segment
             committed/                  COMMITTED          at/, follow/ and hw/ again, bounded by the last stable
-                                                           offset; until transactions exist the LSO is the HW, so
-                                                           they are the same views (docs/mount.md says so)
+                                                           offset, aborted transactions and markers left out
 
 Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/lookup_counts.rst``).
 
@@ -104,6 +110,14 @@ class Kind(enum.Enum):
     FETCH_TOPIC = ("fetch_topic", True, 0o555, False)
     FETCH_PARTITION = ("fetch_partition", True, 0o555, False)
     FETCH_FILE = ("fetch_file", False, 0o444, True)
+    PRODUCER_ID = ("producer_id", False, 0o444, False)
+    LABELS_DIR = ("labels_dir", True, 0o555, False)
+    LABEL = ("label", False, 0o444, True)
+    TXN_DIR = ("txn_dir", True, 0o755, False)
+    TXN = ("txn", True, 0o755, False)
+    TXN_CONTROL = ("txn_control", False, 0o220, False)
+    TXN_TOPIC = ("txn_topic", True, 0o555, False)
+    TXN_PARTITION = ("txn_partition", True, 0o555, False)
 
     @property
     def is_dir(self) -> bool:
@@ -137,14 +151,15 @@ class Kind(enum.Enum):
 
 
 _APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
-WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS}
+WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
+TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
 FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE})
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name and (under
-    ``.logfs/fetch/``) replica id it needs."""
+    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name, (under
+    ``.logfs/fetch/``) replica id and (under ``.logfs/transactions/``) transactional id it needs."""
 
     kind: Kind
     topic: str = ""
@@ -152,8 +167,16 @@ class Node:
     committed: bool = False
     name: str = ""
     replica: int = -1
+    txn: str = ""
 
     def __str__(self) -> str:
+        if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
+            return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
+        if self.txn or self.kind is Kind.TXN_DIR:
+            parts = [LOGFS_DIR_NAME, TXN_DIR_NAME, self.txn, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [] if self.kind in TXN_KINDS and self.kind is not Kind.TXN_CONTROL else [_NAMES[self.kind]]
+            return "/" + "/".join(p for p in parts if p)
         if self.kind.is_fetch:
             fetch = [LOGFS_DIR_NAME, "fetch", *([str(self.replica)] if self.replica >= 0 else [])]
             fetch += [self.topic] if self.topic else []
@@ -187,10 +210,21 @@ _NAMES = {
     Kind.AT_DIR: "at",
     Kind.FOLLOW_DIR: "follow",
     Kind.HW_DIR: "hw",
+    Kind.TXN_CONTROL: "control",
 }
 
 # Children with fixed names, per directory kind.
-_LOGFS_CHILDREN = {"metrics": Kind.METRICS, "delete-topic": Kind.DELETE_TOPIC, "delete-records": Kind.DELETE_RECORDS}
+TXN_DIR_NAME = "transactions"
+LABELS_DIR_NAME = "labels"
+_LOGFS_CHILDREN = {
+    "metrics": Kind.METRICS,
+    "delete-topic": Kind.DELETE_TOPIC,
+    "delete-records": Kind.DELETE_RECORDS,
+    "producer-id": Kind.PRODUCER_ID,
+    TXN_DIR_NAME: Kind.TXN_DIR,
+    LABELS_DIR_NAME: Kind.LABELS_DIR,
+}
+_TXN_PARTITION_CHILDREN = {"append": Kind.APPEND, "append.jsonl": Kind.APPEND_JSONL, "batches": Kind.BATCHES}
 _TOPIC_CHILDREN = {"append": Kind.TOPIC_APPEND, "append.jsonl": Kind.TOPIC_APPEND_JSONL, "config": Kind.CONFIG}
 _PARTITION_CHILDREN = {
     "append": Kind.APPEND,
@@ -309,6 +343,13 @@ class Tree:
             return Node(_child(_LOGFS_CHILDREN, name))
         if kind.is_fetch:
             return self._resolve_fetch(parent, name)
+        if kind in TXN_KINDS:
+            return self._resolve_txn(parent, name)
+        if kind is Kind.LABELS_DIR:
+            coordinator = self.store.transactions
+            if coordinator is None or not coordinator.has_committed_label(name):
+                raise no_entry()
+            return Node(Kind.LABEL, name=name)
         if kind is Kind.TOPIC:
             if name in _TOPIC_CHILDREN:
                 return Node(_TOPIC_CHILDREN[name], parent.topic)
@@ -328,6 +369,35 @@ class Tree:
             return Node(Kind.FOLLOW_FILE, parent.topic, parent.partition, parent.committed, name)
         if kind is Kind.HW_DIR:
             return Node(Kind.HW_FILE, parent.topic, parent.partition, parent.committed, name)
+        raise no_entry()
+
+    def open_transaction(self, transactional_id: str) -> bool:
+        """Whether transaction ``transactional_id`` is open (its directory exists)."""
+        coordinator = self.store.transactions
+        info = None if coordinator is None else coordinator.get(transactional_id)
+        return info is not None and info.state.is_open
+
+    def _resolve_txn(self, parent: Node, name: str) -> Node:
+        """A name under ``.logfs/transactions/``: an open transaction, its ``control``, and the topics and
+        partitions that exist (writes there land in the transaction)."""
+        kind, txn = parent.kind, parent.txn
+        if kind is Kind.TXN_DIR:
+            if not self.open_transaction(name):
+                raise no_entry()
+            return Node(Kind.TXN, txn=name)
+        if kind is Kind.TXN:
+            if name == "control":
+                return Node(Kind.TXN_CONTROL, txn=txn)
+            if not self.store.has_topic(name):
+                raise no_entry()
+            return Node(Kind.TXN_TOPIC, name, txn=txn)
+        if kind is Kind.TXN_TOPIC:
+            partition = parse_partition_name(name)
+            if partition is None or partition not in self.store.partitions(parent.topic):
+                raise no_entry()
+            return Node(Kind.TXN_PARTITION, parent.topic, partition, txn=txn)
+        if kind is Kind.TXN_PARTITION:
+            return Node(_child(_TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn)
         raise no_entry()
 
     def _resolve_fetch(self, parent: Node, name: str) -> Node:
@@ -360,8 +430,12 @@ class Tree:
             return Node(Kind.ROOT)
         if k.is_fetch:
             return _fetch_parent(node)
-        if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS):
+        if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.PRODUCER_ID, Kind.TXN_DIR, Kind.LABELS_DIR):
             return Node(Kind.LOGFS_DIR)
+        if k is Kind.LABEL:
+            return Node(Kind.LABELS_DIR)
+        if node.txn:
+            return _txn_parent(node)
         if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
             return Node(Kind.TOPIC, node.topic)
         if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):
@@ -378,6 +452,23 @@ class Tree:
             return [(LOGFS_DIR_NAME, Node(Kind.LOGFS_DIR))] + [(t, Node(Kind.TOPIC, t)) for t in self.store.topics()]
         if k is Kind.LOGFS_DIR:
             return [(name, Node(kind)) for name, kind in _LOGFS_CHILDREN.items()]
+        if k is Kind.TXN_DIR:
+            coordinator = self.store.transactions
+            opened = [] if coordinator is None else coordinator.open_transactions()
+            return [(t.transactional_id, Node(Kind.TXN, txn=t.transactional_id)) for t in opened if t.state.is_open]
+        if k is Kind.TXN:
+            topics = [(t, Node(Kind.TXN_TOPIC, t, txn=node.txn)) for t in self.store.topics()]
+            return [("control", Node(Kind.TXN_CONTROL, txn=node.txn)), *topics]
+        if k is Kind.TXN_TOPIC:
+            return [
+                (str(p), Node(Kind.TXN_PARTITION, node.topic, p, txn=node.txn))
+                for p in self.store.partitions(node.topic)
+            ]
+        if k is Kind.TXN_PARTITION:
+            return [
+                (name, Node(kind, node.topic, node.partition, txn=node.txn))
+                for name, kind in _TXN_PARTITION_CHILDREN.items()
+            ]
         if k is Kind.TOPIC:
             fixed = [(name, Node(kind, node.topic)) for name, kind in _TOPIC_CHILDREN.items()]
             return fixed + [(str(p), Node(Kind.PARTITION, node.topic, p)) for p in self.store.partitions(node.topic)]
@@ -460,6 +551,17 @@ class Tree:
         inode = self._next_inode
         self._next_inode += 1
         return inode
+
+
+def _txn_parent(node: Node) -> Node:
+    k = node.kind
+    if k is Kind.TXN:
+        return Node(Kind.TXN_DIR)
+    if k in (Kind.TXN_CONTROL, Kind.TXN_TOPIC):
+        return Node(Kind.TXN, txn=node.txn)
+    if k is Kind.TXN_PARTITION:
+        return Node(Kind.TXN_TOPIC, node.topic, txn=node.txn)
+    return Node(Kind.TXN_PARTITION, node.topic, node.partition, txn=node.txn)  # the write files
 
 
 def _fetch_parent(node: Node) -> Node:

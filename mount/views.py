@@ -29,6 +29,15 @@ chunks there. One render runs at a time per view, so concurrent requests of one 
 covers them instead of rendering the same chunks again. :meth:`RangeView.read_cached` answers a read from the LRU
 alone (never the disk), so the mount can serve those reads on the trio thread without the hop to a worker thread.
 
+Read committed (``committed/``, spec §2). ``open_range(..., committed=True)``, ``hw_files(log, committed=True)`` and
+``render_follow_chunk(..., committed=True)`` are bounded by the caller at the last stable offset (:func:`view_end`)
+and leave out the batches a read_committed consumer skips: control batches (which plain and JSON lines never show
+anyway) and transactional batches of aborted transactions (``core.renderstored.AbortedBatches``, from one
+``Log.collect_aborted_transactions`` call per open). Below the LSO every transaction is decided, so committed views
+keep the HW views' promises: exact sizes, snapshots that never change, ``hw/`` files that only grow. A segment with
+no aborted transaction in range is planned exactly as for the HW views (same index, same cached chunks); one with
+aborts uses a committed index (``mount/rendersize.py``); ``.kafka`` cuts the left-out batches out of its byte spans.
+
 Retention (spec §5). A view pins every segment it covers (``LogSegment.pin``) until :meth:`RangeView.close`, so a
 segment deleted meanwhile stays readable through it. Each pin keeps one descriptor open: a view over thousands of
 segments holds thousands of descriptors.
@@ -63,6 +72,7 @@ from typing import NamedTuple
 from logfs.core.batch import read_header
 from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.log import Log
+from logfs.core.renderstored import AbortedBatches
 from logfs.core.segment import LogSegment
 
 from .rendersize import (
@@ -107,20 +117,27 @@ def parse_range(stem: str) -> tuple[int, int] | None:
     return None if m is None else (int(m[1]), int(m[2]))
 
 
-def resolve_start(log: Log, stem: str) -> int:
+def view_end(log: Log, committed: bool) -> int:
+    """Where the views of a partition end now: the HW, or under ``committed/`` the last stable offset (never above
+    the HW). Any thread."""
+    return log.last_stable_offset if committed else log.high_watermark
+
+
+def resolve_start(log: Log, stem: str, committed: bool = False) -> int:
     """The start offset a stem names: ``earliest`` → the log start offset; ``<digits>`` → that offset;
     ``@<epoch-ms>`` → the offset of the first record with timestamp ≥ epoch-ms (time index lookup), or the HW when
-    none is that late (an empty view); ``latest`` → the HW. ValueError for anything else (ranges included: see
-    :func:`parse_range`). Any thread; the ``@`` lookup reads indexes and batches."""
+    none is that late (an empty view); ``latest`` → the HW. ``committed``: the LSO where the HW is said. ValueError
+    for anything else (ranges included: see :func:`parse_range`). Any thread; the ``@`` lookup reads indexes and
+    batches."""
     if stem == "earliest":
         return log.log_start_offset
     if stem == "latest":
-        return log.high_watermark
+        return view_end(log, committed)
     if stem.isascii() and stem.isdigit():
         return int(stem)
     if stem.startswith("@") and stem[1:].isascii() and stem[1:].isdigit():
         found = log.fetch_offset_by_timestamp(int(stem[1:]))
-        return log.high_watermark if found is None else found.offset
+        return view_end(log, committed) if found is None else found.offset
     raise ValueError(f"{stem!r} names no start offset")
 
 
@@ -337,7 +354,9 @@ class RangeView:
         k2 = k + 1
         while k2 < run.k1 and run.bounds[k2 + 1] - lo <= ahead_bytes and not self._cache.holds(_chunk_key(piece, k2)):
             k2 += 1
-        rendered = render_span(index.segment.log_file, lo, run.bounds[k2], self.fmt, self.topic, self.partition)
+        rendered = render_span(
+            index.segment.log_file, lo, run.bounds[k2], self.fmt, self.topic, self.partition, aborted=index.aborted
+        )
         expected = run.cum[k2] - run.cum[k]
         if len(rendered) != expected:
             raise _changed(index, lo, expected, len(rendered))
@@ -358,12 +377,9 @@ class RangeView:
     def _rendered(
         self, index: SegmentIndex, token: int, lo: int, hi: int, from_offset: int | None, until_offset: int | None
     ) -> bytes | memoryview:
-        return self._cache.rendered(
-            (token, lo, hi, from_offset, until_offset),
-            lambda: render_span(
-                index.segment.log_file, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset
-            ),
-        )
+        render = functools.partial(render_span, index.segment.log_file, lo, hi, self.fmt, self.topic, self.partition,
+                                   from_offset, until_offset, index.aborted)  # fmt: skip
+        return self._cache.rendered((token, lo, hi, from_offset, until_offset), render)
 
     def close(self) -> None:
         """Release the pins (retention may then remove the segments). Idempotent; any thread."""
@@ -396,7 +412,14 @@ def _changed(index: SegmentIndex, lo: int, expected: int, got: int) -> StorageEr
 
 
 def open_range(
-    log: Log, cache: RenderCache, topic: str, partition: int, fmt: Format, start_offset: int, end_offset: int
+    log: Log,
+    cache: RenderCache,
+    topic: str,
+    partition: int,
+    fmt: Format,
+    start_offset: int,
+    end_offset: int,
+    committed: bool = False,
 ) -> RangeView:
     """A view of offsets ``[start_offset, end_offset)`` of ``log`` in ``fmt``. Blocking disk I/O; any thread.
 
@@ -405,6 +428,10 @@ def open_range(
     view. Plain and JSON lines start exactly at ``start_offset`` even inside a batch and end before ``end_offset``
     even inside one; control batches render as nothing. ``.kafka`` gives the whole stored batches that hold offsets
     in the range (the first may hold records before it, the last records after it), control batches included.
+
+    ``committed`` (read_committed, ``committed/``; ``end_offset`` must then be at most the LSO): the batches of
+    aborted transactions are left out too, and ``.kafka`` leaves out control batches and those of aborted
+    transactions (whole batches). Segments with no aborted transaction in the range render as without it.
     """
     log_start, leo = log.log_start_offset, log.log_end_offset
     if start_offset < log_start or start_offset > leo:
@@ -415,7 +442,7 @@ def open_range(
         raise OffsetOutOfRange(end_offset, log_start, leo, what="range end")
     pins = contextlib.ExitStack()
     try:
-        pieces = _plan(log, cache, topic, partition, fmt, start_offset, end_offset, pins)
+        pieces = _plan(log, cache, topic, partition, fmt, start_offset, end_offset, pins, committed)
     except StorageError:
         pins.close()
         if start_offset < log.log_start_offset:  # retention removed the start while we opened
@@ -436,11 +463,21 @@ def _plan(
     start: int,
     end: int,
     pins: contextlib.ExitStack,
+    committed: bool = False,
 ) -> list[_Piece]:
-    """The pieces of ``[start, end)``, segment by segment; pins each segment it reads."""
+    """The pieces of ``[start, end)``, segment by segment; pins each segment it reads. ``committed``: see
+    open_range."""
     segments = log.segments
     i = max(0, bisect.bisect_right(segments, start, key=lambda s: s.base_offset) - 1)
     pieces: list[_Piece] = []
+    # One collection for the whole view, from its first segment's base (a committed index's filter must be right for
+    # every batch of its segment below the bound, not only from start on): a partition without aborted transactions
+    # finds none and renders as the HW views do. One filter serves every segment: holding more aborted transactions
+    # than a segment needs changes nothing (each one covers only its own producer's batches), holding all it needs is
+    # what matters.
+    aborted = None
+    if committed and segments:
+        aborted = AbortedBatches(log.collect_aborted_transactions(segments[i].base_offset, end))
     for n in range(i, len(segments)):
         segment = segments[n]
         if segment.base_offset >= end:
@@ -471,14 +508,24 @@ def _plan(
                 straddle = last if last.last_offset >= end else None
         if hi <= lo:
             continue
+        filter_until = min(end, nxt.base_offset) if nxt is not None else end
         if fmt is Format.KAFKA:
-            pieces.append(_Raw(segment, lo, hi))
+            if aborted is not None:  # control batches and aborted transactions' batches cut out
+                kept = cache.left_out(segment).kept(lo, hi, aborted, filter_until)
+                pieces.extend(_Raw(segment, a, b) for a, b in kept)
+            else:
+                pieces.append(_Raw(segment, lo, hi))
             continue
         from_offset = start if head is not None and head.base_offset < start else None
         until_offset = end if straddle is not None else None
         full_lo = lo + head.size if head is not None and from_offset is not None else lo
         full_hi = straddle.position if straddle is not None else hi
-        index = cache.segment_index(segment, fmt, topic, partition)
+        if aborted is not None and aborted.touches(segment.base_offset, filter_until):
+            # Aborted transactions here: the committed index (their batches sized and rendered as nothing).
+            index = cache.segment_index(segment, fmt, topic, partition, committed=True)
+            cache.admit(index, aborted, filter_until)
+        else:
+            index = cache.segment_index(segment, fmt, topic, partition)
         run = cache.cover(index, full_lo, full_hi, closed=nxt is not None) if full_lo < full_hi else None
         token = index.token
         if run is None:
@@ -498,12 +545,13 @@ def _plan(
 # --- hw/ ------------------------------------------------------------------------------------------------------------
 
 
-def hw_files(log: Log) -> list[tuple[str, int, int]]:
+def hw_files(log: Log, committed: bool = False) -> list[tuple[str, int, int]]:
     """The ``hw/`` directory: one ``(name, start, end)`` per segment holding committed records at or after the log
     start offset, ``name = <20-digit base offset>.jsonl``, ``start = max(base, log start)``,
-    ``end = min(next segment's base, HW)``. Any thread; reads no file."""
+    ``end = min(next segment's base, HW)`` (the LSO for ``committed/hw/``: a segment whose offsets below it are all
+    aborted or markers has a file, empty). Any thread; reads no file."""
     segments = log.segments
-    log_start, hw = log.log_start_offset, log.high_watermark
+    log_start, hw = log.log_start_offset, view_end(log, committed)
     files = []
     for n, segment in enumerate(segments):
         start = max(segment.base_offset, log_start)
@@ -525,9 +573,13 @@ def render_follow_chunk(
     offset: int,
     end_offset: int,
     max_bytes: int,
+    committed: bool = False,
 ) -> tuple[bytes, int]:
     """Whole rendered records from ``offset`` up to ``end_offset`` (the HW a follow reader saw), at most about
     ``max_bytes`` but at least one batch's worth when there is one, and the offset to continue from.
+
+    ``committed`` (``end_offset`` then at most the LSO): the batches of aborted transactions are passed over like
+    control batches, and ``.kafka`` passes over control batches too.
 
     Plain and JSON lines start exactly at ``offset`` and stop before ``end_offset``; ``.kafka`` gives whole batches
     (the next offset is then after the last batch). Control batches render as nothing but are passed over, so
@@ -544,6 +596,11 @@ def render_follow_chunk(
     parts: list[bytes | memoryview] = []
     total = scanned = 0
     next_offset = offset
+    skip: AbortedBatches | None = None
+    if committed:
+        skip = AbortedBatches(log.collect_aborted_transactions(offset, end))
+        if not skip and fmt is not Format.KAFKA:
+            skip = None  # control batches render as nothing anyway: the HW path as it is
     segments = log.segments
     i = max(0, bisect.bisect_right(segments, offset, key=lambda s: s.base_offset) - 1)
     try:
@@ -562,7 +619,10 @@ def render_follow_chunk(
                     if header.base_offset >= end:
                         return b"".join(parts), next_offset
                     data: bytes | memoryview
-                    if index is None:
+                    if skip is not None and skip.leaves_out(header):
+                        data = b""
+                        after = header.last_offset + 1 if index is None else min(header.last_offset + 1, end)
+                    elif index is None:
                         data, after = buf[at : at + size], header.last_offset + 1
                     else:
                         lo = next_offset if next_offset > header.base_offset else None
@@ -600,16 +660,24 @@ def render_state(
     leader_epoch: int | None = None,
     isr: Sequence[int] = (0,),
     replicas: Mapping[int, Mapping[str, int]] | None = None,
-    open_transactions: Sequence[Mapping[str, int]] = (),
+    open_transactions: Sequence[Mapping[str, int]] | None = None,
     last_stable_offset: int | None = None,
 ) -> bytes:
     """The ``state`` file (spec §2): one compact JSON object and a newline.
 
     ``leader_epoch`` defaults to the latest epoch of the log's leader-epoch cache (-1 when it has none);
-    ``last_stable_offset`` to the HW (until transactions exist). Each segment gives ``base_offset``,
-    ``size_bytes`` and ``largest_timestamp`` (-1 when its records carry none). Any thread; reads each segment's
-    time index once (then cached by the segment).
+    ``last_stable_offset`` to the log's, ``open_transactions`` to the log's open transactions (``producer_id``,
+    ``first_offset``, by first offset). Each segment gives ``base_offset``, ``size_bytes`` and
+    ``largest_timestamp`` (-1 when its records carry none). Any thread; reads each segment's time index once (then
+    cached by the segment).
     """
+    if open_transactions is None:
+        open_transactions = [
+            {"producer_id": pid, "first_offset": first}
+            for pid, first in sorted(log.open_transactions(), key=lambda t: (t[1], t[0]))
+        ]
+    if last_stable_offset is None:
+        last_stable_offset = log.last_stable_offset
     hw = log.high_watermark
     if leader_epoch is None:
         latest = log.epoch_cache.latest_epoch()
@@ -621,7 +689,7 @@ def render_state(
         "leader_epoch": leader_epoch,
         "log_start_offset": log.log_start_offset,
         "high_watermark": hw,
-        "last_stable_offset": hw if last_stable_offset is None else last_stable_offset,
+        "last_stable_offset": last_stable_offset,
         "log_end_offset": log.log_end_offset,
         "isr": list(isr),
         "replicas": {str(k): dict(v) for k, v in (replicas or {}).items()},
@@ -646,4 +714,5 @@ __all__ = [
     "render_follow_chunk",
     "render_state",
     "resolve_start",
+    "view_end",
 ]

@@ -22,10 +22,12 @@ Threads: :class:`Writer` runs on the trio thread; :func:`append_batches` in a wo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -33,6 +35,7 @@ import trio
 
 from logfs.core.batch import Record
 from logfs.core.config import parse_config_lines
+from logfs.core.coordinator import TransactionCoordinator
 from logfs.core.durable import now_ms
 from logfs.core.errors import RecordError, RecordTooLarge
 from logfs.core.log import AppendInfo, Log
@@ -53,6 +56,7 @@ from .framing import (
 from .handles import Partitions, WriteHandle
 from .metrics import Metrics
 from .replication import LeaderReplication
+from .transactions import Transactions, transactional_batches
 from .tree import ROOT_INODE, Kind
 
 _log = logging.getLogger(__name__)
@@ -65,31 +69,51 @@ APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOP
 
 
 def append_batches(
-    leader: LeaderPartition, make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]], flush: bool
+    leader: LeaderPartition,
+    make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]],
+    flush: bool,
+    txn: TxnWrite | None = None,
 ) -> tuple[list[AppendInfo], Exception | None, bool]:
     """Encode (``make_batches``) and append batches to ``leader``'s log in its leader epoch; apply the HW rule;
     flush when asked. Worker thread: blocks on the disk.
 
     Everything is encoded before anything is appended, so an encoding error (a record too large) stores nothing.
     Returns what was appended, the error that stopped it (None when all went in: batches before a bad one stay),
-    and whether the HW moved.
+    and whether the HW moved. ``txn``: the batches belong to that transaction (``mount/transactions.py``): the
+    partition is recorded in the transaction log first, and they carry its producer id, epoch and sequences.
     """
-    batches = make_batches()
     log = leader.log
     infos: list[AppendInfo] = []
     error: Exception | None = None
     epoch = leader.leader_epoch
-    try:
-        for batch in batches:
-            infos.append(log.append_as_leader(batch, epoch))  # it takes a bytearray over and copies bytes
-    except Exception as exc:
-        error = exc
+    batches = make_batches()
+    with contextlib.ExitStack() as scope:
+        if txn is not None:  # fenced or ended: the error goes up, nothing appended
+            info = scope.enter_context(txn.coordinator.transactional_write(txn.transactional_id, txn.producer_epoch,
+                                                                           txn.topic, txn.partition))  # fmt: skip
+            batches = transactional_batches(log, info, batches)
+        try:
+            for batch in batches:
+                infos.append(log.append_as_leader(batch, epoch))  # it takes a bytearray over and copies bytes
+        except Exception as exc:
+            error = exc
     moved = False
     if infos:
         moved = leader.maybe_increment_high_watermark()
         if flush:
             log.flush()
     return infos, error, moved
+
+
+@dataclass(frozen=True, slots=True)
+class TxnWrite:
+    """An append inside transaction ``transactional_id`` (in the epoch its handle was opened in)."""
+
+    coordinator: TransactionCoordinator
+    transactional_id: str
+    producer_epoch: int
+    topic: str
+    partition: int
 
 
 def max_batch_bytes(log: Log) -> int:
@@ -117,6 +141,7 @@ class Writer:
         self._read_thread = read_thread
         self._write_thread = write_thread
         self._sticky: dict[str, int] = {}
+        self.transactions: Transactions | None = None  # a leader's mount: .logfs/transactions/
 
     async def write(self, h: WriteHandle, buf: bytes) -> None:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
@@ -221,6 +246,8 @@ class Writer:
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
                 await self._delete_records(line)
+        elif kind is Kind.TXN_CONTROL:
+            await self._control(h, _commands(lines))
         else:
             raise pyfuse3.FUSEError(errno.EBADF)
 
@@ -264,8 +291,12 @@ class Writer:
         topic = h.node.topic
         leader = self._leader_replication().partition(topic, partition)
         state = self.partitions.get(topic, partition)
+        txn = None
+        if h.txn is not None:
+            assert self.transactions is not None
+            txn = TxnWrite(self.transactions.coordinator, h.txn[0], h.txn[1], topic, partition)
         async with state.append_lock:
-            infos, error, moved = await self._write_thread(append_batches, leader, make_batches, h.sync)
+            infos, error, moved = await self._write_thread(append_batches, leader, make_batches, h.sync, txn)
         if infos:
             h.touched[partition] = infos[-1].last_offset + 1
             self.metrics.appended(
@@ -281,6 +312,20 @@ class Writer:
             raise error
         if infos and h.sync:  # O_SYNC / O_DSYNC: write + fsync (flushed in the append call)
             await self._wait_replicated(topic, {partition: infos[-1].last_offset + 1})
+
+    async def _control(self, h: WriteHandle, commands: list[str]) -> None:
+        """``commit`` or ``abort`` (one line) ends the handle's transaction; anything else is EINVAL. ``commit
+        <label>`` records the label with the decision (``.logfs/labels/<label>`` then exists: how a writer that
+        retries learns that its earlier commit happened). A handle of an ended (or taken over) transaction is
+        fenced: ESTALE."""
+        assert h.txn is not None and self.transactions is not None
+        for command in commands:
+            words = command.split()
+            if not (words == ["abort"] or (words[0] == "commit" and len(words) <= 2)):
+                _log.info("%s: %r is neither 'commit [<label>]' nor 'abort'", h.node, command)
+                raise pyfuse3.FUSEError(errno.EINVAL)
+            label = words[1] if len(words) == 2 else None
+            await self.transactions.end(h.txn[0], h.txn[1], commit=words[0] == "commit", label=label)
 
     async def _config_lines(self, topic: str, lines: list[bytes]) -> None:
         text = b"\n".join(lines).decode("utf-8", "replace")

@@ -174,6 +174,10 @@ def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
         os.close(fd)
 
 
+# What ``ls MOUNT/.logfs`` shows (fetch/ is looked up, never listed).
+LOGFS_LISTING = ["delete-records", "delete-topic", "labels", "metrics", "producer-id", "transactions"]
+
+
 def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
     """A partition's ``state`` file, parsed."""
     return json.loads((mnt / topic / str(partition) / "state").read_bytes())

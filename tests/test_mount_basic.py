@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
+from conftest import LOGFS_LISTING, Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
@@ -125,7 +125,7 @@ def test_listings(mnt: Path) -> None:
         "append", "append.jsonl", "at", "batches", "committed", "follow", "hw", "state",
     ]  # fmt: skip
     assert os.listdir(mnt / "listing/0/at") == [] and os.listdir(mnt / "listing/0/follow") == []
-    assert sorted(os.listdir(mnt / ".logfs")) == ["delete-records", "delete-topic", "metrics"]
+    assert sorted(os.listdir(mnt / ".logfs")) == LOGFS_LISTING
     assert errno_of(os.stat, mnt / "listing/0/hw/.x.jsonl.crc") == errno.ENOENT
     assert errno_of(os.stat, mnt / "listing/0/hw/_spark_metadata") == errno.ENOENT
 

@@ -23,7 +23,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS, Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
+from conftest import (
+    LOGFS,
+    LOGFS_LISTING,
+    Mount,
+    default_signals,
+    errno_of,
+    finish_mount,
+    sh,
+    start_mount,
+    state,
+    write_all,
+)
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 SEGMENT_ZERO = "00000000000000000000"
@@ -299,7 +310,7 @@ def test_rm_rf_over_the_whole_mount_loses_no_record(mounted: Mount) -> None:
         assert state(mnt, *tp)["log_start_offset"] == 0 and state(mnt, *tp)["log_end_offset"] == 30
     assert sorted(p.relative_to(store) for p in store.rglob("*.log")) == logs_before
     assert sorted(os.listdir(mnt)) == [".logfs", "alpha", "beta", "empty"]  # its files stay, so it stays too
-    assert sorted(os.listdir(mnt / ".logfs")) == ["delete-records", "delete-topic", "metrics"]
+    assert sorted(os.listdir(mnt / ".logfs")) == LOGFS_LISTING
 
 
 # --- O_SYNC -------------------------------------------------------------------------------------------------------

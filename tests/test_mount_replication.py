@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS, Mount, finish_mount, start_mount
+from conftest import LOGFS, LOGFS_LISTING, Mount, finish_mount, start_mount
 
 from logfs.core.batch import iter_batch_positions, read_header
 
@@ -195,7 +195,7 @@ def test_fetches_by_unassigned_ids_are_eperm_and_unknown_names_enoent(tmp_path: 
                 (mnt / ".logfs/fetch/3" / name).read_bytes()
         with pytest.raises(FileNotFoundError):
             (mnt / ".logfs/fetch/x").stat()
-        assert sorted(os.listdir(mnt / ".logfs")) == ["delete-records", "delete-topic", "metrics"]  # never listed
+        assert sorted(os.listdir(mnt / ".logfs")) == LOGFS_LISTING  # never listed
         assert os.listdir(mnt / ".logfs/fetch") == [] and os.listdir(mnt / ".logfs/fetch/2/t/0") == []
         with pytest.raises(PermissionError):
             os.open(mnt / ".logfs/fetch/2/t/0/0.-1", os.O_WRONLY)

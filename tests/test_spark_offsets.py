@@ -86,8 +86,14 @@ def test_sink_options() -> None:
     s = sink_options({"path": "/m", "topic": "out", "kafka.compression.type": "zstd"})
     assert (s.path, s.topic, s.compression) == ("/m", "out", Compression.ZSTD)
     assert sink_options({"path": "/m"}).topic is None
-    with pytest.raises(OptionError, match="transactions"):
+    with pytest.raises(OptionError, match=r"transactional\.id"):
         sink_options({"path": "/m", "exactlyOnce": "true"})
+    with pytest.raises(OptionError, match=r"transactional\.id must be"):
+        sink_options({"path": "/m", "exactlyOnce": "true", "transactional.id": "a/b"})
+    assert sink_options({"path": "/m", "exactlyOnce": "true", "kafka.transactional.id": "clicks"}).transactional_id == (
+        "clicks"
+    )
+    assert sink_options({"path": "/m", "transactional.id": "clicks"}).transactional_id is None  # at-least-once
     with pytest.raises(OptionError, match="compression"):
         sink_options({"path": "/m", "kafka.compression.type": "brotli"})
 
