@@ -156,6 +156,7 @@ class Log:
         self._hw = HighWatermark(LogOffsetMetadata(self._log_start_offset))
         self._hw.update(LogOffsetMetadata(high_watermark), self._log_start_offset, self._leo)
         self._unflushed_records = 0
+        self._records_synced = 0  # records below it are on disk (flush_records), the recovery point aside
         self._last_flush_ms = wall_clock_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._rolled_upto = 0  # base of the newest rolled-to segment: everything below awaits flush_rolled()
@@ -192,6 +193,12 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._hw.offset
+
+    @property
+    def durable_offset(self) -> int:
+        """Records below it are on disk: flushed (the recovery point) or fsynced as records (:meth:`flush_records`).
+        Any thread."""
+        return max(self._recovery_point, self._records_synced)
 
     @property
     def recovery_point(self) -> int:
@@ -708,6 +715,31 @@ class Log:
                 self._unflushed_records = max(0, self._unflushed_records - unflushed_records)
             self._last_flush_ms = wall_clock_ms()
 
+    def flush_records(self, offset: int | None = None) -> None:
+        """Make the records below ``offset`` (default: the LEO) durable: fsync the ``.log`` files holding them, not
+        their indexes, and leave the recovery point where it is (an fsync(2) through the mount, acks=all).
+
+        Half the cost of :meth:`flush` on ext4 (each fsync'd file is a journal commit of its own). Safe because
+        what the recovery point has not passed is recovered after a crash — its indexes rebuilt from the durable
+        ``.log``. Blocking; off the trio thread; the fsyncs run outside the lock, as :meth:`flush`'s do.
+        """
+        with self._lock:
+            target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
+            done = max(self._recovery_point, self._records_synced)
+            if target <= done:
+                return
+            view = self._segments
+            unsynced = [
+                segment
+                for i, segment in enumerate(view.segments)
+                if segment.base_offset < target and (i + 1 == len(view.bases) or view.bases[i + 1] > done)
+            ]
+        for segment in unsynced:
+            if segment in self._segments.segments:  # a truncation or retention may have removed it meanwhile
+                segment.flush_records()
+        with self._lock:
+            self._records_synced = max(self._records_synced, min(target, self._leo.message_offset))
+
     def ms_since_last_flush(self, now_ms: int | None = None) -> int:
         return (wall_clock_ms() if now_ms is None else now_ms) - self._last_flush_ms
 
@@ -732,6 +764,7 @@ class Log:
             active.truncate_to(target_offset)
             self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size_bytes)
             self._recovery_point = min(self._recovery_point, target_offset)
+            self._records_synced = min(self._records_synced, target_offset)
             self._rolled_upto = min(self._rolled_upto, target_offset)  # else flush_rolled could pass the new LEO
             self._unflushed_records = 0 if self._recovery_point >= target_offset else self._unflushed_records
             self._log_start_offset = min(self._log_start_offset, target_offset)
@@ -766,6 +799,7 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self._log_start_offset = new_offset
             self._recovery_point = new_offset
+            self._records_synced = new_offset
             self._rolled_upto = min(self._rolled_upto, new_offset)
             self._unflushed_records = 0
             self.epoch_cache.clear_and_flush()

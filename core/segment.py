@@ -587,6 +587,11 @@ class LogSegment:
 
     # --- lifecycle ----------------------------------------------------------------------------------------------------
 
+    def flush_records(self) -> None:
+        """fsync the ``.log`` only (blocking; any thread): the records are durable, the indexes are not — a segment
+        past the log's recovery point has them rebuilt by recovery anyway."""
+        self._log.flush()
+
     def flush(self) -> None:
         """fsync the ``.log`` and both indexes (blocking). Any thread."""
         self._log.flush()

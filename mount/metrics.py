@@ -25,6 +25,7 @@ class PartitionGauges:
     size_bytes: int
     segments: int
     recovery_point: int = 0  # the offset up to which the log is flushed to disk (Kafka's recovery point)
+    durable_offset: int = 0  # records below it are on disk (fsync(2) through the mount syncs records only)
     isr: tuple[int, ...] = ()  # the in-sync replicas (a follower's mount: as its leader's last answer said)
     under_min_isr: bool = False
     replicas: dict[int, int] = field(default_factory=dict)  # leader only: each follower's LEO as it last fetched
@@ -126,6 +127,8 @@ def render(stats: Statistics) -> bytes:
     lines += _family("logfs_high_watermark_lag", "gauge", "Log end offset minus high watermark.", lag)
     lines += _family("logfs_recovery_point", "gauge", "Offset below which every record is flushed to disk.",
                      gauge("recovery_point"))  # fmt: skip
+    lines += _family("logfs_durable_offset", "gauge", "Offset below which every record is on disk (fsync, O_SYNC).",
+                     gauge("durable_offset"))  # fmt: skip
     lines += _family("logfs_log_size_bytes", "gauge", "Bytes in the partition's segments.", gauge("size_bytes"))
     lines += _family("logfs_log_segments", "gauge", "Segments of the partition.", gauge("segments"))
     replication = sorted((k, g) for k, g in stats.gauges.items() if g.isr)

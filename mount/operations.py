@@ -392,6 +392,7 @@ class Operations(pyfuse3.Operations):
                 log.size_bytes,
                 len(log.segments),
                 log.recovery_point,
+                log.durable_offset,
                 **self._replication_gauges(tp.topic, tp.partition),
             )
             for tp, log in self.store.logs()
@@ -697,7 +698,9 @@ class Operations(pyfuse3.Operations):
             # one more fetch and long poll whose answer the kernel throws away.
             parent = self.tree.stable_inode(self.tree.parent(node))
             pyfuse3.invalidate_entry_async(parent, node.name.encode(), ignore_enoent=True)
-            return pyfuse3.FileInfo(fh=self._new_fh(SnapshotHandle(entry, snapshot.data)), keep_cache=True)
+            # direct_io: a follower reads its answer once, whole; through the page cache the kernel would cut that
+            # read into 128 KiB requests and copy every page in (a 1 MiB answer: ~1.5 ms against ~1.0 ms).
+            return pyfuse3.FileInfo(fh=self._new_fh(SnapshotHandle(entry, snapshot.data)), direct_io=True)
         if kind is Kind.PRODUCER_ID:
             data = await self._new_producer_id()
         elif kind is Kind.LABEL:

@@ -188,7 +188,7 @@ class Transactions:
                 coordinator_epoch = max(entry.coordinator_epoch, self.coordinator.coordinator_epoch)
                 log.append_end_txn_marker(producer_id, entry.producer_epoch, commit=False,
                                           coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
-                log.flush()
+                log.flush_records()
                 self.replication.partition(tp.topic, tp.partition).maybe_increment_high_watermark()
                 marked.append(tp)
                 aborted.append(
@@ -212,7 +212,7 @@ class Transactions:
             log = leader.log
             log.append_end_txn_marker(producer_id, producer_epoch, commit=commit,
                                       coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
-            log.flush()
+            log.flush_records()
             leader.maybe_increment_high_watermark()
             marked.append(TopicPartition(topic, partition))
 

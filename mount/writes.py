@@ -101,7 +101,7 @@ def append_batches(
     if infos:
         moved = leader.maybe_increment_high_watermark()
         if flush:
-            log.flush()
+            log.flush_records()  # durable records; the indexes follow with the periodic flush
     return infos, error, moved
 
 
@@ -177,7 +177,7 @@ class Writer:
         """acks=all: flush every partition ``h`` appended to, then wait until their HWs pass what ``h`` wrote."""
         for partition in sorted(h.touched):
             log = self.store.log(h.node.topic, partition)
-            await self._write_thread(log.flush)
+            await self._write_thread(log.flush_records)
         if h.touched:
             await self._wait_replicated(h.node.topic, h.touched)
 

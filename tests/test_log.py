@@ -651,3 +651,30 @@ def test_scenario_71_follower_appends_below_the_log_end_or_out_of_order_are_refu
     with pytest.raises(OffsetsOutOfOrder):
         log.append_as_follower(b"".join(at(o, b"x") for o in (0, 1, 3, 2, 4)))
     assert log.log_end_offset == 0
+
+
+def test_flush_records_makes_records_durable_without_moving_the_recovery_point(tmp_path: Path) -> None:
+    """``flush_records`` (an fsync through the mount) syncs the ``.log`` files only: the durable offset moves, the
+    recovery point (records and indexes) does not; a truncation lowers the durable offset, and a reopen after an
+    unclean stop recovers everything past the recovery point, indexes rebuilt."""
+    log = new_log(tmp_path, segment_bytes=300)
+    for i in range(10):
+        log.append_as_leader(singleton(b"value-%d" % i), 0)
+    assert len(log.segments) > 2 and (log.durable_offset, log.recovery_point) == (0, 0)
+    log.flush_records(6)
+    assert (log.durable_offset, log.recovery_point) == (6, 0)
+    log.flush_records()
+    assert (log.durable_offset, log.recovery_point) == (10, 0)
+    log.truncate_to(7)
+    assert log.durable_offset == 7
+    log.append_as_leader(singleton(b"again"), 0)
+    assert log.durable_offset == 7  # the new record is not synced yet
+    log.flush()
+    assert log.durable_offset == log.recovery_point == 8
+    log.append_as_leader(singleton(b"synced only"), 0)
+    log.flush_records()
+    assert (log.durable_offset, log.recovery_point) == (9, 8)
+    reopened = open_log(tmp_path / "topic-0", log.config, clean=False)  # the records past the recovery point
+    assert reopened.log_end_offset == 9
+    values = [r.value for o in (7, 8) for r in records(reopened.read(o, 10_000, isolation=Isolation.LOG_END).records)]
+    assert values == [b"again", b"synced only"]
