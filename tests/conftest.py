@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -181,3 +182,16 @@ LOGFS_LISTING = ["delete-records", "delete-topic", "labels", "metrics", "produce
 def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
     """A partition's ``state`` file, parsed."""
     return json.loads((mnt / topic / str(partition) / "state").read_bytes())
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session for every Spark test module (a start costs ~6-10 s)."""
+    pytest.importorskip("pyspark")
+    from logfs.spark import local_session
+
+    session = local_session("logfs-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

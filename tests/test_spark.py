@@ -36,17 +36,6 @@ Row = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from logfs.spark import local_session
-
-    session = local_session("logfs-tests")
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
-@pytest.fixture(scope="module")
 def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
     root = tmp_path_factory.mktemp("spark")
     m = start_mount(root / "store", root / "mnt", "log.retention.check.interval.ms=100", "file.delete.delay.ms=0")

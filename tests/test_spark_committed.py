@@ -22,17 +22,6 @@ pyspark = pytest.importorskip("pyspark")
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from logfs.spark import local_session
-
-    session = local_session("logfs-tests-committed")
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
-@pytest.fixture(scope="module")
 def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
     root = tmp_path_factory.mktemp("spark-committed")
     build_store(root / "store", SCRIPT, topics=("orders",))
