@@ -82,8 +82,13 @@ class LoadEvent:
 EventSink = Callable[[LoadEvent], None]
 
 
-def _report(on_event: EventSink | None, kind: str, path: Path, detail: str, dropped_bytes: int = 0) -> None:
-    level = logging.WARNING if kind in ("truncated", "quarantined", "bad-index", "bad-checkpoint") else logging.INFO
+def _report(
+    on_event: EventSink | None, kind: str, path: Path, detail: str, dropped_bytes: int = 0, *, expected: bool = False
+) -> None:
+    """Log (at WARNING for damage, INFO for the rest and for what an unclean stop leaves as a matter of course) and
+    pass the event on."""
+    damage = kind in ("truncated", "quarantined", "bad-index", "bad-checkpoint")
+    level = logging.WARNING if damage and not expected else logging.INFO
     _log.log(level, "%s: %s: %s", path, kind, detail)
     if on_event is not None:
         on_event(LoadEvent(kind, path, detail, dropped_bytes))
@@ -310,7 +315,11 @@ def _load_segments(
                 segment.sanity_check(full=full_check_below == NO_LIMIT or next_base <= full_check_below)
             except CorruptIndex as exc:
                 needs_recovery.add(base)
-                _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered")
+                # Past the recovery point of an unclean stop, indexes need not be on disk (an fsync through the
+                # mount syncs the .log only) and the segment is recovered anyway: not a warning.
+                unflushed = full_check_below != NO_LIMIT and next_base > full_check_below
+                _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered",
+                        expected=unflushed)  # fmt: skip
             segment.close_handler()  # the check mapped its indexes: give them back (10,000 segments, 10,000 fds)
         segments.append(segment)
     return segments, needs_recovery
