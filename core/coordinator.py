@@ -132,8 +132,12 @@ class TransactionCoordinator:
         self._allocate_producer_id = allocate_producer_id
         self._compact_min_bytes = compact_min_bytes
         self._labels_max = labels_max
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # serialises the changes; held across each record's fsync
         self._changed = threading.Condition(self._lock)  # a write finished, or a transaction stopped completing
+        # Guards _txns and _labels for the queries, which the mount asks on its trio thread (a lookup under
+        # .logfs/transactions/): they must never wait for an fsync, so this one is only held for the dict updates.
+        # The changes (under _lock) read the dicts without it: only they write them.
+        self._state_lock = threading.Lock()
         self._txns: dict[str, TxnInfo] = {}
         self._labels: dict[str, None] = {}  # insertion-ordered set: oldest first
         self._coordinator_epoch = 0
@@ -196,24 +200,26 @@ class TransactionCoordinator:
         return self._coordinator_epoch
 
     def get(self, transactional_id: str) -> TxnInfo | None:
-        """The state of ``transactional_id``, or None when it has none. Any thread."""
-        with self._lock:
+        """The state of ``transactional_id``, or None when it has none. Any thread (the queries never wait for a
+        change's fsync: the trio thread asks them)."""
+        with self._state_lock:
             return self._txns.get(transactional_id)
 
     def open_transactions(self) -> list[TxnInfo]:
         """Every transaction ONGOING or waiting for its markers, by transactional id. Any thread."""
-        with self._lock:
-            return sorted((t for t in self._txns.values() if t.state.is_open), key=lambda t: t.transactional_id)
+        with self._state_lock:
+            txns = list(self._txns.values())
+        return sorted((t for t in txns if t.state.is_open), key=lambda t: t.transactional_id)
 
     def committed_labels(self) -> frozenset[str]:
         """Every label kept whose commit decision is durable (the newest ``labels_max``). Any thread."""
-        with self._lock:
+        with self._state_lock:
             return frozenset(self._labels)
 
     def has_committed_label(self, label: str) -> bool:
         """Whether a commit with ``label`` was decided (it is then done, or done by ``complete_pending``). Any
         thread."""
-        with self._lock:
+        with self._state_lock:
             return label in self._labels
 
     # --- a transaction's life -----------------------------------------------------------------------------------
@@ -437,16 +443,18 @@ class TransactionCoordinator:
         """Write ``info`` durably, then apply it (a failed write changes nothing in memory)."""
         self._check_not_closed()
         self._file.append(encode_record(info))
-        self._txns[info.transactional_id] = info
-        if info.state is TxnState.PREPARE_COMMIT and info.label is not None:
-            self._add_label(info.label)
+        with self._state_lock:
+            self._txns[info.transactional_id] = info
+            if info.state is TxnState.PREPARE_COMMIT and info.label is not None:
+                self._add_label(info.label)
         self._compact_if_due()
 
     def _forget(self, transactional_id: str) -> None:
         """Write a tombstone for an expired transactional id durably, then drop it."""
         self._check_not_closed()
         self._file.append(encode_record(ExpiredId(transactional_id)))
-        del self._txns[transactional_id]
+        with self._state_lock:
+            del self._txns[transactional_id]
         self._compact_if_due()
 
     def _compact_if_due(self) -> None:

@@ -966,3 +966,33 @@ def test_every_acknowledged_end_survives_kill_9_in_a_stream(tmp_path: Path) -> N
         c.expire(10**12, Markers())
         assert c.open_transactions() == []
         c.close()
+
+
+def test_queries_never_wait_for_a_change_in_progress(coordinator: TransactionCoordinator) -> None:
+    """The mount asks get/open_transactions/has_committed_label on its trio thread (lookups under
+    .logfs/transactions/ and .logfs/labels/): they must answer while a change holds the coordinator's lock across
+    its fsync, which is simulated here by holding that lock in another thread."""
+    info = begin_with(coordinator, "q", ("a", 0))
+    held, release = threading.Event(), threading.Event()
+
+    def change_in_progress() -> None:
+        with coordinator._lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=change_in_progress)
+    thread.start()
+    try:
+        assert held.wait(5)
+        answers: list[object] = []
+        reader = threading.Thread(target=lambda: answers.extend([
+            coordinator.get("q"), coordinator.open_transactions(), coordinator.has_committed_label("x"),
+            coordinator.committed_labels(),
+        ]))  # fmt: skip
+        reader.start()
+        reader.join(1)
+        assert not reader.is_alive(), "a query waited for the change lock"
+        assert answers == [info, [info], False, frozenset()]
+    finally:
+        release.set()
+        thread.join()
