@@ -190,6 +190,11 @@ class TimestampOutOfOrder(LogfsError):
 # --- replication -------------------------------------------------------------------------------------------------
 
 
+class LockBusy(LogfsError):
+    """A call made with ``blocking=False`` found a lock held (an append, a roll): nothing was changed, and the caller
+    does the work in a worker thread instead. It never reaches a client."""
+
+
 class ReplicationError(LogfsError):
     """acks=all could not be honoured."""
 

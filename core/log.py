@@ -64,6 +64,7 @@ from .epoch import LeaderEpochFileCache
 from .errors import (
     InvalidOffset,
     InvalidTimestamp,
+    LockBusy,
     OffsetOutOfRange,
     OffsetsOutOfOrder,
     RecordBatchTooLarge,
@@ -371,7 +372,7 @@ class Log:
             )
 
     def append_as_follower(
-        self, data: bytes | bytearray, now_ms: int | None = None, *, roll: bool = True
+        self, data: bytes | bytearray | memoryview, now_ms: int | None = None, *, roll: bool = True
     ) -> AppendInfo | None:
         """Append batches whose offsets the leader assigned (one or more, back to back); None for no batch.
 
@@ -665,13 +666,20 @@ class Log:
             self._update_lso()
             return new
 
-    def maybe_increment_high_watermark(self, hw: LogOffsetMetadata) -> LogOffsetMetadata | None:
-        """The leader's forward-only HW move (OffsetOutOfRange past the LEO). Writer."""
-        with self._lock:
+    def maybe_increment_high_watermark(
+        self, hw: LogOffsetMetadata, *, blocking: bool = True
+    ) -> LogOffsetMetadata | None:
+        """The leader's forward-only HW move (OffsetOutOfRange past the LEO). Any thread; ``blocking=False`` raises
+        LockBusy instead of waiting for an append to let go of the log (the trio thread must never wait for one)."""
+        if not self._lock.acquire(blocking=blocking):
+            raise LockBusy(f"{self.directory.name}: the log is busy")
+        try:
             moved = self._hw.maybe_increment(hw, self._leo)
             if moved is not None:
                 self._update_lso()
             return moved
+        finally:
+            self._lock.release()
 
     def maybe_update_high_watermark(self, hw: int) -> int | None:
         """The follower's HW move: clamped, returns the new HW if it changed. Writer."""

@@ -259,6 +259,22 @@ class LogFile:
         finally:
             self._release()
 
+    def read_into(self, position: int, into: memoryview) -> None:
+        """Fill ``into`` with the bytes from ``position`` (a caller's buffer: no allocation, no copy of its own).
+        StorageError when they are not all there (past the published size, or the file shorter than that)."""
+        if position + len(into) > self._size:
+            raise StorageError(f"{self.path}: {len(into)} bytes at {position} are past its size {self._size}")
+        fd = self._acquire()
+        try:
+            got = 0
+            while got < len(into):
+                n = os.preadv(fd, [into[got:]], position + got)
+                if not n:
+                    raise StorageError(f"{self.path}: ends at {position + got}, before {position + len(into)}")
+                got += n
+        finally:
+            self._release()
+
     def search_for_offset(self, target_offset: int, start_position: int) -> tuple[int, int, int] | None:
         """``(last offset, position, size)`` of the first batch from ``start_position`` whose last offset is at or
         after ``target_offset`` (Kafka's searchForOffsetWithSize), or None. Any thread.

@@ -57,7 +57,13 @@ from dataclasses import dataclass
 from .checkpoint import TopicPartition
 from .durable import now_ms as wall_clock_ms
 from .epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_END_OFFSET, UNDEFINED_EPOCH_OFFSET, EpochEndOffset
-from .errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, UnknownReplica, UnknownTopicOrPartition
+from .errors import (
+    LockBusy,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    UnknownReplica,
+    UnknownTopicOrPartition,
+)
 from .log import Log
 from .offsets import LogOffsetMetadata
 from .store import Store
@@ -117,6 +123,9 @@ class ReplicaChange:
 
     isr_changed: bool = False
     high_watermark_moved: bool = False
+    # a fetch recorded without waiting for the log (blocking=False) found it busy: the HW is yet to be recomputed
+    # (maybe_increment_high_watermark, in a worker thread)
+    high_watermark_deferred: bool = False
 
     @property
     def any(self) -> bool:
@@ -243,14 +252,25 @@ class LeaderPartition:
         return FETCH_OK
 
     def record_fetch(
-        self, replica_id: int, fetch_offset: int, leader_end_offset: int | None = None, now_ms: int | None = None
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        leader_end_offset: int | None = None,
+        now_ms: int | None = None,
+        *,
+        blocking: bool = True,
     ) -> ReplicaChange:
         """Follower ``replica_id`` fetched at ``fetch_offset`` (validated) while the leader's LEO was
         ``leader_end_offset`` (default: now): update its state, let it join the ISR, move the HW (Kafka's
-        updateFollowerFetchState). UnknownReplica for an id that is not a follower. Any thread."""
+        updateFollowerFetchState). UnknownReplica for an id that is not a follower. Any thread.
+
+        ``blocking=False`` never waits for a lock held across disk work: LockBusy (nothing recorded) when this
+        partition is busy, and a HW left to recompute (``high_watermark_deferred``) when only the log is."""
         now = wall_clock_ms() if now_ms is None else now_ms
         leo = self.log.log_end_offset if leader_end_offset is None else leader_end_offset
-        with self._lock:
+        if not self._lock.acquire(blocking=blocking):
+            raise LockBusy(f"{self.name}: the partition is busy")
+        try:
             old = self.replica_state(replica_id)
             new = old.after_fetch(fetch_offset, leo, now)
             self._replicas[replica_id] = new
@@ -260,10 +280,15 @@ class LeaderPartition:
                 joined = True
                 _log.info("%s: replica %d joins the ISR at offset %d (ISR %s, leader epoch %d)",
                           self.name, replica_id, fetch_offset, list(self._isr), self.leader_epoch)  # fmt: skip
-            moved = False
+            moved = deferred = False
             if joined or new.log_end_offset != old.log_end_offset:
-                moved = self._maybe_increment_high_watermark(now)
-            return ReplicaChange(joined, moved)
+                try:
+                    moved = self._maybe_increment_high_watermark(now, blocking=blocking)
+                except LockBusy:
+                    deferred = True
+            return ReplicaChange(joined, moved, deferred)
+        finally:
+            self._lock.release()
 
     def _can_join(self, state: ReplicaState) -> bool:
         """Kafka's isFollowerInSync: at or past the HW and the current epoch's start offset."""
@@ -298,7 +323,7 @@ class LeaderPartition:
         with self._lock:
             return self._maybe_increment_high_watermark(now)
 
-    def _maybe_increment_high_watermark(self, now: int) -> bool:
+    def _maybe_increment_high_watermark(self, now: int, *, blocking: bool = True) -> bool:
         if self.under_min_isr:
             return False
         end = self.log.log_end_offset_metadata
@@ -308,7 +333,7 @@ class LeaderPartition:
                 r in self._isr or s.is_caught_up(end.message_offset, now, self.replica_lag_time_max_ms)
             ):
                 new_hw = LogOffsetMetadata(s.log_end_offset)
-        return self.log.maybe_increment_high_watermark(new_hw) is not None
+        return self.log.maybe_increment_high_watermark(new_hw, blocking=blocking) is not None
 
     # --- acks=all -------------------------------------------------------------------------------------------------
 

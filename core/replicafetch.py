@@ -30,9 +30,11 @@ from .epoch import EpochEndOffset
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log
 from .replica import NO_CHANGE, FetchValidation, LeaderPartition, ReplicaChange
+from .segment import LogSegment
 
 FETCH_RECORDS_BYTES_MAX = 1024 * 1024  # replica.fetch.max.bytes (Kafka's default): batches in one response
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"  # Kafka's error name, as the response's "error" says it
+HEADER_ROOM = 1024  # bytes kept free before an answer's batches for its JSON line (render): usually ~250
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class FetchResponse:
     diverging_epoch: EpochEndOffset | None = None
     error: str | None = None
     segment_bases: tuple[int, ...] = ()
-    records: bytes = b""
+    records: bytes | memoryview = b""  # from read_batches: a view of the buffer the file's bytes are rendered in
 
     def header(self) -> dict[str, object]:
         diverging = self.diverging_epoch
@@ -66,9 +68,23 @@ class FetchResponse:
             "records_bytes": len(self.records),
         }
 
-    def render(self) -> bytes:
-        """The JSON line and the batches: what the fetch file holds."""
-        return json.dumps(self.header()).encode() + b"\n" + self.records
+    def render(self) -> bytes | memoryview:
+        """The JSON line and the batches: what the fetch file holds.
+
+        Batches from :func:`read_batches` lie in a buffer with room for the line before them: the line is written
+        there and the file's bytes are a view of that buffer (no second copy of up to 1 MiB; measured, that copy
+        and its fresh pages cost ~0.3 ms of the ~0.7 ms an answer took). A line longer than the room is joined.
+        It writes into that buffer, so a response is rendered once (as the mount does), not twice with different
+        lines."""
+        line = json.dumps(self.header()).encode() + b"\n"
+        records = self.records
+        if isinstance(records, memoryview) and isinstance(records.obj, bytearray):
+            buffer = records.obj
+            start = len(buffer) - len(records) - len(line)  # read_batches' view ends where its buffer ends
+            if start >= 0:
+                buffer[start : start + len(line)] = line
+                return memoryview(buffer)[start:]
+        return line + bytes(records)
 
 
 def accept_fetch(
@@ -77,16 +93,21 @@ def accept_fetch(
     fetch_offset: int,
     last_fetched_epoch: int,
     now_ms: int | None = None,
+    *,
+    blocking: bool = True,
 ) -> tuple[FetchValidation, ReplicaChange]:
     """Validate a fetch and, when it is valid, record it (the follower's LEO, the ISR, the HW). A diverging or
-    out-of-range fetch changes nothing, as in Kafka. UnknownReplica for an id that is not a follower."""
+    out-of-range fetch changes nothing, as in Kafka. UnknownReplica for an id that is not a follower.
+
+    In-memory work only; ``blocking=False`` (the mount's trio thread) never waits for an append: see
+    :meth:`LeaderPartition.record_fetch`."""
     partition.replica_state(replica_id)  # UnknownReplica before anything else
     leader_end_offset = partition.log.log_end_offset  # Kafka's initialLogEndOffset: before the read
     validation = partition.validate_fetch(fetch_offset, last_fetched_epoch)
     if not validation.ok:
         return validation, NO_CHANGE
     now = wall_clock_ms() if now_ms is None else now_ms
-    return validation, partition.record_fetch(replica_id, fetch_offset, leader_end_offset, now)
+    return validation, partition.record_fetch(replica_id, fetch_offset, leader_end_offset, now, blocking=blocking)
 
 
 def fetch_response(
@@ -117,12 +138,17 @@ def fetch_response(
     return dataclasses.replace(base, records=records, segment_bases=tuple(bases))
 
 
-def read_batches(log: Log, fetch_offset: int, end_offset: int, max_bytes: int) -> tuple[bytes, list[int]]:
+def read_batches(
+    log: Log, fetch_offset: int, end_offset: int, max_bytes: int, *, room: int = HEADER_ROOM
+) -> tuple[memoryview, list[int]]:
     """Whole stored batches from the one holding ``fetch_offset``, none at or past ``end_offset``, at most
     ``max_bytes`` in all but at least one batch when there is one, continuing into later segments; and the base
-    offsets of the segments entered at or after ``fetch_offset``. OffsetOutOfRange when retention removed the
-    segment being read (the log start is then past ``fetch_offset``). Blocking reads; any thread."""
-    parts: list[bytes] = []
+    offsets of the segments entered at or after ``fetch_offset``.
+
+    The batches are located first, then read straight into one buffer that keeps ``room`` bytes free before them
+    (for :meth:`FetchResponse.render`); they come back as the view of its tail. OffsetOutOfRange when retention
+    removed a segment meanwhile (the log start is then past ``fetch_offset``). Blocking reads; any thread."""
+    spans: list[tuple[LogSegment, int, int]] = []  # (segment, first byte, end byte)
     bases: list[int] = []
     total = 0
     offset = fetch_offset
@@ -147,18 +173,25 @@ def read_batches(log: Log, fetch_offset: int, end_offset: int, max_bytes: int) -
                     hi = b.position + b.size
                     total += b.size
                     last = b.last_offset
-                if hi > lo:
-                    if segment.base_offset >= fetch_offset:
-                        bases.append(segment.base_offset)
-                    parts.append(segment.log_file.read(lo, hi - lo))
-                    offset = last + 1
+            if hi > lo:
+                if segment.base_offset >= fetch_offset:
+                    bases.append(segment.base_offset)
+                spans.append((segment, lo, hi))
+                offset = last + 1
             if full or offset >= end_offset:
                 break
+        buffer = bytearray(room + total)
+        view = memoryview(buffer)
+        at = room
+        for segment, lo, hi in spans:
+            with segment.pin():
+                segment.log_file.read_into(lo, view[at : at + hi - lo])
+            at += hi - lo
     except StorageError:
-        if offset < log.log_start_offset:
-            raise OffsetOutOfRange(offset, log.log_start_offset, log.log_end_offset) from None
+        if fetch_offset < log.log_start_offset:
+            raise OffsetOutOfRange(fetch_offset, log.log_start_offset, log.log_end_offset) from None
         raise
-    return b"".join(parts), bases
+    return view[room:], bases
 
 
 def _floor_index(segments: Sequence[object], offset: int) -> int:

@@ -9,8 +9,14 @@ Theory of operation.
 * **Tasks.** One trio nursery: a discovery task, one fetch task per partition, the store's periodic work
   (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``, the read-only FUSE
   mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker thread under a
-  CapacityLimiter: fetch lookups (which long-poll on the leader for up to 500 ms) under ``FETCH_THREADS``, appends,
-  truncations and topic changes under ``DISK_THREADS``. No thread of its own.
+  CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under ``FETCH_THREADS``, truncations
+  and topic changes under ``DISK_THREADS``, and appends at most ``DISK_THREADS`` at once too. No thread of its own.
+* **One worker call per fetch** (``logfs/replicate.py``'s :func:`fetch_and_apply`): read the answer into the
+  partition's reused buffer and, when it brings no news of the leader's epoch or ISR, apply it in the same thread
+  (one hand-off to trio per fetch, not two). An answer with news comes back unapplied: the trio task records the
+  news (the replica state file) first, then applies it in a worker. A fetch blocked in the leader's mount is
+  abandoned on cancellation, so applies pass the partition's :class:`ApplyGate`, which the follower closes before
+  it deletes the topic or closes the store.
 * **Discovery** (every ``DISCOVER_INTERVAL_S``): list the leader's root and each ``<topic>/``; create what is missing
   here (topics, partitions), copy each topic's ``config`` into this store's topic overrides when it changed, start a
   fetch task per new partition, and delete a topic here that the leader deleted (one seen on the leader during this
@@ -51,6 +57,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +76,8 @@ from logfs.core.promotion import (
 )
 from logfs.core.store import Store
 
-from .fetch import NO_EPOCH, FetchProtocolError, FetchResponse, fetch_path, read_fetch
-from .replicate import Applied, aggregate_replica_state, apply_fetch
+from .fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
+from .replicate import Applied, ApplyFailed, ApplyGate, aggregate_replica_state, apply_fetch, fetch_and_apply
 
 _log = logging.getLogger(__name__)
 
@@ -122,6 +129,7 @@ class _PartitionTask:
 
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
+    gate: ApplyGate = field(default_factory=ApplyGate)  # closed once the task has ended: no abandoned apply after
 
 
 class LeaderUnavailable(OSError):
@@ -155,6 +163,7 @@ class Follower:
         self.on_topic_deleted = on_topic_deleted
         self._fetch_limiter = trio.CapacityLimiter(FETCH_THREADS)
         self._disk_limiter = trio.CapacityLimiter(DISK_THREADS)
+        self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
         self._views: dict[tuple[str, int], PartitionView] = {}
         self._tasks: dict[tuple[str, int], _PartitionTask] = {}
         self._configs: dict[str, str] = {}  # topic → the config text last copied
@@ -188,11 +197,17 @@ class Follower:
     async def run(self) -> None:
         """Replicate until cancelled."""
         _log.info("following %s as replica %d into %s", self.leader, self.replica_id, self.store.path)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._tick)
-            for tp, _ in self.store.logs():  # resume what this store already holds (the leader may not list it yet)
-                self._start_partition(nursery, tp.topic, tp.partition)
-            await self._discover(nursery)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._tick)
+                for tp, _ in self.store.logs():  # resume what this store holds (the leader may not list it yet)
+                    self._start_partition(nursery, tp.topic, tp.partition)
+                await self._discover(nursery)
+        finally:
+            # A fetch worker that the cancellation abandoned may be applying: wait for it, and keep later ones off.
+            gates = [task.gate for task in self._tasks.values()]
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(_close_gates, gates)
 
     async def _thread(self, limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
@@ -303,6 +318,7 @@ class Follower:
             task.scope.cancel()
         for task in stopping:  # none of them may be appending while the topic goes
             await task.done.wait()
+        await trio.to_thread.run_sync(_close_gates, [task.gate for task in stopping])  # nor an abandoned worker
         for key in [k for k in self._views if k[0] == topic]:
             del self._views[key]
         if self.store.has_topic(topic):
@@ -329,12 +345,13 @@ class Follower:
     async def _follow_partition(self, topic: str, partition: int, task: _PartitionTask) -> None:
         try:
             with task.scope:
-                await self._fetch_forever(topic, partition)
+                await self._fetch_forever(topic, partition, task)
         finally:
             task.done.set()
 
-    async def _fetch_forever(self, topic: str, partition: int) -> None:
+    async def _fetch_forever(self, topic: str, partition: int, task: _PartitionTask) -> None:
         backoff = _Backoff()
+        reader = FetchReader()  # each answer is applied before the next read overwrites it
         while True:
             try:
                 log = self.store.log(topic, partition)
@@ -344,27 +361,30 @@ class Follower:
             epoch = log.epoch_cache.latest_epoch()
             epoch = NO_EPOCH if epoch is None else epoch
             path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch)
+            view = self._views.get((topic, partition))
+            known = (view.leader_epoch, view.isr) if view is not None and view.answered else None
             started = trio.current_time()
+            job = functools.partial(fetch_and_apply, reader, path, log, offset, known, task.gate, self._appends)
             try:
-                response = await trio.to_thread.run_sync(
-                    read_fetch, path, limiter=self._fetch_limiter, abandon_on_cancel=True
-                )
+                fetched = await trio.to_thread.run_sync(job, limiter=self._fetch_limiter, abandon_on_cancel=True)
             except OSError as exc:
                 await self._fetch_failed(topic, partition, exc)
                 await backoff.wait()
                 continue
-            except FetchProtocolError as exc:
+            except (FetchProtocolError, ApplyFailed) as exc:
                 _log.error("%s-%d: %s", topic, partition, exc)
                 await backoff.wait()
                 continue
             self._leader_answered()
+            response, applied = fetched.response, fetched.applied
             await self._heard(topic, partition, response)
-            try:
-                applied = await self._thread(self._disk_limiter, apply_fetch, log, offset, response)
-            except (LogfsError, FetchProtocolError, OSError) as exc:
-                _log.error("%s-%d: cannot apply the fetch at offset %d: %s", topic, partition, offset, exc)
-                await backoff.wait()
-                continue
+            if applied is None:  # news of the leader's epoch or ISR: recorded (above) before the log shows it
+                try:
+                    applied = await self._thread(self._disk_limiter, apply_fetch, log, offset, response)
+                except (LogfsError, FetchProtocolError, OSError) as exc:
+                    _log.error("%s-%d: cannot apply the fetch at offset %d: %s", topic, partition, offset, exc)
+                    await backoff.wait()
+                    continue
             self._failing.discard((topic, partition))
             self._applied(topic, partition, log, offset, response, applied)
             if applied.stale:
@@ -465,6 +485,11 @@ class Follower:
             await self._thread(self._disk_limiter, write_replica_state, self.store.path, state)
             self._written = state
             _log.debug("replica state: %s", state)
+
+
+def _close_gates(gates: list[ApplyGate]) -> None:
+    for gate in gates:
+        gate.close()
 
 
 def _describe(exc: OSError) -> str:

@@ -1,7 +1,11 @@
 """A follower's replica of one partition: one fetch response applied to its log, and the replica state file.
 
-Pure functions over ``logfs.core`` (no trio): ``logfs/follower.py`` runs them in worker threads, the tests call them
+Functions over ``logfs.core`` (no trio): ``logfs/follower.py`` runs them in worker threads, the tests call them
 directly with responses they build.
+
+* :func:`fetch_and_apply` — one worker call per fetch: read the answer and, when it brings no news of the leader's
+  epoch or ISR, apply it at once, behind the partition's :class:`ApplyGate` (no apply once the follower let go of
+  the partition).
 
 * :func:`apply_fetch` — Kafka's ``ReplicaFetcherThread.processPartitionData`` and the truncation paths of
   ``AbstractFetcherThread``, in this order: OFFSET_OUT_OF_RANGE (truncate to the leader's LEO below ours, or start
@@ -21,17 +25,20 @@ Threads: the functions on a Log are its writer's (one worker thread per partitio
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from logfs.core.batch import iter_batch_positions, read_header
-from logfs.core.errors import OffsetOutOfRange, RecordBatchTooLarge
+from logfs.core.errors import LogfsError, OffsetOutOfRange, RecordBatchTooLarge
 from logfs.core.log import Log
 from logfs.core.offsets import Isolation
 from logfs.core.promotion import PersistedReplicaState
 
-from .fetch import FetchProtocolError, FetchResponse, diverging_truncation, out_of_range_action
+from .fetch import FetchProtocolError, FetchReader, FetchResponse, diverging_truncation, out_of_range_action
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +101,76 @@ def apply_fetch(log: Log, fetch_offset: int, response: FetchResponse) -> Applied
     )  # fmt: skip
 
 
+class ApplyGate:
+    """Lets worker threads apply fetched batches to one partition's log until it is closed; :meth:`close` waits for
+    an apply in progress.
+
+    Why: the follower reads a fetch and applies it in one worker call, which trio abandons when the partition's task
+    is cancelled (the read may block on a hung leader mount for as long as that mount hangs). The abandoned thread may
+    still come back with an answer; once the follower has closed the gate (a shutdown, a topic deleted), that answer
+    never reaches the log, and closing waits for an apply already running, so the store is never closed under one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[bool]:
+        """Hold the gate: True while it is open (apply), False once closed (do nothing)."""
+        with self._lock:
+            yield not self._closed
+
+    def close(self) -> None:
+        """Close the gate; blocks until an apply in progress has ended (a worker thread, or a shutdown path)."""
+        with self._lock:
+            self._closed = True
+
+
+class ApplyFailed(Exception):
+    """:func:`fetch_and_apply` read an answer and could not apply it; ``__cause__`` says why (a core error, a bad
+    batch, the local disk)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One fetch read, and what applying it did: None when it was not applied (it had news for the caller to record
+    first, or the gate was closed)."""
+
+    response: FetchResponse
+    applied: Applied | None
+
+
+def fetch_and_apply(
+    reader: FetchReader,
+    path: Path,
+    log: Log,
+    fetch_offset: int,
+    known: tuple[int, tuple[int, ...]] | None,
+    gate: ApplyGate,
+    appends: threading.BoundedSemaphore,
+) -> Fetched:
+    """Read the fetch file at ``path`` and, when what it says of the leader (its epoch and the ISR) is ``known``
+    already, apply it at once in the same worker thread (through ``gate``, at most ``appends`` at once across
+    partitions): one hand-off between trio and a worker per fetch instead of two, ~0.4 ms of a 1 MiB fetch's round
+    trip on a loaded 2-core machine. An answer with news comes back unapplied: the caller persists the news first
+    (the replica state file must say what the follower heard before its log shows it), then applies it.
+
+    Worker thread. OSError (the leader's mount) and FetchProtocolError of the read propagate as they are; an apply
+    that fails raises ApplyFailed.
+    """
+    response = reader.read(path)
+    if known != (response.leader_epoch, response.isr):
+        return Fetched(response, None)
+    with appends, gate.entered() as open_:
+        if not open_:
+            return Fetched(response, None)
+        try:
+            return Fetched(response, apply_fetch(log, fetch_offset, response))
+        except (LogfsError, FetchProtocolError, OSError) as exc:
+            raise ApplyFailed(f"cannot apply the fetch at offset {fetch_offset}: {exc}") from exc
+
+
 def truncate_at_batch(log: Log, target: int) -> int:
     """Truncate ``log`` to ``target``, or lower to the start of its batch that holds ``target``, so that the log
     ends on a whole batch (the next fetch then appends the leader's batch at exactly its LEO). Returns the LEO."""
@@ -108,7 +185,7 @@ def truncate_at_batch(log: Log, target: int) -> int:
     return log.log_end_offset
 
 
-def append_fetched(log: Log, data: bytes, segment_bases: Sequence[int]) -> Applied:
+def append_fetched(log: Log, data: bytes | memoryview, segment_bases: Sequence[int]) -> Applied:
     """Append the batches of one response as follower, rolling where the leader's segments start.
 
     A response starts at the batch holding the fetch offset: batches that end below the LEO are skipped. One that
@@ -168,7 +245,7 @@ def append_fetched(log: Log, data: bytes, segment_bases: Sequence[int]) -> Appli
     return Applied(records=records, size_bytes=size_bytes, rolls=rolls, started_at=started_at)
 
 
-def _append(log: Log, chunk: bytes) -> int:
+def _append(log: Log, chunk: bytes | memoryview) -> int:
     """Append ``chunk`` (whole batches) as follower; the records appended. A chunk larger than ``segment.bytes``
     (the leader's segments are larger than this topic's config now says) goes in batch by batch."""
     try:

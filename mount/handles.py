@@ -42,7 +42,7 @@ class Handle:
 
 @dataclass(eq=False)
 class SnapshotHandle(Handle):
-    data: bytes = b""
+    data: bytes | memoryview = b""  # a fetch answer is a view (mount/replication.py): read slices it without a copy
 
 
 @dataclass(eq=False)
@@ -88,6 +88,8 @@ class PartitionState:
     hw_moved: trio.Event = field(default_factory=trio.Event)
     changed: trio.Event = field(default_factory=trio.Event)  # any append, HW move or ISR change (replica fetches)
     poll_handles: dict[int, Any] = field(default_factory=dict)
+    acks_waiting: int = 0  # acks=all fsyncs waiting for the HW
+    released_acks: bool = False  # the last HW move woke acks=all fsyncs (their writers' next batches are near)
 
     def appended(self) -> None:
         """Records were appended without moving the HW: wake the fetches waiting at the log end."""
@@ -97,6 +99,7 @@ class PartitionState:
     def notify(self) -> None:
         """The HW moved (or the ISR changed): wake every follow reader, acks=all wait and fetch waiting (one fresh
         event per change) and every poller."""
+        self.released_acks = self.acks_waiting > 0
         self.hw_moved.set()
         self.hw_moved = trio.Event()
         self.appended()

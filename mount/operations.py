@@ -58,7 +58,7 @@ import os
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyfuse3
 import trio
@@ -823,7 +823,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, FollowHandle):
             return await self._read_follow(h, size)
         if isinstance(h, SnapshotHandle):
-            return h.data[off : off + size]
+            # pyfuse3 replies from any contiguous buffer (PyObject_GetBuffer): a fetch answer's view is not copied
+            return cast(bytes, h.data[off : off + size])
         if isinstance(h, WriteHandle):
             if not h.read_write:
                 raise pyfuse3.FUSEError(errno.EBADF)

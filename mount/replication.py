@@ -6,12 +6,20 @@ fetch answer); this module runs them from FUSE requests without ever blocking th
 across a wait.
 
 * **A fetch** is the lookup of ``.logfs/fetch/<replica>/<topic>/<partition>/<offset>.<epoch>``
-  (:meth:`LeaderReplication.fetch`): validate and record it in a worker thread (the follower's LEO, the ISR, the
-  HW; a change wakes the partition's waiters), then, when the follower is at the log end and there is nothing new
-  to tell it, wait up to ``FETCH_WAIT_MAX_S`` for an append (or a HW or ISR change), then fix the answer in a worker
-  thread. The answer is the fresh inode's payload (:class:`FetchSnapshot`): its size is exact at lookup, its bytes
-  never change. "Nothing new to tell" means the HW and ISR are those of the last answer this follower opened for
-  that partition, so a follower learns of a HW its own fetch moved at once, not one long poll later.
+  (:meth:`LeaderReplication.fetch`). First it is validated and recorded (the follower's LEO, the ISR, the HW; a
+  change wakes the partition's waiters). That is in-memory work, so it runs on the trio thread, saving two thread
+  hand-offs on the acks=all path; when an append holds the partition or its log, the part that would wait runs in
+  a worker thread instead (the trio thread never waits for the disk). Then, when the follower is at the log end
+  and there is nothing new to tell it, the lookup waits up to ``FETCH_WAIT_MAX_S`` for an append (or a HW or ISR
+  change), and the answer is fixed in a worker thread: the fresh inode's payload (:class:`FetchSnapshot`), its size
+  exact at lookup, its bytes never changing.
+* **Nothing new to tell** means the HW and ISR are those of the last answer this follower opened for that
+  partition. An ISR change is told at once, and so is a HW move; but a HW move that woke acks=all fsyncs
+  (typically the one this very fetch made) is held up to ``FETCH_HW_NEWS_WAIT_S`` for data to come with it. The
+  writers it answered send their next batches within a few milliseconds, and one answer then carries both.
+  Answering the HW at once cost the follower a whole extra round trip (lookup, open, read, close) between every two
+  batches: measured, most of what acks=all lost to replication. The follower's own HW (its mount's readers) trails
+  the leader's by at most that.
 * **acks=all** (:meth:`LeaderReplication.wait_replicated`): a trio wait on the partition's HW event until the HW
   passes the offsets a handle wrote, failing with NotEnoughReplicasAfterAppend as soon as the ISR is below
   ``min.insync.replicas`` and with ReplicationTimeout after ``request.timeout.ms``. No lock is held meanwhile:
@@ -34,8 +42,14 @@ from typing import Any
 import pyfuse3
 import trio
 
-from logfs.core.errors import ReplicationTimeout
-from logfs.core.replica import LeaderPartition, LeaderReplicas, shrink_check_interval_ms
+from logfs.core.errors import LockBusy, ReplicationTimeout
+from logfs.core.replica import (
+    FetchValidation,
+    LeaderPartition,
+    LeaderReplicas,
+    ReplicaChange,
+    shrink_check_interval_ms,
+)
 from logfs.core.replicafetch import accept_fetch, fetch_response
 
 from .handles import Partitions
@@ -46,6 +60,7 @@ _log = logging.getLogger(__name__)
 Runner = Callable[..., Awaitable[Any]]
 
 FETCH_WAIT_MAX_S = 0.5  # Kafka's replica.fetch.wait.max.ms: a fetch at the log end waits this long for data
+FETCH_HW_NEWS_WAIT_S = 0.01  # a fetch whose only news is a HW move that woke acks=all fsyncs waits this for data
 # pyfuse3 tasks set aside per follower for fetches waiting at once (each long poll holds one; `logfs follow` has at
 # most 16 fetches in flight)
 FETCH_TASKS_PER_FOLLOWER = 32
@@ -57,7 +72,7 @@ ReplicaKey = tuple[int, str, int]  # (replica id, topic, partition)
 class FetchSnapshot:
     """A fetch file's payload: its bytes, and what they told the follower (for the next long poll)."""
 
-    data: bytes
+    data: bytes | memoryview  # a view of the buffer the answer was rendered in (never written again)
     key: ReplicaKey
     told: tuple[int, tuple[int, ...]]  # (HW, ISR)
 
@@ -102,9 +117,15 @@ class LeaderReplication:
         fetch_offset, last_fetched_epoch = parse_fetch_name(node.name)
         leader = self.partition(node.topic, node.partition)
         state = self.partitions.get(node.topic, node.partition)
-        validation, change = await self._read_thread(
-            accept_fetch, leader, node.replica, fetch_offset, last_fetched_epoch
-        )
+        try:  # in-memory work, done here unless an append holds the partition (the trio thread never waits)
+            validation, change = accept_fetch(leader, node.replica, fetch_offset, last_fetched_epoch, blocking=False)
+        except LockBusy:
+            validation, change = await self._read_thread(
+                accept_fetch, leader, node.replica, fetch_offset, last_fetched_epoch
+            )
+        if change.high_watermark_deferred:  # recorded; the log was busy: the HW rule in a worker thread
+            moved = await self._read_thread(leader.maybe_increment_high_watermark)
+            change = ReplicaChange(change.isr_changed, moved)
         if change.any:
             state.notify()
         key = (node.replica, node.topic, node.partition)
@@ -112,20 +133,28 @@ class LeaderReplication:
             await self._wait_for_news(key, leader, fetch_offset)
             if self.partition(node.topic, node.partition) is not leader:  # deleted meanwhile (and made again)
                 raise pyfuse3.FUSEError(errno.ENOENT)
-        response = await self._read_thread(fetch_response, leader, fetch_offset, validation)
-        return FetchSnapshot(response.render(), key, (response.high_watermark, response.isr))
+        return await self._read_thread(_snapshot, key, leader, fetch_offset, validation)
 
     async def _wait_for_news(self, key: ReplicaKey, leader: LeaderPartition, fetch_offset: int) -> None:
         """Long poll: while the follower is at the log end and the HW and ISR are what it last read, wait (at most
-        FETCH_WAIT_MAX_S) for an append or a change."""
+        FETCH_WAIT_MAX_S) for an append or a change; a HW move that woke acks=all fsyncs is answered after
+        FETCH_HW_NEWS_WAIT_S at the latest (an append meanwhile answers both at once), any other at once."""
         state = self.partitions.get(key[1], key[2])
         log = leader.log
-        with trio.move_on_after(FETCH_WAIT_MAX_S):
-            while not self.closing and log.log_end_offset == fetch_offset:
-                if self._told.get(key) != (log.high_watermark, leader.isr):
-                    return
-                changed = state.changed
+        deadline = trio.current_time() + FETCH_WAIT_MAX_S
+        while not self.closing and log.log_end_offset == fetch_offset:
+            told = self._told.get(key)
+            if told is None or told[1] != leader.isr:
+                return  # a first fetch, or an ISR change: at once
+            if told[0] != log.high_watermark:
+                if not state.released_acks:
+                    return  # nobody's next write is due: the HW at once
+                deadline = min(deadline, trio.current_time() + FETCH_HW_NEWS_WAIT_S)
+            changed = state.changed
+            with trio.move_on_at(deadline) as waited:
                 await changed.wait()
+            if waited.cancelled_caught:
+                return
 
     def opened(self, snapshot: FetchSnapshot) -> None:
         """The follower opened a fetch file: it now knows that answer's HW and ISR."""
@@ -145,7 +174,8 @@ class LeaderReplication:
         for partition, offset in sorted(required.items()):
             while True:
                 leader = self.partition(topic, partition)  # UnknownTopicOrPartition (ENOENT) once deleted
-                moved = self.partitions.get(topic, partition).hw_moved
+                state = self.partitions.get(topic, partition)
+                moved = state.hw_moved
                 if leader.check_replicated(offset):
                     break
                 if self.closing or trio.current_time() >= deadline:
@@ -153,8 +183,12 @@ class LeaderReplication:
                         f"{topic}-{partition}: records below offset {offset} were not replicated to the ISR "
                         f"{list(leader.isr)} within request.timeout.ms={timeout_ms} (HW {leader.log.high_watermark})"
                     )
-                with trio.move_on_at(deadline):
-                    await moved.wait()
+                state.acks_waiting += 1
+                try:
+                    with trio.move_on_at(deadline):
+                        await moved.wait()
+                finally:
+                    state.acks_waiting -= 1
 
     # --- the ISR shrink timer ---------------------------------------------------------------------------------------
 
@@ -177,3 +211,11 @@ class LeaderReplication:
     def begin_shutdown(self) -> None:
         """Stop waiting: long polls return their answer, acks=all waits fail (the mount is going away)."""
         self.closing = True
+
+
+def _snapshot(
+    key: ReplicaKey, leader: LeaderPartition, fetch_offset: int, validation: FetchValidation
+) -> FetchSnapshot:
+    """The answer to a fetch, rendered (a worker thread: it reads segment files and copies up to 1 MiB)."""
+    response = fetch_response(leader, fetch_offset, validation)
+    return FetchSnapshot(response.render(), key, (response.high_watermark, response.isr))

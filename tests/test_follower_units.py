@@ -11,6 +11,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from logfs.core.store import Store
 from logfs.fetch import (
     DivergingEpoch,
     FetchProtocolError,
+    FetchReader,
     FetchResponse,
     OutOfRange,
     Truncation,
@@ -34,9 +36,16 @@ from logfs.fetch import (
     fetch_path,
     out_of_range_action,
     parse_fetch_response,
-    read_fetch,
 )
-from logfs.replicate import aggregate_replica_state, append_fetched, apply_fetch, truncate_at_batch
+from logfs.replicate import (
+    ApplyFailed,
+    ApplyGate,
+    aggregate_replica_state,
+    append_fetched,
+    apply_fetch,
+    fetch_and_apply,
+    truncate_at_batch,
+)
 
 SEED = 20261122
 FETCH_BYTES = 1024 * 1024
@@ -173,11 +182,82 @@ def test_read_fetch_reads_the_announced_bytes_whatever_the_header_length(tmp_pat
     head = {**GOOD, "segment_bases": list(range(0, 3 * bases, 3)), "records_bytes": len(data)}
     path = tmp_path / "10.-1"
     path.write_bytes(json.dumps(head).encode() + b"\n" + data)
-    r = read_fetch(path)
+    r = FetchReader().read(path)
     assert r.records == data and len(r.segment_bases) == bases
     path.write_bytes(json.dumps(head).encode() + b"\n" + data[:-1])
     with pytest.raises(FetchProtocolError):
-        read_fetch(path)
+        FetchReader().read(path)
+
+
+def test_a_reader_reuses_its_buffer_and_each_answer_is_whole_until_the_next_read(tmp_path: Path) -> None:
+    """One FetchReader reads answers of growing and shrinking sizes (past its buffer: it grows, keeping what it had
+    read); each answer's records are exactly its file's until the next read, which reuses the buffer."""
+    reader = FetchReader(size=4096)
+    small = batch(0, 3, 0)
+    big = b"".join(batch(i * 3, 3, 0) for i in range(200))  # > 4096 bytes: the buffer grows
+    answers = []
+    for n, data in enumerate([small, big, small, batch(7, 2, 0, size=30), b""]):
+        path = tmp_path / f"{n}.-1"
+        path.write_bytes(json.dumps({**GOOD, "records_bytes": len(data)}).encode() + b"\n" + data)
+        r = reader.read(path)
+        assert bytes(r.records) == data and r.high_watermark == 120
+        answers.append(r)
+    assert bytes(answers[2].records) != small  # overwritten by the next read, as documented: the buffer is reused
+    assert len(answers[4].records) == 0
+
+
+def test_fetch_and_apply_applies_an_answer_without_news_at_once_and_returns_one_with_news(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "leader")
+    follower = open_log(tmp_path / "follower")
+    produce(leader, 5, 0, random.Random(SEED))
+    data = leader.read(0, FETCH_BYTES, Isolation.LOG_END).records
+    head = {**GOOD, "leader_epoch": 0, "high_watermark": 0, "log_end_offset": leader.log_end_offset,
+            "segment_bases": [0], "records_bytes": len(data)}  # fmt: skip
+    path = tmp_path / "0.-1"
+    path.write_bytes(json.dumps(head).encode() + b"\n" + data)
+    slots = threading.BoundedSemaphore(1)
+    news = fetch_and_apply(FetchReader(), path, follower, 0, (0, (1,)), ApplyGate(), slots)  # another ISR: news
+    assert news.applied is None and follower.log_end_offset == 0
+    gate = ApplyGate()
+    done = fetch_and_apply(FetchReader(), path, follower, 0, (0, (1, 2)), gate, slots)
+    assert done.applied is not None and done.applied.records > 0
+    assert follower.log_end_offset == leader.log_end_offset and all_records(follower) == all_records(leader)
+    gate.close()  # a partition let go of: an answer that comes back later is not applied
+    produce(leader, 2, 0, random.Random(SEED + 1))
+    more = leader.read(follower.log_end_offset, FETCH_BYTES, Isolation.LOG_END).records
+    path.write_bytes(json.dumps({**head, "records_bytes": len(more)}).encode() + b"\n" + more)
+    end = follower.log_end_offset
+    assert fetch_and_apply(FetchReader(), path, follower, end, (0, (1, 2)), gate, slots).applied is None
+    assert follower.log_end_offset == end
+    path.write_bytes(json.dumps({**head, "records_bytes": 61}).encode() + b"\n" + bytes(61))  # not a batch
+    with pytest.raises(ApplyFailed, match="cannot apply the fetch at offset"):
+        fetch_and_apply(FetchReader(), path, follower, end, (0, (1, 2)), ApplyGate(), slots)
+    leader.close()
+    follower.close()
+
+
+def test_closing_a_gate_waits_for_the_apply_in_progress() -> None:
+    gate = ApplyGate()
+    inside, release, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def apply() -> None:
+        with gate.entered() as open_:
+            assert open_
+            inside.set()
+            release.wait(5)
+
+    worker = threading.Thread(target=apply)
+    worker.start()
+    assert inside.wait(5)
+    closer = threading.Thread(target=lambda: (gate.close(), closed.set()))
+    closer.start()
+    assert not closed.wait(0.2)  # the apply is still running
+    release.set()
+    assert closed.wait(5)
+    worker.join(5)
+    closer.join(5)
+    with gate.entered() as open_:
+        assert not open_
 
 
 def test_the_fetch_path_carries_replica_topic_partition_offset_and_epoch() -> None:

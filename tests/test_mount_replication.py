@@ -223,6 +223,52 @@ def test_a_fetch_at_the_log_end_long_polls_and_an_append_wakes_it(tmp_path: Path
         assert head["records_bytes"] > 0 and f.offset == 2 and woken < 0.4
 
 
+# An acks=all writer in its own process: "x" then fsync, then after a pause "y" (acks=1).
+FSYNC_THEN_WRITE = r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.write(fd, b"x\n")
+os.fsync(fd)
+time.sleep(float(sys.argv[2]))
+os.write(fd, b"y\n")
+os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.3])
+def test_a_hw_move_that_answers_an_acks_all_fsync_is_held_briefly_for_the_next_batch(
+    tmp_path: Path, pause: float
+) -> None:
+    """The follower's fetch that moves the HW past an fsync's records answers that fsync; instead of answering the
+    follower with the HW alone at once, the leader holds it up to FETCH_HW_NEWS_WAIT_S (10 ms) for the writer's
+    next batch: with a writer that goes on at once, the batch and the HW come in one answer (or the hold ran out
+    first, on a slow machine); with a writer that pauses, the HW alone comes after the hold, not after the 500 ms
+    long poll. A HW move that answered no fsync is told at once (the previous test's first fetches)."""
+    with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2") as m:
+        mnt = m.path
+        os.mkdir(mnt / "t")
+        f = FakeFollower(mnt, 1, "t")
+        f.fetch()
+        path = mnt / "t/0/append"
+        proc = subprocess.Popen([sys.executable, "-c", FSYNC_THEN_WRITE, str(path), str(pause)])
+        try:
+            wait_for("the fsync waiting", lambda: state(mnt, "t")["log_end_offset"] == 1)
+            time.sleep(0.2)  # the fsync is waiting for the HW by now
+            assert f.fetch()["high_watermark"] == 0 and f.offset == 1  # "x", the HW not moved yet
+            t = time.monotonic()
+            head = f.fetch()  # at offset 1: moves the HW to 1, which answers the fsync
+            held = time.monotonic() - t
+            assert head["high_watermark"] == 1
+            if pause:
+                assert head["records_bytes"] == 0 and 0.009 <= held < pause
+            else:
+                assert head["records_bytes"] > 0 or held >= 0.009
+            assert proc.wait(10) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_out_of_range_and_diverging_fetches_through_the_mount(tmp_path: Path) -> None:
     store, mnt = tmp_path / "s", tmp_path / "m"
     for epoch in range(2):  # two mounts: epochs 0 and 1, one batch each

@@ -10,15 +10,26 @@ checks the state before and after ``completeIsrUpdate`` the port checks the stat
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from logfs.core.batch import Record, encode_batch, iter_batch_positions, read_header
 from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.epoch import EpochEndOffset
-from logfs.core.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, PromotionRefused, UnknownReplica
+from logfs.core.errors import (
+    LockBusy,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    PromotionRefused,
+    UnknownReplica,
+)
 from logfs.core.handles import HandleCache
 from logfs.core.loader import load_log
 from logfs.core.log import Log
@@ -314,6 +325,51 @@ def test_a_follower_that_joins_behind_the_leo_holds_the_hw_until_it_fetches_on(t
     assert log.high_watermark == 6
 
 
+@contextlib.contextmanager
+def held_elsewhere(lock: Any) -> Iterator[None]:
+    """``lock`` held by another thread (an append in a worker, as the mount sees it) for the block's duration."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def test_a_fetch_recorded_without_blocking_defers_the_hw_while_an_append_holds_the_log(tmp_path: Path) -> None:
+    """The mount records fetches on its trio thread with ``blocking=False``: while the log is busy the follower's
+    LEO and ISR membership are recorded and the HW is left to recompute (in a worker); while the partition itself
+    is busy nothing is recorded (LockBusy: the whole fetch goes to a worker). Nothing ever waits."""
+    log = new_log(tmp_path)
+    p = leader(log, epoch=0, replicas=(LEADER, F1))
+    append(log, 4, 0)
+    assert log.high_watermark == 0
+    with held_elsewhere(log._lock):
+        with pytest.raises(LockBusy):
+            log.maybe_increment_high_watermark(log.log_end_offset_metadata, blocking=False)
+        _, change = accept_fetch(p, F1, 4, 0, T0, blocking=False)
+        assert change.isr_changed and change.high_watermark_deferred and not change.high_watermark_moved
+        assert p.isr == (LEADER, F1) and p.replicas_view(T0)[F1]["log_end_offset"] == 4
+        assert log.high_watermark == 0
+    assert p.maybe_increment_high_watermark(T0) and log.high_watermark == 4
+    append(log, 2, 0)
+    with held_elsewhere(p._lock):
+        with pytest.raises(LockBusy):
+            accept_fetch(p, F1, 6, 0, T0 + 1, blocking=False)
+    assert p.replicas_view(T0 + 1)[F1]["log_end_offset"] == 4 and log.high_watermark == 4  # nothing recorded
+    _, change = accept_fetch(p, F1, 6, 0, T0 + 1, blocking=False)  # nothing held: all at once
+    assert change.high_watermark_moved and not change.high_watermark_deferred and log.high_watermark == 6
+
+
 def test_fetches_from_ids_that_are_not_followers_are_refused(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     p = leader(log, epoch=0, replicas=(LEADER, F1))
@@ -344,7 +400,7 @@ def test_a_fetch_answer_is_one_json_line_then_whole_batches(tmp_path: Path) -> N
     append(log, 3, 0)
     p = leader(log, epoch=1, replicas=(LEADER, F1))
     validation, _ = accept_fetch(p, F1, 3, 0, T0)  # inside the second batch
-    data = fetch_response(p, 3, validation).render()
+    data = bytes(fetch_response(p, 3, validation).render())
     line, _, records = data.partition(b"\n")
     head = json.loads(line)
     assert list(head) == [
@@ -357,6 +413,30 @@ def test_a_fetch_answer_is_one_json_line_then_whole_batches(tmp_path: Path) -> N
     }  # fmt: skip
     assert batches_of(records) == [(2, 4)]  # the whole batch holding offset 3, as stored
     assert records == log.segments[0].log_file.read(records_position(log, 2), len(records))
+
+
+def test_an_answer_is_rendered_in_the_room_before_its_batches_or_joined_when_its_line_is_longer(
+    tmp_path: Path,
+) -> None:
+    """read_batches leaves room for the JSON line before the batches, so the file's bytes need no second copy; a
+    line longer than that room (many segment bases) is joined instead. Both are the same bytes, across segments."""
+    log = new_log(tmp_path)
+    for i in range(6):
+        append(log, 2, 0)
+        if i in (1, 3):
+            log.roll()
+    p = leader(log, epoch=1, replicas=(LEADER, F1))
+    response = fetch_response(p, 0, FETCH_OK)
+    rendered = response.render()
+    assert isinstance(rendered, memoryview) and isinstance(response.records, memoryview)
+    assert rendered.obj is response.records.obj  # one buffer: the line in its room, the batches after it
+    line = json.dumps(response.header()).encode() + b"\n"
+    assert bytes(rendered) == line + bytes(response.records)
+    assert batches_of(response.records) == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11)]
+    for room in (0, len(line) - 1, len(line)):
+        records, _ = read_batches(log, 0, log.log_end_offset, 1024 * 1024, room=room)
+        again = dataclasses.replace(response, records=records).render()
+        assert bytes(again) == bytes(rendered) and isinstance(again, memoryview) == (room >= len(line))
 
 
 def records_position(log: Log, base_offset: int) -> int:
@@ -404,7 +484,7 @@ def test_out_of_range_and_diverging_answers_carry_no_records(tmp_path: Path) -> 
     validation, _ = accept_fetch(p, F1, 3, 2, T0)  # epoch 2 was never used: above the leader's 1 → out of range
     assert json.loads(fetch_response(p, 3, validation).render())["error"] == OFFSET_OUT_OF_RANGE
     validation, _ = accept_fetch(p, F1, 5, 0, T0)
-    head = json.loads(fetch_response(p, 5, validation).render().partition(b"\n")[0])
+    head = json.loads(bytes(fetch_response(p, 5, validation).render()).partition(b"\n")[0])
     assert head["diverging_epoch"] == {"epoch": 0, "end_offset": 3} and head["records_bytes"] == 0
 
 
