@@ -145,6 +145,8 @@ class Transactions:
             orphans = await self._write_thread(self._abort_orphans, marked)
         except (LogfsError, OSError) as exc:  # the mount serves on; the transactions stay open
             _log.error("transactions: aborting those the store does not know failed: %s", exc)
+        except Exception:  # a bug: its traceback in the log, and the mount serves on (an error here would end it)
+            _log.exception("transactions: aborting those the store does not know failed unexpectedly")
         finally:
             self._woken(marked, [])
         for orphan in orphans:
@@ -163,6 +165,8 @@ class Transactions:
             ids = await self._write_thread(lambda: run(self._marker_writer(marked)))
         except (LogfsError, OSError) as exc:  # retried on the next sweep
             _log.error("transactions: %s failed: %s", what, exc)
+        except Exception:  # a bug: its traceback in the log; the mount serves on and the next sweep retries
+            _log.exception("transactions: %s failed unexpectedly", what)
         finally:
             self._woken(marked, ids)
         for transactional_id in ids:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -17,10 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from conftest import Mount, errno_of, finish_mount, start_mount, state, write_all
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logfs.core.batch import ControlType, encode_end_txn_marker, iter_batch_positions, read_header
+from logfs.core.config import StoreConfig
+from logfs.core.store import Store
+from logfs.mount.operations import Operations
 
 TXNS = ".logfs/transactions"
 
@@ -378,3 +383,29 @@ def test_a_transaction_unknown_to_the_store_is_aborted_and_its_producer_id_never
         assert new_producer(mnt)[0] > 5000
     finally:
         finish_mount(mount)
+
+
+def test_a_sweep_that_fails_unexpectedly_is_logged_with_its_traceback_and_the_mount_serves_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The transaction sweeps run in the server's nursery beside the FUSE main loop: an exception escaping one
+    would end the mount. Core and OS errors were always caught; anything else (a bug) is now logged with its
+    traceback and the sweep returns, so the next one retries. Driven directly on the mount's Operations (not
+    mounted: the sweep's failure path needs a fault only a bug would cause)."""
+    store = Store.open(tmp_path / "store", StoreConfig())
+    try:
+        ops = Operations(store)
+        assert ops.transactions is not None and store.transactions is not None
+        store.transactions.begin("t1", timeout_ms=60_000, now_ms=0)
+
+        def buggy(writer: object) -> list[str]:
+            raise RuntimeError("a bug in a sweep")
+
+        with caplog.at_level(logging.ERROR, logger="logfs.mount.transactions"):
+            trio.run(ops.transactions._sweep, buggy, "timed out and aborted")
+        failed = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is not None
+        assert [t.transactional_id for t in store.transactions.open_transactions()] == ["t1"]  # left for the next
+        ops.close()
+    finally:
+        store.close()
