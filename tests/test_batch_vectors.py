@@ -39,6 +39,8 @@ from logfs.core.varint import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    VARINT,
+    VARINT_TABLE_SIZE,
     decode_varint,
     encode_varint,
     size_of_varint,
@@ -187,6 +189,16 @@ def test_zigzag_varint_examples_encode_and_decode(value: int, hex_bytes: str) ->
     assert varint(value) == encoded
     assert size_of_varint(value) == len(encoded)
     assert decode_varint(encoded, 0) == (value, len(encoded))
+
+
+def test_the_varint_table_holds_kafkas_encoding_of_every_value_below_its_size() -> None:
+    """``VARINT`` is built by per-length formulas (one, two, three bytes), not by encode_varint: every entry is
+    held to kafka-python's encoding, the boundaries 63/64 and 8191/8192 included."""
+    assert len(VARINT) == VARINT_TABLE_SIZE
+    for n in range(VARINT_TABLE_SIZE):
+        theirs = bytearray()
+        kafka_encode_varint(n, theirs.append)
+        assert VARINT[n] == theirs, n
 
 
 EXTREMES = [
