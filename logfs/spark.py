@@ -64,16 +64,19 @@ from pyspark.sql.types import (
 
 from . import spark_transactions as txn
 from .spark_arrow import read_range
-from .spark_mount import list_topics, open_range, partitions_of, read_states
+from .spark_mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
 from .spark_offsets import (
     DataLoss,
     OffsetRange,
+    OffsetSpec,
     PartitionState,
+    TimestampSpec,
     TopicPartition,
     offsets_from_json,
     offsets_to_json,
     plan_batch,
     rate_limit,
+    resolve_found,
     resolve_offsets,
     split_ranges,
 )
@@ -219,6 +222,31 @@ def _subscribed(options: SourceOptions) -> dict[TopicPartition, PartitionState]:
     return read_states(mount, partitions_of(mount, topics))
 
 
+def _resolve(
+    spec: OffsetSpec,
+    states: dict[TopicPartition, PartitionState],
+    options: SourceOptions,
+    *,
+    option: str,
+    allow_latest: bool = True,
+    allow_earliest: bool = True,
+) -> dict[TopicPartition, int]:
+    """The offsets ``spec`` names for the subscribed partitions (driver): a timestamp spec is looked up in the mount
+    (each partition's first record at or after its timestamp), the others are arithmetic on ``states``."""
+    rc = options.read_committed
+    if isinstance(spec, TimestampSpec):
+        mount = Path(options.path)
+        found = {
+            tp: offset_for_timestamp(mount, tp[0], tp[1], ts, read_committed=rc)
+            for tp, ts in spec.timestamps(states, option).items()
+        }
+        no_match = options.timestamp_no_match if option == "startingOffsets" else None
+        return resolve_found(found, states, read_committed=rc, no_match=no_match, option=option)
+    return resolve_offsets(
+        spec, states, read_committed=rc, option=option, allow_latest=allow_latest, allow_earliest=allow_earliest
+    )
+
+
 def _partitions(ranges: list[OffsetRange], options: SourceOptions) -> list[InputPartition]:
     return [RangePartition(r) for r in split_ranges(ranges, options.min_partitions)]
 
@@ -234,8 +262,8 @@ class LogfsBatchReader(DataSourceReader):
         o = self.options
         states = _subscribed(o)
         rc = o.read_committed
-        starting = resolve_offsets(o.starting, states, read_committed=rc, option="startingOffsets", allow_latest=False)
-        ending = resolve_offsets(o.ending, states, read_committed=rc, option="endingOffsets", allow_earliest=False)
+        starting = _resolve(o.starting, states, o, option="startingOffsets", allow_latest=False)
+        ending = _resolve(o.ending, states, o, option="endingOffsets", allow_earliest=False)
         ranges = plan_batch(starting, ending, states, read_committed=rc, fail_on_data_loss=o.fail_on_data_loss)
         _log.info("logfs: batch read of %d range(s), %d record(s)", len(ranges), sum(r.size for r in ranges))
         return _partitions(ranges, o)
@@ -264,8 +292,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
         states = _subscribed(o)
-        offsets = resolve_offsets(o.starting, states, read_committed=o.read_committed, option="startingOffsets")
-        return offsets_to_json(offsets)
+        return offsets_to_json(_resolve(o.starting, states, o, option="startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_offsets_per_trigger

@@ -75,6 +75,24 @@ def read_state(mount: Path, topic: str, partition: int) -> PartitionState | None
     )
 
 
+def offset_for_timestamp(
+    mount: Path, topic: str, partition: int, timestamp: int, *, read_committed: bool
+) -> int | None:
+    """The offset of the partition's first record with a timestamp at or after ``timestamp`` (epoch ms), below its
+    HW (its LSO under read_committed); None when no record is that late, or the partition is gone. It is the first
+    line of ``at/@<timestamp>.jsonl`` (the mount finds it with the time index); only that line is read."""
+    base = mount / topic / str(partition)
+    path = (base / "committed" if read_committed else base) / "at" / f"@{timestamp}.jsonl"
+    try:
+        with open(path, "rb") as f:
+            line = f.readline()
+    except FileNotFoundError:
+        return None
+    if not line:
+        return None
+    return int(json.loads(line)["offset"])
+
+
 def partitions_of(mount: Path, topics: Iterable[str]) -> list[TopicPartition]:
     return [(t, p) for t in topics for p in list_partitions(mount, t)]
 

@@ -10,6 +10,9 @@ every task of a query, and every retry of a task, reads the same records.
   the query subscribes to.
 * :func:`resolve_offsets` turns a spec into offsets against the states; ``latest`` is the high watermark
   (``read_uncommitted``) or the last stable offset (``read_committed``).
+* :class:`TimestampSpec` (``startingTimestamp``, ``startingOffsetsByTimestamp`` and the ending ones) names a
+  timestamp per partition; the driver looks each up in the mount (``at/@<ms>``: the time index) and
+  :func:`resolve_found` applies Spark's rule where no record is that late.
 * :func:`plan_batch` pins the ranges of a batch query (applying the ``failOnDataLoss`` rule at the start).
 * :func:`split_ranges` is Spark's ``KafkaOffsetRangeCalculator``: one Spark partition per topic-partition range,
   large ranges split when ``minPartitions`` asks for more partitions than there are ranges.
@@ -32,7 +35,29 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 TopicPartition: TypeAlias = tuple[str, int]
-OffsetSpec: TypeAlias = Literal["earliest", "latest"] | dict[TopicPartition, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampSpec:
+    """Spark's ``startingTimestamp``/``startingOffsetsByTimestamp`` (or the ``ending`` ones): each partition starts
+    (ends) at its first record with a timestamp at or after the one given, ``every`` partition the same one or each
+    its own (``by_partition``, which names every subscribed partition, as Spark requires)."""
+
+    every: int | None = None
+    by_partition: dict[TopicPartition, int] | None = None
+
+    def timestamps(self, partitions: Iterable[TopicPartition], option: str) -> dict[TopicPartition, int]:
+        """The timestamp of each of ``partitions``; OffsetError when ``by_partition`` does not name exactly them."""
+        wanted = set(partitions)
+        if self.every is not None:
+            return {tp: self.every for tp in sorted(wanted)}
+        assert self.by_partition is not None
+        check_names_every_partition(self.by_partition, wanted, option)
+        return dict(sorted(self.by_partition.items()))
+
+
+OffsetSpec: TypeAlias = Literal["earliest", "latest"] | dict[TopicPartition, int] | TimestampSpec
+NoMatch: TypeAlias = Literal["error", "latest"]  # startingOffsetsByTimestampStrategy
 
 EARLIEST = -2  # Spark's KafkaOffsetRangeLimit.EARLIEST in a JSON offset spec
 LATEST = -1  # Spark's KafkaOffsetRangeLimit.LATEST
@@ -78,13 +103,62 @@ def parse_offset_spec(text: str, option: str) -> OffsetSpec:
     value = text.strip()
     if value.lower() in ("earliest", "latest"):
         return "earliest" if value.lower() == "earliest" else "latest"
-    try:
-        obj: Any = json.loads(value)
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict):
+    obj = _json_object(value)
+    if obj is None:
         raise OffsetError(f'{option} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}, not {text!r}')
     return offsets_from_json(obj, option)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        obj: Any = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def parse_timestamp_spec(every: str | None, by_partition: str | None, option: str) -> TimestampSpec:
+    """``startingTimestamp`` (one timestamp in epoch milliseconds) or, when it is absent, ``startingOffsetsByTimestamp``
+    (JSON ``{"topic": {"0": 1700000000000}}``) → the spec; OffsetError for anything else."""
+    if every is not None:
+        value = every.strip()
+        if not (value.isascii() and value.isdigit()):
+            raise OffsetError(f"{option}Timestamp must be a timestamp in epoch milliseconds, not {every!r}")
+        return TimestampSpec(every=int(value))
+    assert by_partition is not None
+    name = f"{option}OffsetsByTimestamp"
+    obj = _json_object(by_partition)
+    if obj is None:
+        raise OffsetError(f'{name} must be JSON like {{"topic": {{"0": 1700000000000}}}}, not {by_partition!r}')
+    stamps = offsets_from_json(obj, name)
+    if any(ts < 0 for ts in stamps.values()):
+        raise OffsetError(f"{name}: timestamps are epoch milliseconds, not negative")
+    return TimestampSpec(by_partition=stamps)
+
+
+def resolve_found(
+    found: Mapping[TopicPartition, int | None],
+    states: Mapping[TopicPartition, PartitionState],
+    *,
+    read_committed: bool,
+    no_match: NoMatch | None,
+    option: str,
+) -> dict[TopicPartition, int]:
+    """Offsets from a timestamp lookup (``found``: the first offset at or after each partition's timestamp, None
+    when no record is that late). Where there is none: a start fails (``no_match="error"``, Spark's default) or
+    takes the end offset (``"latest"``); an end (``no_match=None``) takes the end offset, as Spark's does. An offset
+    past the end offset of ``states`` (a record appended since they were read) is that end offset: the query's
+    ranges stay within what its states pinned."""
+    out = {}
+    for tp, offset in found.items():
+        end = states[tp].end_offset(read_committed)
+        if offset is None and no_match == "error":
+            raise OffsetError(
+                f"{option}: {tp[0]}-{tp[1]} has no record at or after the timestamp given (set "
+                "startingOffsetsByTimestampStrategy=latest to start such partitions at their latest offset)"
+            )
+        out[tp] = end if offset is None else min(offset, end)
+    return out
 
 
 def offsets_from_json(obj: Mapping[str, Any], what: str = "offsets") -> dict[TopicPartition, int]:
@@ -125,19 +199,13 @@ def resolve_offsets(
     TopicPartitions"); -2 resolves to the log start offset, -1 to the end offset. ``allow_latest`` /
     ``allow_earliest`` refuse -1 / -2 where Spark does (latest as a batch start, earliest as an end).
     """
+    assert not isinstance(spec, TimestampSpec), "a timestamp spec is looked up in the mount first (resolve_found)"
     if spec == "earliest":
         return {tp: s.log_start_offset for tp, s in states.items()}
     if spec == "latest":
         return {tp: s.end_offset(read_committed) for tp, s in states.items()}
     assert isinstance(spec, dict)
-    if set(spec) != set(states):
-        missing = sorted(set(states) - set(spec))
-        unknown = sorted(set(spec) - set(states))
-        raise OffsetError(
-            f"{option} must name every subscribed partition (use -2 for earliest, -1 for latest)"
-            + (f"; missing: {_names(missing)}" if missing else "")
-            + (f"; not subscribed or not found: {_names(unknown)}" if unknown else "")
-        )
+    check_names_every_partition(spec, states, f"{option} (use -2 for earliest, -1 for latest)")
     out = {}
     for tp, offset in spec.items():
         if offset == LATEST:
@@ -150,6 +218,21 @@ def resolve_offsets(
             offset = states[tp].log_start_offset
         out[tp] = offset
     return out
+
+
+def check_names_every_partition(
+    named: Iterable[TopicPartition], subscribed: Iterable[TopicPartition], what: str
+) -> None:
+    """Spark's rule for a per-partition JSON spec ("you must specify all TopicPartitions"): OffsetError naming the
+    partitions missing from it and those it names that are not subscribed."""
+    named, subscribed = set(named), set(subscribed)
+    if named != subscribed:
+        missing, unknown = sorted(subscribed - named), sorted(named - subscribed)
+        raise OffsetError(
+            f"{what} must name every subscribed partition"
+            + (f"; missing: {_names(missing)}" if missing else "")
+            + (f"; not subscribed or not found: {_names(unknown)}" if unknown else "")
+        )
 
 
 def _names(tps: Iterable[TopicPartition]) -> str:

@@ -12,6 +12,11 @@ option                         meaning here
 ``assign``                     JSON ``{"topic": [0, 1]}``: exactly these partitions
 ``startingOffsets``            ``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}`` (-2 earliest, -1 latest)
 ``endingOffsets``              batch only: ``latest`` | JSON (-1 latest)
+``startingTimestamp``          epoch ms: every partition starts at its first record at or after it (Spark's
+                               precedence: over ``startingOffsetsByTimestamp``, which is over ``startingOffsets``)
+``startingOffsetsByTimestamp`` JSON ``{"topic": {"0": 1700000000000}}``, naming every subscribed partition
+``startingOffsetsByTimestampStrategy``  ``error`` (default: no record that late fails the query) | ``latest``
+``endingTimestamp``, ``endingOffsetsByTimestamp``  batch only: the same for the end; no record that late → latest
 ``kafka.isolation.level``      ``read_uncommitted`` (to the HW, default) | ``read_committed`` (to the LSO);
                                ``isolation.level`` is accepted as a synonym
 ``includeHeaders``             ``true`` adds the ``headers`` column
@@ -32,7 +37,7 @@ option                         meaning here
 
 Other ``kafka.*`` options are accepted and ignored (they configure a Kafka consumer or producer that logfs does not
 need). Options of Spark's Kafka source that would change which records are read but that logfs does not implement
-(timestamp-based offsets, ``minOffsetsPerTrigger``, ``maxTriggerDelay``) are refused with :class:`OptionError`
+(``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``maxRecordsPerPartition``) are refused with :class:`OptionError`
 rather than silently ignored. Everything here is pure: no pyspark, no I/O. Any thread.
 """
 
@@ -46,7 +51,7 @@ from typing import Any
 
 from logfs.core.compression import Compression
 
-from .spark_offsets import OffsetError, OffsetSpec, parse_offset_spec
+from .spark_offsets import NoMatch, OffsetError, OffsetSpec, parse_offset_spec, parse_timestamp_spec
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default (spark.network.timeout)
 READ_UNCOMMITTED = "read_uncommitted"
@@ -54,11 +59,6 @@ READ_COMMITTED = "read_committed"
 
 # Options of Spark's Kafka source that logfs does not implement and that would change the rows read.
 UNSUPPORTED_OPTIONS = (
-    "startingoffsetsbytimestamp",
-    "endingoffsetsbytimestamp",
-    "startingtimestamp",
-    "endingtimestamp",
-    "startingoffsetsbytimestampstrategy",
     "minoffsetspertrigger",
     "maxtriggerdelay",
     "maxrecordsperpartition",
@@ -99,6 +99,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     poll_timeout_s: float
+    timestamp_no_match: NoMatch = "error"  # startingOffsetsByTimestampStrategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,15 +197,19 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     for name in UNSUPPORTED_OPTIONS:
         if name in o:
             raise OptionError(f"option {name} of Spark's Kafka source is not supported by logfs")
-    if streaming and "endingoffsets" in o:
-        raise OptionError("option endingOffsets is for batch queries only (a stream has no end)")
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if streaming and name.lower() in o:
+            raise OptionError(f"option {name} is for batch queries only (a stream has no end)")
     if not streaming and "maxoffsetspertrigger" in o:
         raise OptionError("option maxOffsetsPerTrigger is for streaming queries only")
     try:
-        starting = parse_offset_spec(o.get("startingoffsets", "latest" if streaming else "earliest"), "startingOffsets")
-        ending = parse_offset_spec(o.get("endingoffsets", "latest"), "endingOffsets")
+        starting = _offsets(o, "starting", "latest" if streaming else "earliest")
+        ending = _offsets(o, "ending", "latest")
     except OffsetError as exc:
         raise OptionError(str(exc)) from None
+    no_match = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if no_match not in ("error", "latest"):
+        raise OptionError(f"option startingOffsetsByTimestampStrategy must be error or latest, not {no_match!r}")
     if not streaming and starting == "latest":
         raise OptionError("startingOffsets=latest is not allowed in a batch query (it would read nothing)")
     if ending == "earliest":
@@ -221,7 +226,16 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         max_offsets_per_trigger=_positive(o, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_bool(o, "failOnDataLoss", True),
         poll_timeout_s=(DEFAULT_POLL_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000,
+        timestamp_no_match="latest" if no_match == "latest" else "error",
     )
+
+
+def _offsets(o: Mapping[str, str], which: str, default: str) -> OffsetSpec:
+    """``<which>Timestamp``, else ``<which>OffsetsByTimestamp``, else ``<which>Offsets`` (Spark's precedence)."""
+    every, by_partition = o.get(f"{which}timestamp"), o.get(f"{which}offsetsbytimestamp")
+    if every is not None or by_partition is not None:
+        return parse_timestamp_spec(every, by_partition, which)
+    return parse_offset_spec(o.get(f"{which}offsets", default), f"{which}Offsets")
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:

@@ -268,6 +268,46 @@ def test_json_offsets_select_exactly_the_range_and_min_partitions_splits_it(
         read(spark, mount.path, subscribe="orders", startingOffsets={"orders": {"0": 1}}).collect()
 
 
+def test_timestamp_offsets_start_and_end_at_the_first_record_at_or_after_them(spark: Any, mount: Mount) -> None:
+    """startingTimestamp / startingOffsetsByTimestamp / endingTimestamp (Spark's Kafka source options): each
+    partition starts (ends) at its first record whose timestamp is at or after the one given (the mount's time
+    index, at/@<ms>). No record that late: a start fails by default, or takes the latest offset with
+    startingOffsetsByTimestampStrategy=latest; an end takes the latest offset. A stream starts there too."""
+    mnt = mount.path
+    make_topic(mnt, "timed", 2)
+    base = NOW_MS - 60_000
+    for p in range(2):  # partition p: offset i has timestamp base + 1000 * i + p
+        lines = [json.dumps({"value": f"t{p}-{i}", "timestamp": base + 1000 * i + p}) for i in range(10)]
+        write_all(mnt / "timed" / str(p) / "append.jsonl", "".join(line + "\n" for line in lines).encode())
+
+    def offsets(df: Any) -> list[tuple[int, int]]:
+        return sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
+
+    # every partition from base + 3000: offset 3 in partition 0 (ts base + 3000), 3 in 1 (base + 3001 ≥ base + 3000)
+    df = read(spark, mnt, subscribe="timed", startingTimestamp=str(base + 3000), endingTimestamp=str(base + 6000))
+    assert offsets(df) == [(p, i) for p in range(2) for i in range(3, 6)]
+    # per partition; base + 4001 falls between partition 0's offsets 4 (base + 4000) and 5; precedence over offsets
+    by = {"timed": {"0": base + 4001, "1": base + 2000}}
+    df = read(spark, mnt, subscribe="timed", startingOffsetsByTimestamp=by, startingOffsets="earliest",
+              endingOffsetsByTimestamp={"timed": {"0": base + 99_000, "1": base + 3001}})  # fmt: skip
+    assert offsets(df) == [(0, i) for i in range(5, 10)] + [(1, 2)]  # no record at base + 99000: to the end
+    late = str(base + 99_000)
+    with pytest.raises(Exception, match="no record at or after"):
+        read(spark, mnt, subscribe="timed", startingTimestamp=late).collect()
+    assert read(spark, mnt, subscribe="timed", startingTimestamp=late,
+                startingOffsetsByTimestampStrategy="latest").count() == 0  # fmt: skip
+    stream = (
+        spark.readStream.format("logfs").option("subscribe", "timed").option("startingTimestamp", str(base + 8000))
+        .load(str(mnt)).select("partition", "offset")
+    )  # fmt: skip
+    query = stream.writeStream.format("memory").queryName("timed_stream").trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(120), "the availableNow query did not finish"
+        assert offsets(spark.table("timed_stream")) == [(p, i) for p in range(2) for i in (8, 9)]
+    finally:
+        query.stop()
+
+
 def test_read_committed_equals_read_uncommitted_until_transactions_exist(
     spark: Any, mount: Mount, orders: list[Row]
 ) -> None:

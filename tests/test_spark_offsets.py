@@ -14,12 +14,14 @@ from logfs.spark_offsets import (
     OffsetError,
     OffsetRange,
     PartitionState,
+    TimestampSpec,
     clamp_start,
     offsets_from_json,
     offsets_to_json,
     parse_offset_spec,
     plan_batch,
     rate_limit,
+    resolve_found,
     resolve_offsets,
     split_ranges,
 )
@@ -72,7 +74,12 @@ def test_source_options_are_case_insensitive_and_accept_the_isolation_synonym() 
         ({"path": "/m", "subscribe": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
         ({"path": "/m", "subscribe": "a", "kafka.isolation.level": "serializable"}, False, "isolation"),
         ({"path": "/m", "subscribe": "a", "startingOffsets": "{bad"}, False, "startingOffsets"),
-        ({"path": "/m", "subscribe": "a", "startingOffsetsByTimestamp": "{}"}, False, "not supported"),
+        ({"path": "/m", "subscribe": "a", "minOffsetsPerTrigger": "10"}, True, "not supported"),
+        ({"path": "/m", "subscribe": "a", "startingTimestamp": "yesterday"}, False, "startingTimestamp"),
+        ({"path": "/m", "subscribe": "a", "startingOffsetsByTimestamp": "[1]"}, False, "startingOffsetsByTimestamp"),
+        ({"path": "/m", "subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": -1}}'}, False, "negative"),
+        ({"path": "/m", "subscribe": "a", "endingTimestamp": "5"}, True, "batch queries only"),
+        ({"path": "/m", "subscribe": "a", "startingOffsetsByTimestampStrategy": "skip"}, False, "error or latest"),
     ],
 )
 def test_bad_source_options_are_refused_naming_the_option(
@@ -139,6 +146,37 @@ def test_json_spec_must_name_every_partition_and_resolves_minus_one_and_minus_tw
         resolve_offsets({**spec, ("c", 0): 1}, STATES, read_committed=False, option="s")
     with pytest.raises(OffsetError, match="latest"):
         resolve_offsets(spec, STATES, read_committed=False, option="s", allow_latest=False)
+
+
+def test_timestamp_options_take_spark_precedence_over_offsets() -> None:
+    """startingTimestamp over startingOffsetsByTimestamp over startingOffsets; the same for the ending ones."""
+    o = source_options(
+        {"path": "/m", "subscribe": "a", "startingTimestamp": "1000", "startingOffsetsByTimestamp": '{"a": {"0": 5}}',
+         "startingOffsets": "earliest", "endingOffsetsByTimestamp": '{"a": {"0": 9}}', "endingOffsets": "latest"},
+        streaming=False,
+    )  # fmt: skip
+    assert o.starting == TimestampSpec(every=1000) and o.ending == TimestampSpec(by_partition={("a", 0): 9})
+    assert o.timestamp_no_match == "error"
+    o = source_options({"path": "/m", "subscribe": "a", "STARTINGOFFSETSBYTIMESTAMPSTRATEGY": "Latest"}, streaming=True)
+    assert o.starting == "latest" and o.timestamp_no_match == "latest"
+
+
+def test_a_timestamp_spec_names_every_partition_and_resolves_like_spark() -> None:
+    assert TimestampSpec(every=7).timestamps(STATES, "s") == {("a", 0): 7, ("a", 1): 7, ("b", 0): 7}
+    with pytest.raises(OffsetError, match="missing: b-0"):
+        TimestampSpec(by_partition={("a", 0): 1, ("a", 1): 1}).timestamps(STATES, "s")
+    found = {("a", 0): 42, ("a", 1): None, ("b", 0): 0}
+    with pytest.raises(OffsetError, match="a-1 has no record at or after"):  # a start, Spark's default strategy
+        resolve_found(found, STATES, read_committed=False, no_match="error", option="startingOffsets")
+    latest = resolve_found(found, STATES, read_committed=True, no_match="latest", option="startingOffsets")
+    assert latest == {("a", 0): 42, ("a", 1): 20, ("b", 0): 0}
+    end = resolve_found({**found, ("a", 0): None}, STATES, read_committed=True, no_match=None, option="endingOffsets")
+    assert end == {("a", 0): 90, ("a", 1): 20, ("b", 0): 0}  # an end with no record that late: latest (the LSO here)
+    appended = resolve_found({("a", 0): 95, ("a", 1): 12, ("b", 0): 0}, STATES, read_committed=False, no_match=None,
+                             option="endingOffsets")  # fmt: skip
+    assert appended == {("a", 0): 95, ("a", 1): 12, ("b", 0): 0}
+    pinned = resolve_found({("a", 0): 95}, STATES, read_committed=True, no_match="error", option="startingOffsets")
+    assert pinned == {("a", 0): 90}  # found past what the states pinned (appended since): their end
 
 
 def test_plan_batch_drops_empty_ranges_and_applies_fail_on_data_loss() -> None:
