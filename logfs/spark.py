@@ -248,7 +248,8 @@ def _resolve(
 
 
 def _partitions(ranges: list[OffsetRange], options: SourceOptions) -> list[InputPartition]:
-    return [RangePartition(r) for r in split_ranges(ranges, options.min_partitions)]
+    split = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    return [RangePartition(r) for r in split]
 
 
 class LogfsBatchReader(DataSourceReader):

@@ -15,7 +15,8 @@ every task of a query, and every retry of a task, reads the same records.
   :func:`resolve_found` applies Spark's rule where no record is that late.
 * :func:`plan_batch` pins the ranges of a batch query (applying the ``failOnDataLoss`` rule at the start).
 * :func:`split_ranges` is Spark's ``KafkaOffsetRangeCalculator``: one Spark partition per topic-partition range,
-  large ranges split when ``minPartitions`` asks for more partitions than there are ranges.
+  ranges cut to at most ``maxRecordsPerPartition`` records, and large ranges split when ``minPartitions`` asks for
+  more partitions than there are ranges.
 * :func:`rate_limit` is Spark's ``maxOffsetsPerTrigger``: the limit is spread over partitions in proportion to
   their backlog, and no partition with a backlog gets less than one offset.
 * :func:`clamp_start` is the ``failOnDataLoss`` rule: a start below the log start offset fails (true) or moves up
@@ -280,10 +281,15 @@ def plan_batch(
     return out
 
 
-def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Spark partitions for ``ranges``: one per non-empty range, or, when ``min_partitions`` is more than that,
-    large ranges cut into about ``size / total * min_partitions`` equal parts (KafkaOffsetRangeCalculator)."""
+def split_ranges(
+    ranges: Iterable[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """Spark partitions for ``ranges`` (KafkaOffsetRangeCalculator): one per non-empty range; with ``max_records``
+    (maxRecordsPerPartition) each range first cut into ``ceil(size / max_records)`` equal parts; then, when
+    ``min_partitions`` is more than the parts so far, large ones cut into about ``size / total * min_partitions``."""
     ranges = [r for r in ranges if r.size > 0]
+    if max_records is not None:
+        ranges = [part for r in ranges for part in _divide(r, -(-r.size // max_records))]
     if min_partitions is None or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
@@ -291,17 +297,20 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     whole = {r for r in ranges if _parts(r.size, total, min_partitions) == 1}
     split_total = total - sum(r.size for r in whole)
     split_min = max(min_partitions - len(whole), 1)
+    return [part for r in ranges for part in _divide(r, 1 if r in whole else _parts(r.size, split_total, split_min))]
+
+
+def _divide(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` cut into ``parts`` consecutive ranges of equal size, the last taking the rounding (none empty)."""
     out = []
-    for r in ranges:
-        parts = 1 if r in whole else _parts(r.size, split_total, split_min)
-        remaining, start = r.size, r.start
-        for part in range(parts):
-            this = remaining // (parts - part)  # the last part takes the rounding
-            remaining -= this
-            end = min(start + this, r.end)
-            if end > start:
-                out.append(OffsetRange(r.topic, r.partition, start, end))
-            start = end
+    remaining, start = r.size, r.start
+    for part in range(parts):
+        this = remaining // (parts - part)
+        remaining -= this
+        end = min(start + this, r.end)
+        if end > start:
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+        start = end
     return out
 
 

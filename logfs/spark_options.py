@@ -21,6 +21,7 @@ option                         meaning here
                                ``isolation.level`` is accepted as a synonym
 ``includeHeaders``             ``true`` adds the ``headers`` column
 ``minPartitions``              split large ranges so that there are about this many Spark partitions
+``maxRecordsPerPartition``     cut ranges so that no Spark partition reads more records than this
 ``maxOffsetsPerTrigger``       streaming: at most this many offsets per micro-batch, spread by lag
 ``failOnDataLoss``             ``true`` (default): a range below the log start offset fails the query;
                                ``false``: skip to the log start offset
@@ -37,7 +38,7 @@ option                         meaning here
 
 Other ``kafka.*`` options are accepted and ignored (they configure a Kafka consumer or producer that logfs does not
 need). Options of Spark's Kafka source that would change which records are read but that logfs does not implement
-(``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``maxRecordsPerPartition``) are refused with :class:`OptionError`
+(``minOffsetsPerTrigger``, ``maxTriggerDelay``) are refused with :class:`OptionError`
 rather than silently ignored. Everything here is pure: no pyspark, no I/O. Any thread.
 """
 
@@ -61,7 +62,6 @@ READ_COMMITTED = "read_committed"
 UNSUPPORTED_OPTIONS = (
     "minoffsetspertrigger",
     "maxtriggerdelay",
-    "maxrecordsperpartition",
 )
 
 
@@ -96,6 +96,7 @@ class SourceOptions:
     read_committed: bool
     include_headers: bool
     min_partitions: int | None
+    max_records_per_partition: int | None
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     poll_timeout_s: float
@@ -223,6 +224,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         read_committed=_isolation(o),
         include_headers=_bool(o, "includeHeaders", False),
         min_partitions=_positive(o, "minPartitions"),
+        max_records_per_partition=_positive(o, "maxRecordsPerPartition"),
         max_offsets_per_trigger=_positive(o, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_bool(o, "failOnDataLoss", True),
         poll_timeout_s=(DEFAULT_POLL_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000,

@@ -264,6 +264,11 @@ def test_json_offsets_select_exactly_the_range_and_min_partitions_splits_it(
                  endingOffsets=ending, minPartitions="9")  # fmt: skip
     assert split.rdd.getNumPartitions() >= 8
     assert spark_rows(split) == expected
+    capped = read(spark, mount.path, subscribe="orders,payments", includeHeaders="true", startingOffsets=starting,
+                  endingOffsets=ending, maxRecordsPerPartition="5")  # fmt: skip
+    sizes = capped.rdd.glom().map(len).collect()
+    assert max(sizes) <= 5 and len(sizes) >= len(expected) // 5 and sum(sizes) == len(expected)
+    assert spark_rows(capped) == expected
     with pytest.raises(Exception, match="must name every subscribed partition"):
         read(spark, mount.path, subscribe="orders", startingOffsets={"orders": {"0": 1}}).collect()
 

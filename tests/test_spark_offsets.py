@@ -71,6 +71,7 @@ def test_source_options_are_case_insensitive_and_accept_the_isolation_synonym() 
         ({"path": "/m", "subscribe": "a", "endingOffsets": "latest"}, True, "batch queries only"),
         ({"path": "/m", "subscribe": "a", "maxOffsetsPerTrigger": "10"}, False, "streaming"),
         ({"path": "/m", "subscribe": "a", "minPartitions": "0"}, False, "minPartitions"),
+        ({"path": "/m", "subscribe": "a", "maxRecordsPerPartition": "-3"}, False, "maxRecordsPerPartition"),
         ({"path": "/m", "subscribe": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
         ({"path": "/m", "subscribe": "a", "kafka.isolation.level": "serializable"}, False, "isolation"),
         ({"path": "/m", "subscribe": "a", "startingOffsets": "{bad"}, False, "startingOffsets"),
@@ -219,6 +220,23 @@ def test_split_ranges_one_per_partition_without_min_partitions_or_when_enough() 
     ranges = [r("t1", 1, 1, 2), r("t2", 1, 1, 3), r("t3", 1, 5, 5)]
     assert split_ranges(ranges, None) == ranges[:2]
     assert split_ranges(ranges, 2) == ranges[:2]
+
+
+def test_max_records_per_partition_cuts_ranges_then_min_partitions_applies_to_the_pieces() -> None:
+    """maxRecordsPerPartition: each range in ceil(size / max) equal pieces; minPartitions then splits further only
+    when it asks for more than that (Spark: about the max of the two counts)."""
+    ranges = [r("a", 0, 0, 10), r("a", 1, 5, 7), r("b", 0, 3, 3)]
+    assert split_ranges(ranges, None, 4) == [
+        r("a", 0, 0, 3), r("a", 0, 3, 6), r("a", 0, 6, 10), r("a", 1, 5, 7),
+    ]  # fmt: skip
+    assert split_ranges(ranges, 2, 4) == split_ranges(ranges, None, 4)  # 4 pieces already: minPartitions is met
+    assert len(split_ranges(ranges, 8, 4)) >= 7
+    assert split_ranges(ranges, None, 100) == ranges[:2]
+    for n in range(1, 12):
+        pieces = split_ranges(ranges, None, n)
+        assert all(p.size <= n for p in pieces)
+        covered = sorted((p.topic, p.partition, o) for p in pieces for o in range(p.start, p.end))
+        assert covered == sorted((x.topic, x.partition, o) for x in ranges for o in range(x.start, x.end))
 
 
 def test_split_ranges_splits_large_ranges_like_spark() -> None:
