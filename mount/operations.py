@@ -142,7 +142,6 @@ class Operations(pyfuse3.Operations):
         self.follower = follower
         self.read_only = follower is not None
         self.tree = Tree(store, on_release=self._release_entry)
-        self._at_latest: dict[Node, Entry] = {}  # each at/ name's newest live inode (_lookup_at may answer it again)
         self.cache = RenderCache()
         # (id of the log, committed, start, end) → size of that hw/ file (see _hw_size)
         self._hw_sizes: dict[tuple[int, bool, int, int], int] = {}
@@ -210,8 +209,6 @@ class Operations(pyfuse3.Operations):
     def _release_entry(self, entry: Entry) -> None:
         if isinstance(entry.payload, RangeView):
             entry.payload.close()
-        if self._at_latest.get(entry.node) is entry:
-            del self._at_latest[entry.node]
 
     async def begin_shutdown(self, timeout_s: float = 1.0) -> None:
         """Wake every waiting follow/ reader and give them up to ``timeout_s`` to answer EOF while the session is
@@ -500,7 +497,8 @@ class Operations(pyfuse3.Operations):
             assert self.replication is not None  # _check_fetch
             return self.tree.add_fresh(node, await self.replication.fetch(node), created_ns=now)
         if node.kind is Kind.AT_FILE:
-            return await self._lookup_at(node, now)
+            view = await self._open_at(node)
+            return self.tree.add_fresh(node, view, created_ns=now)
         if node.kind is Kind.FOLLOW_FILE:
             name = parse_follow_name(node.name)
             log = self._log(node)
@@ -511,14 +509,9 @@ class Operations(pyfuse3.Operations):
             return self.tree.add_fresh(node, name, created_ns=now)
         return self.tree.add_fresh(node, None, created_ns=now)
 
-    async def _lookup_at(self, node: Node, now_ns: int) -> Entry:
+    async def _open_at(self, node: Node) -> RangeView:
         """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, where aborted
-        transactions and control batches are left out).
-
-        A lookup whose snapshot would be the one the name's last inode holds (the same range: nothing was appended
-        since) answers that inode again. `cp` stats the name, then opens it (a second lookup: at/ entries are not
-        cached) and refuses a file whose inode changed in between ("replaced while being copied"); between appends
-        both lookups now name one file. After an append a lookup is a new snapshot, as it always was."""
+        transactions and control batches are left out)."""
         name = parse_at_name(node.name)
         log = self._log(node)
         hw = view_end(log, node.committed)
@@ -532,14 +525,8 @@ class Operations(pyfuse3.Operations):
             except ValueError:
                 raise pyfuse3.FUSEError(errno.ENOENT) from None
             end = hw
-        last = self._at_latest.get(node)
-        if last is not None and (last.payload.start_offset, last.payload.end_offset) == (start, end):
-            return last
-        view = await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end,
+        return await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end,
                                        node.committed)  # fmt: skip
-        entry = self.tree.add_fresh(node, view, created_ns=now_ns)
-        self._at_latest[node] = entry
-        return entry
 
     @handler
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:

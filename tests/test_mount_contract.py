@@ -146,33 +146,6 @@ def test_cp_of_several_hw_files_equals_at_earliest_jsonl(mnt: Path, tmp_path: Pa
     assert len(earliest.splitlines()) == 12 * 40
 
 
-def test_cp_of_at_files_copies_the_snapshot_and_an_append_makes_the_next_lookup_a_new_one(
-    mnt: Path, tmp_path: Path
-) -> None:
-    """`cp` stats the name, then opens it (a second lookup) and refuses a file whose inode changed in between. Two
-    lookups with nothing appended between them name one inode (the same snapshot); after an append the next lookup
-    is a new snapshot, while a handle opened before it still reads the old one."""
-    os.mkdir(mnt / "cp")
-    write_all(mnt / "cp/0/append", b"".join(b"line %02d\n" % i for i in range(10)))
-    names = ["0", "3", "earliest.jsonl", "2-7", "2-7.kafka", "earliest.kafka"]
-    done = sh(" && ".join(f"cp cp/0/at/{n} {tmp_path}/{n}" for n in names), mnt)
-    assert done.returncode == 0, done.stderr
-    for n in names:
-        assert (tmp_path / n).read_bytes() == (mnt / "cp/0/at" / n).read_bytes(), n
-    assert (tmp_path / "3").read_text().splitlines() == [f"line {i:02d}" for i in range(3, 10)]
-    at = mnt / "cp/0/at/earliest"
-    first = os.stat(at)
-    assert os.stat(at).st_ino == first.st_ino  # nothing appended: the same snapshot, the same inode
-    with open(at, "rb") as old:
-        write_all(mnt / "cp/0/append", b"line 10\n")
-        after = os.stat(at)
-        assert after.st_ino != first.st_ino and after.st_size == first.st_size + len(b"line 10\n")
-        assert old.read() == b"".join(b"line %02d\n" % i for i in range(10))  # the old snapshot, whole
-    done = sh(f"cp cp/0/at/earliest {tmp_path}/after", mnt)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "after").read_text().splitlines()[-1] == "line 10"
-
-
 def test_kafka_python_batches_read_back_identical_field_by_field(mnt: Path) -> None:
     os.mkdir(mnt / "fields")
     ts = now_ms() - 1000
