@@ -146,6 +146,20 @@ def test_cp_of_several_hw_files_equals_at_earliest_jsonl(mnt: Path, tmp_path: Pa
     assert len(earliest.splitlines()) == 12 * 40
 
 
+def test_each_at_lookup_is_a_fresh_inode_so_cp_refuses_and_cat_copies(mnt: Path, tmp_path: Path) -> None:
+    """Spec §5: each lookup of an at/ name gives a fresh inode (whose size and bytes never change). GNU cp stats,
+    then opens (two lookups, two inodes) and refuses the file as replaced; `cat >` copies it (docs/mount.md)."""
+    os.mkdir(mnt / "fresh")
+    write_all(mnt / "fresh/0/append", b"".join(b"line %02d\n" % i for i in range(10)))
+    at = mnt / "fresh/0/at/earliest"
+    first, second = os.stat(at), os.stat(at)
+    assert first.st_ino != second.st_ino and first.st_size == second.st_size == 80
+    done = sh(f"cp fresh/0/at/earliest {tmp_path}/cp", mnt)
+    assert done.returncode != 0 and "replaced while being copied" in done.stderr
+    done = sh(f"cat fresh/0/at/earliest > {tmp_path}/cat", mnt)
+    assert done.returncode == 0 and (tmp_path / "cat").read_bytes() == at.read_bytes()
+
+
 def test_kafka_python_batches_read_back_identical_field_by_field(mnt: Path) -> None:
     os.mkdir(mnt / "fields")
     ts = now_ms() - 1000
