@@ -20,14 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import OffsetCheckpointFile
-from .config import StoreConfig
-from .errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
-from .handles import HandleCache
-from .index import OffsetIndex, TimeIndex
-from .loader import LoadEvent
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, QUARANTINE_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, offset_from_filename
-from .store import (
+from logfs.core.checkpoint import OffsetCheckpointFile
+from logfs.core.config import StoreConfig
+from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
+from logfs.core.log.handles import HandleCache
+from logfs.core.log.index import OffsetIndex, TimeIndex
+from logfs.core.log.loader import LoadEvent
+from logfs.core.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    QUARANTINE_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    offset_from_filename,
+)
+from logfs.core.store import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

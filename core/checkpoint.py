@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
-from .durable import replace_file
-from .errors import CorruptCheckpoint, StorageError
-from .varint import INT64_MAX, INT64_MIN
+from logfs.core.durable import replace_file
+from logfs.core.errors import CorruptCheckpoint, StorageError
+from logfs.core.format.varint import INT64_MAX, INT64_MIN
 
 CURRENT_VERSION = 0
 

@@ -139,10 +139,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .batch import LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, TimestampType
-from .durable import replace_file
-from .errors import ConfigError, DiskFull, StorageError
-from .varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from logfs.core.durable import replace_file
+from logfs.core.errors import ConfigError, DiskFull, StorageError
+from logfs.core.format.batch import LOG_OVERHEAD, MIN_DECLARED_BATCH_BYTES, TimestampType
+from logfs.core.format.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 # --- constants: units, Kafka's spellings, and the limits behind the rules ------------------------------------------
 
@@ -155,7 +155,7 @@ TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.L
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"
 TRANSACTION_MAX_TIMEOUT_MS = 15 * MS_PER_MINUTE  # Kafka's transaction.max.timeout.ms default: the coordinator's cap
-TIME_INDEX_ENTRY_BYTES = 12  # the larger index entry (core/index.py); segment.index.bytes must hold one
+TIME_INDEX_ENTRY_BYTES = 12  # the larger index entry (core/log/index.py); segment.index.bytes must hold one
 
 # The most a single ``<topic>/config`` write may carry. Every key with a long value is ~60 bytes, so 64 KiB is far
 # above any real write and still bounds the parse.

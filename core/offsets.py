@@ -12,7 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from .txnindex import AbortedTxn
+    from logfs.core.txn.index import AbortedTxn
 
 UNKNOWN_OFFSET = -1
 
@@ -49,7 +49,7 @@ class FetchDataInfo:
     """The answer to a read: where it starts, the raw bytes, and whether the first batch was cut short.
 
     ``aborted_transactions`` is set by TXN_COMMITTED reads only: the aborted transactions overlapping the fetched
-    range, which a read_committed consumer needs to drop their records (``core/txnfilter.py``).
+    range, which a read_committed consumer needs to drop their records (``core/txn/txnfilter.py``).
     """
 
     fetch_offset_metadata: LogOffsetMetadata

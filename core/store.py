@@ -3,7 +3,7 @@
 Layout (spec §1)::
 
     STORE/
-      <topic>-<partition>/              one Log each (core/log.py), loaded by core/loader.py
+      <topic>-<partition>/              one Log each (core/log/log.py), loaded by core/log/loader.py
       recovery-point-offset-checkpoint  flushed offsets, per partition            (Kafka's text format)
       log-start-offset-checkpoint       log start offsets above the first segment's base
       replication-offset-checkpoint     high watermarks
@@ -45,12 +45,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import OffsetCheckpointFile, TopicPartition
-from .config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
-from .coordinator import TransactionCoordinator
-from .durable import fsync_dir, replace_file
-from .durable import now_ms as wall_clock_ms
-from .errors import (
+from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
+from logfs.core.config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
+from logfs.core.durable import fsync_dir, replace_file
+from logfs.core.durable import now_ms as wall_clock_ms
+from logfs.core.errors import (
     ConfigError,
     CorruptCheckpoint,
     InvalidPartitions,
@@ -61,10 +60,11 @@ from .errors import (
     TopicNotEmpty,
     UnknownTopicOrPartition,
 )
-from .handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
-from .loader import EventSink, load_log
-from .log import Log
-from .producerids import ProducerIdAllocator
+from logfs.core.log.handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
+from logfs.core.log.loader import EventSink, load_log
+from logfs.core.log.log import Log
+from logfs.core.txn.coordinator import TransactionCoordinator
+from logfs.core.txn.producerids import ProducerIdAllocator
 
 _log = logging.getLogger(__name__)
 

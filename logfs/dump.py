@@ -18,7 +18,8 @@ from pathlib import Path
 
 import crc32c
 
-from logfs.core.batch import (
+from logfs.core.errors import CorruptRecord, InvalidRecord
+from logfs.core.format.batch import (
     ATTRIBUTES_OFFSET,
     TimestampType,
     batch_size_at,
@@ -26,9 +27,8 @@ from logfs.core.batch import (
     read_header,
     validate_batch,
 )
-from logfs.core.compression import Compression
-from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.index import OffsetIndex, OffsetPosition, TimeIndex
+from logfs.core.format.compression import Compression
+from logfs.core.log.index import OffsetIndex, OffsetPosition, TimeIndex
 
 PAYLOAD_PREVIEW_BYTES = 200
 

@@ -33,8 +33,7 @@ from typing import Any, Final, TypeVar
 import pyfuse3
 
 from logfs.core import errors as core
-
-from .framing import InvalidJsonRecord
+from logfs.mount.framing import InvalidJsonRecord
 
 _log = logging.getLogger(__name__)
 

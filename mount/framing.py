@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from logfs.core.batch import RECORD_BATCH_OVERHEAD, Header, Record, batch_size_at, encode_batch, encode_values
 from logfs.core.errors import LogfsError, RecordTooLarge
+from logfs.core.format.batch import RECORD_BATCH_OVERHEAD, Header, Record, batch_size_at, encode_batch, encode_values
 
 # The most a record's framing adds to its key, value and headers in a v2 batch: attributes (1), timestampDelta
 # (≤ 10), offsetDelta (≤ 5), key and value lengths (≤ 5 each), header count (≤ 5), the record's length varint (≤ 5).

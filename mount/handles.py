@@ -25,10 +25,10 @@ from typing import Any
 
 import trio
 
-from .framing import BatchFramer, LineFramer
-from .signals import SignalProbe
-from .tree import Entry, Node
-from .views import Format, RangeView
+from logfs.mount.framing import BatchFramer, LineFramer
+from logfs.mount.signals import SignalProbe
+from logfs.mount.tree import Entry, Node
+from logfs.mount.views import Format, RangeView
 
 
 @dataclass(eq=False)

@@ -13,7 +13,8 @@ Theory of operation.
 * **Appends.** A write request is framed on the trio thread (a memcpy), then its records are encoded and appended
   in one worker call. One append at a time per partition (``PartitionState.append_lock``, waited on in trio, not
   in a worker thread); readers never take that lock. Each append is stamped with the mount's leader epoch and then
-  the replication HW rule applies (``core/replica.py``: with no followers the HW moves to the LEO at once); a HW
+  the replication HW rule applies (``core/replication/replica.py``: with no followers the HW moves to the LEO at once);
+  a HW
   move sets the partition's event, which wakes ``follow/`` readers, pollers and acks=all waits.
   Every handle serialises its own requests with a FIFO lock taken before its first await, so the pieces of one
   write(2) that the kernel split are framed in the order they were sent.
@@ -64,23 +65,22 @@ import pyfuse3
 import trio
 
 from logfs.core.config import render_config
-from logfs.core.log import Log
-from logfs.core.promotion import latest_partition_epoch
-from logfs.core.replica import LeaderReplicas
+from logfs.core.log.log import Log
+from logfs.core.replication.promotion import latest_partition_epoch
+from logfs.core.replication.replica import LeaderReplicas
 from logfs.core.store import Store
-
-from . import signals
-from .errno import errno_name, handler
-from .framing import (
+from logfs.mount import signals
+from logfs.mount.errno import errno_name, handler
+from logfs.mount.framing import (
     BatchFramer,
     LineFramer,
 )
-from .handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
-from .metrics import Metrics, PartitionGauges, render
-from .replication import FetchSnapshot, LeaderReplication
-from .transactions import Transactions
-from .tree import Entry, Kind, Node, Tree, parse_at_name, parse_follow_name, parse_partition_name
-from .views import (
+from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
+from logfs.mount.metrics import Metrics, PartitionGauges, render
+from logfs.mount.replication import FetchSnapshot, LeaderReplication
+from logfs.mount.transactions import Transactions
+from logfs.mount.tree import Entry, Kind, Node, Tree, parse_at_name, parse_follow_name, parse_partition_name
+from logfs.mount.views import (
     Format,
     RangeView,
     RenderCache,
@@ -91,7 +91,7 @@ from .views import (
     resolve_start,
     view_end,
 )
-from .writes import Writer, max_batch_bytes
+from logfs.mount.writes import Writer, max_batch_bytes
 
 _log = logging.getLogger(__name__)
 
@@ -135,7 +135,8 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         """``follower`` makes this a follower's mount (``logfs follow --mount``): read-only (EROFS for every change;
         the server also mounts it ``ro``), its HW left as the follower sets it, ``state`` with role "follower".
-        Otherwise this node leads every partition in ``leader_epoch`` (``core/promotion.py`` starts one; None: the
+        Otherwise this node leads every partition in ``leader_epoch`` (``core/replication/promotion.py`` starts one;
+        None: the
         store's latest epoch, for a caller that starts none)."""
         super().__init__()
         self.store = store

@@ -2,7 +2,8 @@
 
 The problem (spec §5). A file under ``at/`` or ``hw/`` reports its exact size at lookup (``stat``; Spark plans its
 splits from it, ``tail -f`` polls it) and serves reads at any byte position. Its bytes are the plain or JSON-lines
-rendering of stored batches (``core/renderstored.py``), which is a pure function of those bytes: a batch's rendered size
+rendering of stored batches (``core/format/renderstored.py``), which is a pure function of those bytes: a batch's
+rendered size
 never changes once computed, so it is computed once and kept.
 
 Rules:
@@ -73,7 +74,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from logfs.core.batch import (
+from logfs.core.errors import StorageError
+from logfs.core.format.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
     CRC_OFFSET,
@@ -83,10 +85,9 @@ from logfs.core.batch import (
     iter_batch_positions,
     read_header,
 )
-from logfs.core.errors import StorageError
-from logfs.core.logfile import LogFile
-from logfs.core.renderstored import AbortedBatches, render_stored, stored_size, stored_sizes
-from logfs.core.segment import LogSegment
+from logfs.core.format.renderstored import AbortedBatches, render_stored, stored_size, stored_sizes
+from logfs.core.log.logfile import LogFile
+from logfs.core.log.segment import LogSegment
 
 # --- limits ---------------------------------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The leader's replication in the mount: fetch files, acks=all waits and the ISR shrink timer (spec §3, §6;
 docs/replication.md).
 
-The rules themselves live in the core (``core/replica.py``: ISR, HW, acks=all; ``core/replicafetch.py``: the
+The rules themselves live in the core (``core/replication/replica.py``: ISR, HW, acks=all;
+``core/replication/fetch.py``: the
 fetch answer); this module runs them from FUSE requests without ever blocking the trio thread or holding a lock
 across a wait.
 
@@ -43,17 +44,16 @@ import pyfuse3
 import trio
 
 from logfs.core.errors import LockBusy, ReplicationTimeout
-from logfs.core.replica import (
+from logfs.core.replication.fetch import accept_fetch, fetch_response
+from logfs.core.replication.replica import (
     FetchValidation,
     LeaderPartition,
     LeaderReplicas,
     ReplicaChange,
     shrink_check_interval_ms,
 )
-from logfs.core.replicafetch import accept_fetch, fetch_response
-
-from .handles import Partitions
-from .tree import Node, parse_fetch_name
+from logfs.mount.handles import Partitions
+from logfs.mount.tree import Node, parse_fetch_name
 
 _log = logging.getLogger(__name__)
 

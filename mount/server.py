@@ -3,7 +3,7 @@
 Order of events (spec §6):
 
 1. Open the store (its exclusive lock; StoreLocked when another process owns it; recovery after a crash), and start
-   a new leader epoch (``core/promotion.py``: PromotionRefused for a store that was out of the ISR, unless
+   a new leader epoch (``core/replication/promotion.py``: PromotionRefused for a store that was out of the ISR, unless
    ``--unclean``).
 2. Clear a stale mount left at the mount point by a process that died (``stat`` answers ENOTCONN, "Transport
    endpoint is not connected"): ``fusermount3 -u -z``, with a warning in the log. A live mount there is refused.
@@ -44,10 +44,9 @@ import trio
 
 from logfs.core.config import StoreConfig
 from logfs.core.errors import StorageError
-from logfs.core.promotion import start_leader_epoch
+from logfs.core.replication.promotion import start_leader_epoch
 from logfs.core.store import Store
-
-from .operations import Operations
+from logfs.mount.operations import Operations
 
 _log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Transactions through the mount (spec §2 ``.logfs/transactions/``, §3): begin, write, commit or abort, time out.
 
-The decisions and their durability are the core's (``core/coordinator.py``: the transaction log in the store); the
+The decisions and their durability are the core's (``core/txn/coordinator.py``: the transaction log in the store); the
 markers are the log's (``Log.append_end_txn_marker``). This module runs them for a leader's mount:
 
 * ``mkdir .logfs/transactions/<id>`` → :meth:`Transactions.begin` (a new producer epoch; EEXIST while one is open).
@@ -29,18 +29,17 @@ from typing import Any
 import pyfuse3
 import trio
 
-from logfs.core.batch import increment_sequence, read_header, set_producer
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.coordinator import MarkerWriter, TransactionCoordinator
 from logfs.core.durable import now_ms
 from logfs.core.errors import InvalidTxnState, LogfsError, UnknownTopicOrPartition
-from logfs.core.log import Log
+from logfs.core.format.batch import increment_sequence, read_header, set_producer
+from logfs.core.log.log import Log
 from logfs.core.store import Store
-from logfs.core.txnstate import TxnInfo, validate_transactional_id
-
-from .handles import Partitions
-from .replication import LeaderReplication
-from .tree import Kind, Node, Tree
+from logfs.core.txn.coordinator import MarkerWriter, TransactionCoordinator
+from logfs.core.txn.state import TxnInfo, validate_transactional_id
+from logfs.mount.handles import Partitions
+from logfs.mount.replication import LeaderReplication
+from logfs.mount.tree import Kind, Node, Tree
 
 _log = logging.getLogger(__name__)
 

@@ -71,8 +71,7 @@ from typing import Any
 import pyfuse3
 
 from logfs.core.store import Store
-
-from .views import Format, parse_range, parse_view_name
+from logfs.mount.views import Format, parse_range, parse_view_name
 
 ROOT_INODE: int = pyfuse3.ROOT_INODE
 LOGFS_DIR_NAME = ".logfs"

@@ -52,7 +52,7 @@ Known limitations:
   records as plain text, 0.25 s as JSON lines (scripts/bench_views.py; JSON lines whose keys or values need
   escaping, base64 or headers are rendered instead, several times slower); later opens of any range in the same
   segments use the index, which lives in memory only (a new mount walks again).
-* Pins cost a descriptor each, and ``core/handles.py`` retries every pinned segment beyond ``max_open_segments``
+* Pins cost a descriptor each, and ``core/log/handles.py`` retries every pinned segment beyond ``max_open_segments``
   (256) on each use of any segment: opening a view over 1,500 segments took 1.7 s, nearly all of it there.
 * A segment truncated below an open view's end (a follower's truncation below its HW) makes the view's reads fail
   with StorageError; views opened afterwards are right.
@@ -69,13 +69,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from logfs.core.batch import read_header
 from logfs.core.errors import OffsetOutOfRange, StorageError
-from logfs.core.log import Log
-from logfs.core.renderstored import AbortedBatches
-from logfs.core.segment import LogSegment
-
-from .rendersize import (
+from logfs.core.format.batch import read_header
+from logfs.core.format.renderstored import AbortedBatches
+from logfs.core.log.log import Log
+from logfs.core.log.segment import LogSegment
+from logfs.mount.rendersize import (
     READ_AHEAD_BYTES,
     SCAN_READ_BYTES,
     Format,

@@ -7,7 +7,8 @@
 * Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
   (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
   request carries is encoded before anything is appended, so a record too large for a batch stores nothing.
-* Each append stamps the mount's leader epoch and then applies the replication HW rule (``core/replica.py``: with
+* Each append stamps the mount's leader epoch and then applies the replication HW rule
+(``core/replication/replica.py``: with
   no followers the HW moves to the LEO at once; with followers it waits for them). A HW move wakes ``follow/``
   readers, pollers and acks=all waits; any append wakes fetches long-polling at the log end.
 * acks=all (spec §3): fsync(2) flushes every partition the handle appended to, then waits (a trio wait, no lock
@@ -33,17 +34,16 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
-from logfs.core.batch import Record
 from logfs.core.config import parse_config_lines
-from logfs.core.coordinator import TransactionCoordinator
 from logfs.core.durable import now_ms
 from logfs.core.errors import RecordError, RecordTooLarge
-from logfs.core.log import AppendInfo, Log
-from logfs.core.partitioner import partition_for_key
-from logfs.core.replica import LeaderPartition
+from logfs.core.format.batch import Record
+from logfs.core.format.partitioner import partition_for_key
+from logfs.core.log.log import AppendInfo, Log
+from logfs.core.replication.replica import LeaderPartition
 from logfs.core.store import Store
-
-from .framing import (
+from logfs.core.txn.coordinator import TransactionCoordinator
+from logfs.mount.framing import (
     BatchFramer,
     InvalidJsonRecord,
     JsonRecord,
@@ -53,11 +53,11 @@ from .framing import (
     encode_text_batches,
     parse_json_record,
 )
-from .handles import Partitions, WriteHandle
-from .metrics import Metrics
-from .replication import LeaderReplication
-from .transactions import Transactions, transactional_batches
-from .tree import ROOT_INODE, Kind
+from logfs.mount.handles import Partitions, WriteHandle
+from logfs.mount.metrics import Metrics
+from logfs.mount.replication import LeaderReplication
+from logfs.mount.transactions import Transactions, transactional_batches
+from logfs.mount.tree import ROOT_INODE, Kind
 
 _log = logging.getLogger(__name__)
 

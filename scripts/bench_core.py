@@ -28,9 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from logfs.core.batch import encode_values
 from logfs.core.config import parse_store_config
-from logfs.core.log import Isolation
+from logfs.core.format.batch import encode_values
+from logfs.core.log.log import Isolation
 from logfs.core.store import Store
 
 MIB = 1024 * 1024

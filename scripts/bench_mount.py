@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from logfs.core.batch import encode_values
 from logfs.core.config import StoreConfig, parse_store_config
+from logfs.core.format.batch import encode_values
 from logfs.core.store import Store
 from logfs.mount.framing import encode_text_batches
 from logfs.mount.views import Format, RenderCache, hw_files, open_range

@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 import crc32c
 
-from logfs.core.batch import ATTRIBUTES_OFFSET, decode_records, encode_values, validate_batch
-from logfs.core.render import render_plain
+from logfs.core.format.batch import ATTRIBUTES_OFFSET, decode_records, encode_values, validate_batch
+from logfs.core.format.render import render_plain
 
 try:
     from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder, calc_crc32c

@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from logfs.core.batch import encode_values, iter_batch_positions
+from logfs.core.format.batch import encode_values, iter_batch_positions
 
 LOGFS = str(Path(sys.executable).with_name("logfs"))
 RECORDS_PER_BATCH = 1000

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from logfs.core.batch import encode_values
+from logfs.core.format.batch import encode_values
 
 LOGFS = str(Path(sys.executable).with_name("logfs"))
 RECORD_BYTES = 100
@@ -112,11 +112,11 @@ def main() -> None:
         )
         json_bytes = sum(f.stat().st_size for f in disk.iterdir())
         print(f"copied hw/ to disk: {json_bytes / 1e6:,.0f} MB of JSON lines in {t:.1f} s", file=sys.stderr)
-        from logfs.spark import local_session
+        from logfs.spark.source import local_session
 
         spark = local_session("logfs-bench", spark_driver_memory="2g")
         try:
-            from logfs.spark import JSONL_SCHEMA
+            from logfs.spark.source import JSONL_SCHEMA
 
             reads: dict[str, Callable[[], Any]] = {
                 "logfs data source": lambda: spark.read.format("logfs").option("subscribe", "bench").load(str(mnt)),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the read views of ``at/`` and ``hw/`` (``mount/views.py``; no FUSE), each beside ``core/render.py``.
+"""Benchmark the read views of ``at/`` and ``hw/`` (``mount/views.py``; no FUSE), each beside ``core/format/render.py``.
 
 Rows (issue 4 targets reading >= 1,500,000 records/s through ``at/``, O(log n) per seek):
 
@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from logfs.core.batch import encode_values
 from logfs.core.config import parse_store_config
-from logfs.core.log import Log
-from logfs.core.render import render_jsonl, render_plain
+from logfs.core.format.batch import encode_values
+from logfs.core.format.render import render_jsonl, render_plain
+from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.mount.rendersize import CHUNK_BYTES_DEFAULT
 from logfs.mount.views import Format, RenderCache, open_range

@@ -26,7 +26,7 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    from logfs.spark import local_session
+    from logfs.spark.source import local_session
 
     spark = local_session("logfs-clicks")
     print(f"      spark {spark.version} local[2] up in {time.monotonic() - started:.1f}s", flush=True)

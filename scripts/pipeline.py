@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from logfs.core.batch import Record, encode_batch
-from logfs.core.compression import Compression
+from logfs.core.format.batch import Record, encode_batch
+from logfs.core.format.compression import Compression
 
 LOGFS = str(Path(sys.executable).parent / "logfs")
 JOB = Path(__file__).with_name("clicks_job.py")

@@ -188,7 +188,7 @@ def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[ty
 def spark() -> Iterator[Any]:
     """One local Spark session for every Spark test module (a start costs ~6-10 s)."""
     pytest.importorskip("pyspark")
-    from logfs.spark import local_session
+    from logfs.spark.source import local_session
 
     session = local_session("logfs-tests")
     try:

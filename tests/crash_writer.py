@@ -1,4 +1,4 @@
-"""The child process of ``tests/test_crash.py``: appends to a store through the core until it is killed.
+"""The child process of ``tests/core/log/test_crash.py``: appends to a store through the core until it is killed.
 
 Run as ``python -P -u crash_writer.py STORE SEED``. It opens the store with :func:`store_config` of the seed, creates
 topic ``crash`` (one partition) if needed, and appends :func:`planned_batch` 0, 1, 2 … as the leader, moving the
@@ -19,9 +19,9 @@ import random
 import sys
 import time
 
-from logfs.core.batch import assign_offset_and_epoch, encode_values
-from logfs.core.compression import Compression
 from logfs.core.config import StoreConfig, parse_store_config
+from logfs.core.format.batch import assign_offset_and_epoch, encode_values
+from logfs.core.format.compression import Compression
 from logfs.core.store import OFFSET_CHECKPOINT_INTERVAL_MS, Store
 
 TOPIC = "crash"

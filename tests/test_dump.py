@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from logfs.core.batch import Record, assign_offset_and_epoch, encode_batch
-from logfs.core.compression import Compression
-from logfs.core.index import OffsetIndex, TimeIndex
+from logfs.core.format.batch import Record, assign_offset_and_epoch, encode_batch
+from logfs.core.format.compression import Compression
+from logfs.core.log.index import OffsetIndex, TimeIndex
 
 LOGFS = str(Path(sys.executable).parent / "logfs")
 

@@ -1,4 +1,5 @@
-"""Packaging: the folders core/ and mount/ ship as logfs.core and logfs.mount.
+"""Packaging: the folders core/ and mount/ ship as logfs.core and logfs.mount, and every module imports from
+anywhere — the checkout itself included, without ``-P`` — in the three ways logfs is installed.
 
 - The wheel, installed in a fresh virtual environment with only the runtime dependencies (plus the ``fuse`` extra,
   which logfs.mount needs to import), imports every module and runs ``logfs --help``. Modules that need the
@@ -28,6 +29,50 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 FOLDERS = {"logfs": "logfs", "logfs.core": "core", "logfs.mount": "mount"}
 
 
+def source_modules() -> dict[str, Path]:
+    """Every module of the checkout by import name (subpackages included), with its file."""
+    modules: dict[str, Path] = {}
+    for package, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join((package, *parts))] = path.resolve()
+    return modules
+
+
+def source_packages() -> list[str]:
+    return [name for name, path in source_modules().items() if path.name == "__init__.py"]
+
+
+# Imports every module named in argv[1] (a JSON list) and prints where each came from; a module that needs a missing
+# extra (pyspark, pyarrow) is reported apart, any other failure is an error.
+IMPORT_EVERY_MODULE = textwrap.dedent(
+    """
+    import importlib, json, sys
+    spark_only = ("pyspark", "pyarrow", "py4j")
+    found, missing_extra = {}, {}
+    for name in json.loads(sys.argv[1]):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in spark_only:
+                raise
+            missing_extra[name] = exc.name
+        else:
+            found[name] = module.__file__
+    print(json.dumps({"found": found, "missing_extra": missing_extra}))
+    """
+)
+
+
+def import_every_module(python: Path, cwd: Path, safe_path: bool = False) -> dict[str, dict[str, str]]:
+    args: list[str | Path] = [python, *(["-P"] if safe_path else []), "-c", IMPORT_EVERY_MODULE]
+    env_free = run([*args, json.dumps(list(source_modules()))], cwd=cwd)
+    report: dict[str, dict[str, str]] = json.loads(env_free.stdout)
+    return report
+
+
 def requirement_name(requirement: str) -> str:
     match = re.match(r"[A-Za-z0-9._-]+", requirement)
     assert match, requirement
@@ -42,7 +87,7 @@ def run(args: list[str | Path], cwd: Path, timeout: float = 240) -> subprocess.C
 
 def test_pyproject_maps_the_three_folders() -> None:
     setuptools = PYPROJECT["tool"]["setuptools"]
-    assert setuptools["packages"] == list(FOLDERS)
+    assert sorted(setuptools["packages"]) == sorted(source_packages()), "pyproject.toml must list every subpackage"
     assert setuptools["package-dir"] == FOLDERS
     assert PYPROJECT["project"]["scripts"] == {"logfs": "logfs.cli:main"}
 
@@ -67,10 +112,9 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
         files = [n for n in archive.namelist() if ".dist-info/" not in n]
     assert {"logfs/__init__.py", "logfs/core/__init__.py", "logfs/mount/__init__.py", "logfs/py.typed"} <= set(files)
     assert all(f.startswith("logfs/") for f in files), f"files outside logfs/ in the wheel: {files}"
-    for package, folder in FOLDERS.items():
-        prefix = package.replace(".", "/") + "/"
-        expected = {prefix + p.name for p in (ROOT / folder).glob("*.py")}
-        assert expected <= set(files), f"{folder}/ modules missing from the wheel: {sorted(expected - set(files))}"
+    expected = {name.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
+                for name, path in source_modules().items()}
+    assert expected <= set(files), f"modules missing from the wheel: {sorted(expected - set(files))}"
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
@@ -81,32 +125,17 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
     fuse = PYPROJECT["project"]["optional-dependencies"]["fuse"]
     run([python, "-m", "pip", "install", "--quiet", *runtime, *fuse], cwd=tmp_path)
 
-    spark_only = sorted(
-        requirement_name(r).replace("-", "_") for r in PYPROJECT["project"]["optional-dependencies"]["spark"]
-    )
-    code = textwrap.dedent(
-        f"""
-        import importlib, json, pkgutil, sys
-        import logfs
-        spark_only = {spark_only!r}
-        imported, missing_extra = [], {{}}
-        for info in pkgutil.walk_packages(logfs.__path__, "logfs."):
-            try:
-                importlib.import_module(info.name)
-            except ModuleNotFoundError as exc:
-                if (exc.name or "").split(".")[0] not in spark_only:
-                    raise
-                missing_extra[info.name] = exc.name
-            else:
-                imported.append(info.name)
-        print(json.dumps({{"file": logfs.__file__, "imported": imported, "missing_extra": missing_extra}}))
-        """
-    )
-    report = json.loads(run([python, "-P", "-c", code], cwd=tmp_path).stdout)
+    # From anywhere else, the wheel's modules are the ones imported; from the source tree itself (a user's checkout,
+    # no -P), the tree's own modules are, through logfs/__init__.py's finder.
+    report = import_every_module(python, tmp_path)
     print(json.dumps(report, indent=2))
-    assert Path(report["file"]).is_relative_to(env_dir), "the wheel's logfs was not the one imported"
-    assert {"logfs.cli", "logfs.core", "logfs.mount"} <= set(report["imported"])
-    assert not any(name.startswith("logfs.core") for name in report["missing_extra"])
+    assert all(Path(f).is_relative_to(env_dir) for f in report["found"].values()), "not the wheel's modules"
+    assert {"logfs.cli", "logfs.core", "logfs.mount", "logfs.core.log.log"} <= set(report["found"])
+    assert set(report["found"]) | set(report["missing_extra"]) == set(source_modules())
+    assert not any(name.startswith(("logfs.core", "logfs.mount")) for name in report["missing_extra"])
+    in_tree = import_every_module(python, source)
+    assert all(Path(f).is_relative_to(source) for f in in_tree["found"].values()), "not the source tree's modules"
+    assert set(in_tree["found"]) == set(report["found"])
 
     help_text = run([env_dir / "bin" / "logfs", "--help"], cwd=tmp_path).stdout
     assert "Usage: logfs" in help_text
@@ -132,11 +161,7 @@ def test_editable_install_maps_logfs_core_to_the_checkout_folders(tmp_path: Path
                           "version": metadata.version("logfs")}))
         """
     )
-    wanted: dict[str, str] = {}
-    for package, folder in FOLDERS.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            module = package if path.name == "__init__.py" else f"{package}.{path.stem}"
-            wanted[module] = str(path.resolve())
+    wanted = {name: str(path) for name, path in source_modules().items()}
     report = json.loads(run([python, "-P", "-c", code, json.dumps(list(wanted))], cwd=tmp_path).stdout)
 
     assert report["version"] == PYPROJECT["project"]["version"]
@@ -151,3 +176,39 @@ def test_editable_install_maps_logfs_core_to_the_checkout_folders(tmp_path: Path
     assert wrong == {}, (
         f"modules not (or wrongly) installed, run scripts/setup again (module: found, expected): {wrong}"
     )
+
+
+def test_every_module_imports_in_the_checkout_without_safe_path() -> None:
+    """A Python started in the project directory (sys.path[0] is the checkout, so ``logfs`` is the bare folder
+    ``logfs/``) imports every module, and each one from the checkout's own files."""
+    python = ROOT / ".venv" / "bin" / "python"
+    report = import_every_module(python, ROOT)
+    assert report["missing_extra"] == {}
+    found = {name: str(Path(f).resolve()) for name, f in report["found"].items()}
+    assert found == {name: str(path) for name, path in source_modules().items()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_editable_install_in_pips_default_mode_imports_every_module_anywhere(tmp_path: Path) -> None:
+    """pip's default editable mode maps the folders through an import hook; with it, every module imports from a
+    neutral directory (-P) and from the checkout itself (no -P)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", source / "pyproject.toml")
+    shutil.copy2(ROOT / "README.md", source / "README.md")
+    for folder in FOLDERS.values():
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    # The dependencies come from the development environment (a path entry), so that nothing is downloaded twice.
+    (site_packages,) = (env_dir / "lib").glob("python3*/site-packages")
+    (dev_site,) = (ROOT / ".venv" / "lib").glob("python3*/site-packages")
+    (site_packages / "dev-deps.pth").write_text(f"{dev_site}\n", encoding="utf-8")
+    run([python, "-m", "pip", "install", "--quiet", "--no-deps", "-e", source], cwd=tmp_path)
+    for cwd, safe_path in ((tmp_path, True), (source, False)):
+        report = import_every_module(python, cwd, safe_path=safe_path)
+        assert report["missing_extra"] == {}, report
+        assert set(report["found"]) == set(source_modules())
+        assert all(Path(f).resolve().is_relative_to(source) for f in report["found"].values()), report

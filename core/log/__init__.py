@@ -1,0 +1,2 @@
+"""One partition's log on disk: segments, their .log files and indexes, loading, epochs, the high watermark,
+retention."""

@@ -1,0 +1,673 @@
+"""One log segment: a ``.log`` of batches and its sparse ``.index`` and ``.timeindex`` (Kafka's LogSegment).
+
+A segment covers offsets from its *base offset* (its file name, 20 digits) up to the next segment's base. It
+appends whole validated batches, indexes them sparsely (an entry after more than ``index.interval.bytes`` since the
+last one: key = the append's last offset, position = where the append starts; the first append is never indexed),
+and answers the three questions a log asks of it:
+
+* ``translate_offset(o)``: which batch holds offset ``o`` (index lookup, then a forward scan of batch headers)?
+* ``read(o, max_bytes, max_position)``: the bytes from that batch's first byte, as Kafka returns them (a slice that
+  may end mid-batch when ``max_bytes`` cuts it; at least one whole batch with ``min_one_message``)?
+* ``find_offset_by_timestamp(ts)``: the first record with a timestamp at or after ``ts``?
+
+Recovery treats damage as LevelDB's log reader does: a torn tail (the file ends inside a batch) ends the scan
+silently; a batch that fails validation (size, magic, CRC, or offsets that step back, which the CRC does not cover)
+ends it with a reason. Either way everything from there on is *moved aside* into ``<base>.log.<ms>.quarantine``
+beside the segment before the ``.log`` is cut, so recovery never destroys bytes (spec §6). Indexes are rebuilt from
+the valid prefix. :meth:`scan` does the reading alone, for ``logfs check``.
+
+Threads: one writer thread (the log's) appends, truncates, rolls, recovers, renames and closes; any thread may
+read, translate, look up timestamps, flush and close_handler.
+
+Transactions: the segment owns its ``.txnindex`` (``core/txn/index.py``) beside the two indexes: the log appends an
+entry when an ABORT marker lands here (:meth:`update_txn_index`); it is truncated, renamed ``.deleted`` and deleted
+with the segment, and recovery rebuilds it by replaying the batches through the producer state it is given, as
+Kafka's ``LogSegment.recover`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from logfs.core.durable import fsync_dir
+from logfs.core.durable import now_ms as wall_clock_ms
+from logfs.core.errors import CorruptIndex, CorruptRecord, InvalidRecord, OffsetOverflow
+from logfs.core.format.batch import (
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    BatchHeader,
+    TimestampType,
+    batch_size_at,
+    decode_records,
+    validate_batch,
+)
+from logfs.core.format.varint import INT32_MAX
+from logfs.core.log.handles import HandleCache
+from logfs.core.log.index import OffsetIndex, TimeIndex, TimestampOffset
+from logfs.core.log.logfile import BatchPosition, LogFile
+from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
+from logfs.core.txn.index import AbortedTxn, TransactionIndex
+from logfs.core.txn.producerstate import CompletedTxn, ProducerStateManager, apply_replicated
+
+_log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+QUARANTINE_SUFFIX = ".quarantine"
+
+# How much of the .log one recovery read validates at a time: large enough that the per-read cost vanishes
+# (~1 ms per 8 MiB at the disk's speed), small enough to bound memory during a store load.
+RECOVERY_READ_BYTES = 8 * 1024 * 1024
+
+NO_TIMESTAMP = -1
+
+
+def filename_prefix(offset: int) -> str:
+    """Kafka's segment file name stem: the base offset zero-padded to 20 digits."""
+    return f"{offset:020d}"
+
+
+def offset_from_filename(name: str) -> int:
+    """The base offset a segment file's name encodes."""
+    return int(name.split(".", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a validation scan of a ``.log`` found: the valid prefix, and what ends it when it is not all."""
+
+    valid_bytes: int
+    total_bytes: int
+    reason: str | None  # None: the scan reached the end, or a torn tail (see torn_tail)
+    torn_tail: bool
+    batches: int
+    next_offset: int
+
+    @property
+    def damaged_bytes(self) -> int:
+        return self.total_bytes - self.valid_bytes
+
+
+class EpochCache(Protocol):
+    def latest_epoch(self) -> int | None: ...
+    def assign(self, epoch: int, start_offset: int) -> None: ...
+
+
+class LogSegment:
+    """One segment. See the module docstring for the rules and the thread contract."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        handles: HandleCache,
+        roll_jitter_ms: int = 0,
+        created_ms: int | None = None,
+        log_size_bytes: int | None = None,
+    ) -> None:
+        """Describe a segment; opens nothing (files are created by the first write). Writer thread."""
+        self._dir = directory
+        self._base_offset = base_offset
+        self._index_interval_bytes = index_interval_bytes
+        self._max_index_bytes = max_index_bytes
+        self._handles = handles
+        self.roll_jitter_ms = roll_jitter_ms
+        stem = directory / filename_prefix(base_offset)
+        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self._touch)
+        self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
+        self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
+        self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX), base_offset)
+        self._created_ms = created_ms if created_ms is not None else wall_clock_ms()
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily from the time index
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self._base_offset}, size={self._log.size_bytes}, dir={str(self._dir)!r})"
+
+    # --- identity and sizes -------------------------------------------------------------------------------------------
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._log.size_bytes
+
+    @property
+    def log_file(self) -> LogFile:
+        return self._log
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        return self._txn_index
+
+    @property
+    def log_path(self) -> Path:
+        return self._log.path
+
+    def _touch(self) -> None:
+        self._handles.touch(self)
+
+    def close_handler(self) -> bool:
+        """Give back the descriptor and index mappings (the handle cache calls this). False if pinned. Any thread."""
+        if not self._log.close_handler() and self._log.is_open:
+            return False
+        self._offset_index.close_handler()
+        self._time_index.close_handler()
+        return True
+
+    @contextlib.contextmanager
+    def pin(self) -> Iterator[None]:
+        """Keep the ``.log`` readable for the duration, even if retention deletes the segment. Any thread."""
+        with self._log.pin():
+            self._touch()
+            try:
+                yield
+            finally:
+                self._touch()  # back under the LRU's bound (a pinned segment leaves it when asked to close)
+
+    # --- timestamps --------------------------------------------------------------------------------------------------
+
+    def _max_ts_and_offset(self) -> TimestampOffset:
+        if self._max_timestamp_and_offset is None:
+            self._max_timestamp_and_offset = self._time_index.last_entry()
+        return self._max_timestamp_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_ts_and_offset().timestamp
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_ts_and_offset().offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp in the segment, else the ``.log``'s mtime (retention.ms uses it)."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return int(self._log.path.stat().st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    # --- appends (writer thread) --------------------------------------------------------------------------------------
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: bytes | bytearray | memoryview,
+    ) -> int:
+        """Append validated batches whose offsets are assigned; returns the position they start at. Writer thread.
+
+        Raises OffsetOverflow when ``largest_offset`` cannot be stored relative to the base (the log rolls first).
+        """
+        if not records:
+            return self._log.size_bytes
+        if not self.can_convert_to_relative_offset(largest_offset):
+            raise OffsetOverflow(largest_offset, self._base_offset, f"segment {self._log.path}")
+        self._touch()
+        if self._log.size_bytes == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        position = self._log.append(records)
+        current = self._max_ts_and_offset()
+        if largest_timestamp > current.timestamp:
+            self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+        if self._bytes_since_last_index_entry > self._index_interval_bytes:
+            self._offset_index.append(largest_offset, position)
+            mx = self._max_ts_and_offset()
+            self._time_index.maybe_append(mx.timestamp, mx.offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += len(records)
+        return position
+
+    # --- reads (any thread) -------------------------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch whose last offset is at or after ``offset``, or None. Any thread."""
+        self._touch()
+        mapping = self._offset_index.lookup(offset)
+        found = self._log.search_for_offset(offset, max(mapping.position, starting_position))
+        return None if found is None else LogOffsetPosition(*found)
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> FetchDataInfo | None:
+        """Bytes from the batch holding ``start_offset``, at most ``max_size`` (or one whole batch with
+        ``min_one_message``) and never past ``max_position``. None when no batch has an offset that high. Any thread.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read from segment {self._log.path}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        metadata = LogOffsetMetadata(start_offset, self._base_offset, start.position)
+        adjusted = max(max_size, start.size) if min_one_message else max_size
+        if adjusted == 0:
+            return FetchDataInfo(metadata, b"")
+        limit = self._log.size_bytes if max_position is None else max_position
+        fetch_size = min(limit - start.position, adjusted)
+        data = self._log.read(start.position, fetch_size) if fetch_size > 0 else b""
+        return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < start.size)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch: a scan from the last index entry to the end. Any thread."""
+        self._touch()
+        last = self._offset_index.lookup(self._offset_index.last_offset())
+        next_offset = self._base_offset
+        for b in self._log.batches(last.position):
+            next_offset = b.last_offset + 1
+        return next_offset
+
+    def batches(self, start_position: int = 0) -> Iterator[BatchPosition]:
+        """The batch headers from ``start_position`` on (no CRC check). Any thread."""
+        self._touch()
+        return self._log.batches(start_position)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampOffset | None:
+        """The first record with timestamp ≥ ``timestamp`` and offset ≥ ``starting_offset``. Any thread."""
+        self._touch()
+        ts_offset = self._time_index.lookup(timestamp)
+        position = self._offset_index.lookup(max(ts_offset.offset, starting_offset)).position
+        for b in self._log.batches(position):
+            if b.max_timestamp < timestamp:
+                continue
+            data = self._log.read(b.position, b.size)
+            for record in decode_records(data):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    # --- rolling ------------------------------------------------------------------------------------------------------
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How long this segment has been "open" for segment.ms: by record timestamps when it has them."""
+        if self._rolling_based_timestamp is None and self._log.size_bytes > 0:
+            first = next(iter(self._log.batches()), None)
+            if first is not None:
+                self._rolling_based_timestamp = first.max_timestamp
+        t = self._rolling_based_timestamp
+        if t is not None and t >= 0:
+            return message_timestamp - t
+        return now_ms - self._created_ms
+
+    def should_roll(
+        self,
+        *,
+        segment_bytes: int,
+        segment_ms: int,
+        messages_bytes: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+    ) -> bool:
+        """Kafka's four roll rules: size, time (never an empty segment), a full index, relative-offset overflow."""
+        size = self._log.size_bytes
+        reached_roll_ms = (
+            self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > segment_ms - self.roll_jitter_ms
+        )
+        return (
+            size > segment_bytes - messages_bytes
+            or (size > 0 and reached_roll_ms)
+            or self._offset_index.is_full()
+            or self._time_index.is_full()
+            or not self.can_convert_to_relative_offset(max_offset_in_messages)
+        )
+
+    def on_become_inactive_segment(self) -> None:
+        """The final time index entry and trimmed indexes, when the log rolls past this segment. Writer thread."""
+        mx = self._max_ts_and_offset()
+        self._time_index.maybe_append(mx.timestamp, mx.offset, skip_full_check=True)
+        self._offset_index.trim_to_valid_size()
+        self._time_index.trim_to_valid_size()
+
+    # --- truncation and recovery (writer thread) ----------------------------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
+        """Remove every batch from the one holding ``offset`` on; returns the bytes removed. Writer thread.
+
+        A segment left empty counts as created at ``now_ms`` (default: the wall clock) for segment.ms.
+        """
+        self._touch()
+        mapping = self.translate_offset(offset)
+        self._offset_index.truncate_to(offset)
+        self._time_index.truncate_to(offset)
+        self._txn_index.truncate_to(offset)
+        self._offset_index.resize(self._max_index_bytes)
+        self._time_index.resize(self._max_index_bytes)
+        removed = 0 if mapping is None else self._log.truncate_to(mapping.position)
+        if self._log.size_bytes == 0:
+            self._created_ms = wall_clock_ms() if now_ms is None else now_ms
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_and_offset = None
+        if self._time_index.entries():
+            self._max_timestamp_and_offset = self._load_largest_timestamp()
+        return removed
+
+    def _load_largest_timestamp(self) -> TimestampOffset:
+        """The largest timestamp: the time index's last entry, then any batch after its indexed position."""
+        last = self._time_index.last_entry()
+        best = last
+        position = self._offset_index.lookup(last.offset).position
+        for b in self._log.batches(position):
+            if b.max_timestamp > best.timestamp:
+                best = TimestampOffset(b.max_timestamp, b.last_offset)
+        return best
+
+    def scan(
+        self,
+        on_batch: Callable[[BatchPosition], None] | None = None,
+        on_producer_batch: Callable[[BatchHeader, bytes, int], None] | None = None,
+    ) -> ScanResult:
+        """Validate every batch from the start of the ``.log``: size, magic and CRC, as Kafka's ``ensureValid``, and
+        offsets (see :meth:`_check_offsets`).
+
+        A torn tail ends the scan silently; an invalid batch ends it with a reason. Reads the file once, in
+        8 MiB chunks. Changes nothing. Writer thread (or any thread on a store no one has open).
+        """
+        self._touch()
+        total = self._log.size_bytes
+        valid = 0
+        batches = 0
+        next_offset = self._base_offset
+        position = 0
+        while position < total:
+            chunk = self._log.read(position, RECOVERY_READ_BYTES)
+            at = 0
+            try:
+                while (size := batch_size_at(chunk, at)) is not None:
+                    h = validate_batch(chunk, at, client=False, size=size, deep=False).header
+                    self._check_offsets(h, next_offset)
+                    if on_producer_batch is not None and h.producer_id >= 0:
+                        on_producer_batch(h, chunk, at)
+                    if on_batch is not None:
+                        on_batch(
+                            BatchPosition(
+                                position + at, size, h.base_offset, h.last_offset, h.max_timestamp,
+                                h.partition_leader_epoch,
+                            )
+                        )  # fmt: skip
+                    at += size
+                    valid = position + at
+                    next_offset = h.last_offset + 1
+                    batches += 1
+            except (CorruptRecord, InvalidRecord) as exc:
+                return ScanResult(valid, total, exc.reason, False, batches, next_offset)
+            if at == 0:
+                # Not one whole batch in the chunk: the file ends inside a batch, or the batch outgrows a chunk.
+                declared = _declared_size(chunk)
+                if declared is None or position + declared > total:
+                    break
+                chunk = self._log.read(position, declared)
+                try:
+                    h = validate_batch(chunk, 0, client=False, size=declared, deep=False).header
+                    self._check_offsets(h, next_offset)
+                except (CorruptRecord, InvalidRecord) as exc:
+                    return ScanResult(valid, total, exc.reason, False, batches, next_offset)
+                if on_producer_batch is not None and h.producer_id >= 0:
+                    on_producer_batch(h, chunk, 0)
+                if on_batch is not None:
+                    on_batch(BatchPosition(position, declared, h.base_offset, h.last_offset, h.max_timestamp,
+                                           h.partition_leader_epoch))  # fmt: skip
+                at = declared
+                valid = position + at
+                next_offset = h.last_offset + 1
+                batches += 1
+            position += at
+        return ScanResult(valid, total, None, valid < total, batches, next_offset)
+
+    def _check_offsets(self, h: BatchHeader, next_offset: int) -> None:
+        """InvalidRecord unless the batch starts at or after ``next_offset`` (where the batch before it ended, or the
+        segment's base offset) and its last offset fits a relative offset.
+
+        Gaps are allowed (a follower may roll past missing offsets); a step back is not. The base offset lies
+        outside the CRC, so damage to it passes ``validate_batch``: Kafka's recovery then fails to append the
+        index entry and empties the whole segment, where this check cuts it at that batch.
+        """
+        if h.base_offset < next_offset:
+            raise InvalidRecord(
+                f"base offset {h.base_offset} is below {next_offset}, where the batch before it ended or the segment "
+                "starts: offsets must ascend"
+            )
+        if not self.can_convert_to_relative_offset(h.last_offset):
+            raise InvalidRecord(f"offset {h.last_offset} cannot be stored relative to base offset {self._base_offset}")
+
+    def recover(
+        self,
+        epoch_cache: EpochCache | None = None,
+        *,
+        quarantine: bool = True,
+        before_cut: Callable[[ScanResult], None] | None = None,
+        producer_state: ProducerStateManager | None = None,
+    ) -> ScanResult:
+        """Rebuild the indexes from the ``.log``, cut it after the last valid batch, and return what was found.
+
+        With ``producer_state`` (positioned at this segment's base offset: the state after every earlier batch), the
+        batches are replayed into it and the ``.txnindex`` is rebuilt from the aborts it completes.
+
+        When there is something to cut, ``before_cut`` runs first (the loader moves the later segments aside there:
+        a crash before the cut then finds the same damage again, where one after it would find this segment whole
+        and keep the later ones, leaving a hole); then the cut bytes are copied into a quarantine file beside the
+        segment (unless ``quarantine`` is False); then the ``.log`` is cut. Leader epochs seen in the batches are
+        assigned to ``epoch_cache``. Writer thread.
+        """
+        self._offset_index.reset()
+        self._time_index.reset()
+        if producer_state is not None:  # else it could not be rebuilt: keep it
+            self._txn_index.reset()
+        self._bytes_since_last_index_entry = 0
+        last_index_entry = 0
+        max_ts = TimestampOffset(NO_TIMESTAMP, self._base_offset)
+
+        def full() -> bool:
+            # Only when segment.index.bytes shrank or index.interval.bytes fell since the segment was written
+            # (appends roll before an index fills): the rebuilt index stays sparser, lookups scan further, and
+            # the next append rolls. Kafka fails the load instead.
+            return self._offset_index.is_full() or self._time_index.is_full()
+
+        def rebuild(b: BatchPosition) -> None:
+            nonlocal last_index_entry, max_ts
+            if b.max_timestamp > max_ts.timestamp:
+                max_ts = TimestampOffset(b.max_timestamp, b.last_offset)
+            if b.position - last_index_entry > self._index_interval_bytes and not full():
+                self._offset_index.append(b.last_offset, b.position)
+                self._time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                last_index_entry = b.position
+            if epoch_cache is not None and b.partition_leader_epoch >= 0:
+                latest = epoch_cache.latest_epoch()
+                if latest is None or b.partition_leader_epoch > latest:
+                    epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
+
+        on_producer_batch = None
+        if producer_state is not None:
+            state = producer_state
+
+            def on_producer_batch(h: BatchHeader, data: bytes, position: int) -> None:
+                apply_replicated(state, h, data, position, self.update_txn_index_for(state))
+                state.update_map_end_offset(h.last_offset + 1)
+
+        result = self.scan(rebuild, on_producer_batch)
+        if producer_state is not None:
+            producer_state.update_map_end_offset(result.next_offset)
+        if result.damaged_bytes > 0:
+            if before_cut is not None:
+                before_cut(result)
+            what = result.reason or "a torn tail (the file ends inside a batch)"
+            kept = self.quarantine_tail(result.valid_bytes) if quarantine else None
+            _log.warning(
+                "segment %s: %s at byte %d; %d bytes cut%s",
+                self._log.path, what, result.valid_bytes, result.damaged_bytes,
+                f" and kept in {kept}" if kept else "",
+            )  # fmt: skip
+            self._log.truncate_to(result.valid_bytes)
+        self._offset_index.trim_to_valid_size()
+        self._time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
+        self._time_index.trim_to_valid_size()
+        self._max_timestamp_and_offset = max_ts
+        self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
+        return result
+
+    def update_txn_index(self, completed: CompletedTxn, last_stable_offset: int) -> None:
+        """Record an aborted transaction whose marker is in this segment (a commit records nothing). Writer thread."""
+        if completed.is_aborted:
+            self._txn_index.append(
+                AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, last_stable_offset)
+            )
+
+    def update_txn_index_for(self, state: ProducerStateManager) -> Callable[[CompletedTxn], None]:
+        """The ``on_completed`` of a replay: index an abort with the LSO ``state`` gives it (before it completes)."""
+        return lambda completed: self.update_txn_index(completed, state.last_stable_offset_for(completed))
+
+    def quarantine_tail(self, from_position: int) -> Path | None:
+        """Copy the ``.log`` bytes from ``from_position`` on into a quarantine file, fsynced. Writer thread."""
+        size = self._log.size_bytes
+        if from_position >= size:
+            return None
+        target = quarantine_path(self._log.path)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            position = from_position
+            while position < size:
+                chunk = self._log.read(position, min(RECOVERY_READ_BYTES, size - position))
+                if not chunk:
+                    break
+                written = 0
+                while written < len(chunk):
+                    written += os.write(fd, chunk[written:])
+                position += len(chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self._dir)
+        return target
+
+    def sanity_check(self, *, full: bool = True) -> None:
+        """Raise CorruptIndex when the offset index is missing, or (``full``) a present index fails its checks."""
+        if not self._offset_index.path.exists():
+            raise CorruptIndex(str(self._offset_index.path), "the offset index is missing")
+        if full:
+            self._offset_index.sanity_check()
+            if self._time_index.path.exists():
+                self._time_index.sanity_check()
+            self._txn_index.sanity_check()
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------------
+
+    def flush_records(self) -> None:
+        """fsync the ``.log`` only (blocking; any thread): the records are durable, the indexes are not — a segment
+        past the log's recovery point has them rebuilt by recovery anyway."""
+        self._log.flush()
+
+    def flush(self) -> None:
+        """fsync the ``.log`` and both indexes (blocking). Any thread."""
+        self._log.flush()
+        self._offset_index.flush()
+        self._time_index.flush()
+        self._txn_index.flush()
+
+    def close(self) -> None:
+        """Write the final time index entry, trim the indexes and give back every descriptor. Writer thread."""
+        if self._log.size_bytes or self._time_index.path.exists():
+            mx = self._max_ts_and_offset()
+            if mx.timestamp >= 0:
+                self._time_index.maybe_append(mx.timestamp, mx.offset, skip_full_check=True)
+        self._offset_index.close()
+        self._time_index.close()
+        self._log.close_handler()
+        self._handles.forget(self)
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename all four files, e.g. ``""`` → ``".deleted"``. Writer thread.
+
+        A name already taken (the same base offset deleted twice within ``file.delete.delay.ms``, as an empty
+        segment re-created by a roll is) gets a counter before the suffix (``….log.1.deleted``), so one pending
+        deletion never overwrites, and later unlinks, another's files.
+        """
+        stems = []
+        for f in (self._log, self._offset_index, self._time_index, self._txn_index):
+            name = f.path.name
+            if old_suffix and name.endswith(old_suffix):
+                name = name[: -len(old_suffix)]
+            stems.append((f, name))
+        n = 0
+        while new_suffix and any(
+            f.path.with_name(name + (f".{n}" if n else "") + new_suffix).exists() for f, name in stems
+        ):
+            n += 1
+        tag = f".{n}" if n else ""
+        for f, name in stems:
+            f.rename_to(f.path.with_name(name + tag + new_suffix))
+
+    def delete_if_exists(self) -> None:
+        """Delete all four files (a pinned reader keeps the ``.log`` bytes). Writer thread."""
+        self._offset_index.delete_if_exists()
+        self._time_index.delete_if_exists()
+        self._txn_index.delete_if_exists()
+        self._log.delete_if_exists()
+        self._handles.forget(self)
+
+
+def quarantine_path(path: Path) -> Path:
+    """A free name for quarantined bytes of ``path``: ``<name>.<ms>.quarantine``, the ms moved on past any taken.
+
+    Two recoveries of one segment within a millisecond (a repair right after a mount, a test) must neither
+    overwrite the first quarantine file nor fail on it. Writer thread (the store's lock keeps other processes out).
+    """
+    ms = wall_clock_ms()
+    while (target := path.with_name(f"{path.name}.{ms}{QUARANTINE_SUFFIX}")).exists():
+        ms += 1
+    return target
+
+
+def _declared_size(chunk: bytes) -> int | None:
+    """The size the batch at the start of ``chunk`` declares, when at least its length field is there."""
+    if len(chunk) < LOG_OVERHEAD:
+        return None
+    return int.from_bytes(chunk[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD
+
+
+__all__ = [
+    "FetchDataInfo",
+    "LogOffsetMetadata",
+    "LogOffsetPosition",
+    "LogSegment",
+    "ScanResult",
+    "TimestampType",
+    "filename_prefix",
+    "offset_from_filename",
+    "quarantine_path",
+]

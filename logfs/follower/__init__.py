@@ -1,0 +1,1 @@
+"""The follower daemon (``logfs follow``): the fetch protocol's reading side, replicas of partitions, the daemon."""

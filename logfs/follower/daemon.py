@@ -1,0 +1,557 @@
+"""``logfs follow LEADER_MOUNT STORE --replica-id N [--mount MOUNTPOINT]``: the follower daemon (spec §6).
+
+It replicates every topic and partition of a leader into its own store by reading files of the leader's mount
+only (``logfs/follower/fetch.py`` reads the fetch files; docs/replication.md has the protocol), with Kafka's follower
+rules
+(reference §6.1, §6.6; Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
+
+Theory of operation.
+
+* **Tasks.** One trio nursery: a discovery task, one fetch task per partition, the store's periodic work
+  (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``, the read-only FUSE
+  mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker thread under a
+  CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under ``FETCH_THREADS``, truncations
+  and topic changes under ``DISK_THREADS``, and appends at most ``DISK_THREADS`` at once too. No thread of its own.
+* **One worker call per fetch** (``logfs/follower/replica.py``'s :func:`fetch_and_apply`): read the answer into the
+  partition's reused buffer and, when it brings no news of the leader's epoch or ISR, apply it in the same thread
+  (one hand-off to trio per fetch, not two). An answer with news comes back unapplied: the trio task records the
+  news (the replica state file) first, then applies it in a worker. A fetch blocked in the leader's mount is
+  abandoned on cancellation, so applies pass the partition's :class:`ApplyGate`, which the follower closes before
+  it deletes the topic or closes the store.
+* **Discovery** (every ``DISCOVER_INTERVAL_S``): list the leader's root and each ``<topic>/``; create what is missing
+  here (topics, partitions), copy each topic's ``config`` into this store's topic overrides when it changed, start a
+  fetch task per new partition, and delete a topic here that the leader deleted (one seen on the leader during this
+  run that its root no longer lists, while ``.logfs`` is still there: the leader is up and the topic is gone).
+* **A fetch** (``logfs/follower/replica.py``'s :func:`apply_fetch`, one partition at a time): from this log's LEO with
+  its latest epoch. Then, in
+  Kafka's order: OFFSET_OUT_OF_RANGE → truncate to the leader's LEO when it is below ours, or truncate fully and
+  start at the leader's log start when that is above our LEO; a diverging epoch → truncate as
+  ``getOffsetTruncationState`` says (``logfs/follower/fetch.py``), then fetch again; otherwise append the batches as
+  follower (offsets and epochs as the leader assigned them), rolling a new segment exactly where the leader's
+  ``segment_bases`` say it rolled, so a caught-up follower's ``.log`` files are byte-identical to the leader's; then
+  HW = min(leader HW, own LEO) and the log start offset raised to the leader's (retention and delete-records on
+  the leader), which lets this store's retention delete the segments below it at once.
+* **Resuming.** Nothing is kept but the store: a restarted follower fetches from its own LEO (recovered after a
+  crash); the leader's epochs tell it what to truncate.
+* **A leader that is gone** (its mount dead — ENOTCONN —, unmounted, or an sshfs that lost its server): every fetch
+  and listing retries with backoff (``BACKOFF_*``); the first failure and the recovery are logged once.
+* **The replica state** (``.logfs-replica-state.json`` at the store's root; replaced atomically, fsynced, whenever
+  it changes): the highest leader epoch seen, and the ISR, so that ``logfs mount`` of this store (a promotion)
+  takes an epoch above every epoch ever used and refuses a store that was out of the ISR without ``--unclean``.
+  With several partitions, ``isr`` is the intersection of the last ISR seen for each, so ``in_isr`` is true only
+  when this replica was in the ISR of every partition.
+* **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
+  leader's mount is abandoned), the mount is unmounted, the store closed cleanly; exit 0.
+
+Known limitations: records between a leader's segment base and its log start (after
+delete-records inside a segment) are never fetched, so a follower that starts there has a first segment of its own.
+One lookup per partition per round: thousands of partitions cost thousands of long polls on the leader.
+
+Threads: the trio thread runs :class:`Follower`; :func:`apply_fetch` and the store calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import functools
+import logging
+import os
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from logfs.core.config import StoreConfig, parse_config_lines
+from logfs.core.errors import ConfigError, LogfsError
+from logfs.core.log.log import Log
+from logfs.core.replication.promotion import (
+    PersistedReplicaState,
+    UnreadableReplicaState,
+    read_replica_state,
+    write_replica_state,
+)
+from logfs.core.store import Store
+from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
+from logfs.follower.replica import (
+    Applied,
+    ApplyFailed,
+    ApplyGate,
+    aggregate_replica_state,
+    apply_fetch,
+    fetch_and_apply,
+)
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+LOGFS_DIR = ".logfs"
+
+# Limits and intervals.
+FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms in the leader's mount)
+DISK_THREADS = 4  # appends, truncations and topic changes at once (one per partition at a time)
+DISCOVER_INTERVAL_S = 1.0  # how often the leader's topics, partitions and configs are listed
+TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, checkpoints (as the mount's)
+BACKOFF_INITIAL_S = 0.05  # first retry after a failed fetch; doubles up to
+BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
+EMPTY_FETCH_PAUSE_S = 0.01  # a fetch that returned nothing at once (no long poll) waits this long before the next
+
+
+@dataclass
+class PartitionView:
+    """What the last fetch of one partition said about the leader (``state`` of the follower mount shows it)."""
+
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    answered: bool = False
+
+
+@dataclass
+class _Backoff:
+    delay_s: float = BACKOFF_INITIAL_S
+
+    async def wait(self) -> None:
+        await trio.sleep(self.delay_s)
+        self.delay_s = min(self.delay_s * 2, BACKOFF_MAX_S)
+
+    def reset(self) -> None:
+        self.delay_s = BACKOFF_INITIAL_S
+
+
+@dataclass
+class _Listing:
+    """The leader's root as discovery saw it: topic → (partition count, config text or None)."""
+
+    topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+
+
+@dataclass
+class _PartitionTask:
+    """One partition's fetch task: its cancel scope, and the event it sets when it has ended."""
+
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    gate: ApplyGate = field(default_factory=ApplyGate)  # closed once the task has ended: no abandoned apply after
+
+
+class LeaderUnavailable(OSError):
+    """The leader's mount point is there but holds no logfs mount (no ``.logfs``): the leader is not mounted."""
+
+
+# Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
+# server, an unmounted mount point.
+_LEADER_DOWN = frozenset({
+    errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
+    errno.ENETUNREACH, errno.ETIMEDOUT, errno.EIO, errno.ESTALE, errno.ENODEV, errno.EPIPE,
+})  # fmt: skip
+
+
+class Follower:
+    """The follower of one leader. Build and run inside ``trio.run``. See the module docstring."""
+
+    def __init__(
+        self,
+        leader_mount: Path,
+        store: Store,
+        replica_id: int,
+        *,
+        on_hw_moved: Callable[[str, int], None] | None = None,
+        on_topic_deleted: Callable[[str], None] | None = None,
+    ) -> None:
+        self.leader = leader_mount
+        self.store = store
+        self.replica_id = replica_id
+        self.on_hw_moved = on_hw_moved  # (topic, partition): the HW (or the log's bounds) moved
+        self.on_topic_deleted = on_topic_deleted
+        self._fetch_limiter = trio.CapacityLimiter(FETCH_THREADS)
+        self._disk_limiter = trio.CapacityLimiter(DISK_THREADS)
+        self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
+        self._views: dict[tuple[str, int], PartitionView] = {}
+        self._tasks: dict[tuple[str, int], _PartitionTask] = {}
+        self._configs: dict[str, str] = {}  # topic → the config text last copied
+        self._seen_topics: set[str] = set()  # topics the leader listed during this run
+        self._leader_ok: bool | None = None
+        self._failing: set[tuple[str, int]] = set()  # partitions whose failed fetch was logged (once)
+        self._state_lock = trio.Lock()
+        try:
+            previous = read_replica_state(store.path)
+        except UnreadableReplicaState as exc:
+            _log.warning("%s: starting without it (the first fetch rewrites it)", exc)
+            previous = None
+        epochs = [log.epoch_cache.latest_epoch() for _, log in store.logs()]
+        self._highest_epoch = max(
+            [e for e in epochs if e is not None] + ([previous.highest_epoch] if previous is not None else []),
+            default=-1,
+        )
+        self._written: PersistedReplicaState | None = previous
+
+    # --- what the mount asks (trio thread) --------------------------------------------------------------------------
+
+    def partition_view(self, topic: str, partition: int) -> tuple[int, tuple[int, ...]]:
+        """(leader epoch, ISR) as the last fetch of that partition told; (-1, ()) before any."""
+        view = self._views.get((topic, partition))
+        if view is None or not view.answered:
+            return -1, ()
+        return view.leader_epoch, view.isr
+
+    # --- running ------------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Replicate until cancelled."""
+        _log.info("following %s as replica %d into %s", self.leader, self.replica_id, self.store.path)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._tick)
+                for tp, _ in self.store.logs():  # resume what this store holds (the leader may not list it yet)
+                    self._start_partition(nursery, tp.topic, tp.partition)
+                await self._discover(nursery)
+        finally:
+            # A fetch worker that the cancellation abandoned may be applying: wait for it, and keep later ones off.
+            gates = [task.gate for task in self._tasks.values()]
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(_close_gates, gates)
+
+    async def _thread(self, limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
+
+    async def _tick(self) -> None:
+        limiter = trio.CapacityLimiter(1)
+        while True:
+            await trio.sleep(TICK_INTERVAL_S)
+            try:
+                await trio.to_thread.run_sync(self.store.tick, limiter=limiter)
+            except Exception:
+                _log.exception("periodic store work failed (retrying in %.0f s)", TICK_INTERVAL_S)
+
+    # --- the leader up or down ----------------------------------------------------------------------------------------
+
+    def _leader_failed(self, exc: OSError) -> None:
+        if self._leader_ok is not False:
+            _log.warning(
+                "leader %s unreachable (%s): retrying with backoff up to %.0f s",
+                self.leader, _describe(exc), BACKOFF_MAX_S,
+            )  # fmt: skip
+        self._leader_ok = False
+
+    def _leader_answered(self) -> None:
+        if self._leader_ok is False:
+            _log.info("leader %s reachable again", self.leader)
+        self._leader_ok = True
+
+    # --- discovery ----------------------------------------------------------------------------------------------------
+
+    async def _discover(self, nursery: trio.Nursery) -> None:
+        backoff = _Backoff()
+        while True:
+            try:
+                listing = await trio.to_thread.run_sync(
+                    self._list_leader, limiter=self._fetch_limiter, abandon_on_cancel=True
+                )
+            except OSError as exc:
+                self._leader_failed(exc)
+                await backoff.wait()
+                continue
+            backoff.reset()
+            self._leader_answered()
+            for topic, (count, config) in listing.topics.items():
+                try:
+                    await self._thread(self._disk_limiter, self._ensure_topic, topic, count, config)
+                except (LogfsError, OSError) as exc:
+                    _log.error("cannot create topic %s here: %s", topic, exc)
+                    continue
+                self._seen_topics.add(topic)
+                for p in range(count):
+                    self._start_partition(nursery, topic, p)
+            for topic in sorted(self._seen_topics - set(listing.topics)):
+                await self._delete_topic(topic)
+            await trio.sleep(DISCOVER_INTERVAL_S)
+
+    def _list_leader(self) -> _Listing:
+        """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount)."""
+        names = os.listdir(self.leader)
+        if LOGFS_DIR not in names:
+            raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {self.leader}: the leader is not mounted")
+        listing = _Listing()
+        for topic in sorted(n for n in names if not n.startswith(".")):
+            try:
+                partitions = [int(n) for n in os.listdir(self.leader / topic) if n.isdigit()]
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # deleted since the root was listed
+            try:
+                config: str | None = (self.leader / topic / "config").read_text()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno in _LEADER_DOWN:
+                    raise
+                _log.error("cannot read %s: %s", self.leader / topic / "config", exc)
+                config = None
+            if partitions:
+                listing.topics[topic] = (max(partitions) + 1, config)
+        return listing
+
+    def _ensure_topic(self, topic: str, count: int, config: str | None) -> None:
+        """Create ``topic`` here with ``count`` partitions (or add the missing ones) and take the leader's config
+        when it changed. Worker thread."""
+        overrides = None
+        if config is not None and config != self._configs.get(topic):
+            try:
+                overrides = parse_config_lines(config, {})
+            except ConfigError as exc:
+                _log.error("topic %s: this store cannot take the leader's config (%s): keeping its own", topic, exc)
+        store = self.store
+        if not store.has_topic(topic):
+            store.create_topic(topic, count, overrides or None)
+            _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
+        elif overrides is not None and overrides != store.topic_overrides(topic):
+            store.set_topic_overrides(topic, overrides)
+            _log.info("topic %s: took the leader's config", topic)
+        for p in range(len(store.partitions(topic)), count):
+            store.add_partition(topic, p)
+            _log.info("topic %s: added partition %d", topic, p)
+        if config is not None:
+            self._configs[topic] = config
+
+    async def _delete_topic(self, topic: str) -> None:
+        self._seen_topics.discard(topic)
+        self._configs.pop(topic, None)
+        stopping = [self._tasks.pop(k) for k in list(self._tasks) if k[0] == topic]
+        for task in stopping:
+            task.scope.cancel()
+        for task in stopping:  # none of them may be appending while the topic goes
+            await task.done.wait()
+        await trio.to_thread.run_sync(_close_gates, [task.gate for task in stopping])  # nor an abandoned worker
+        for key in [k for k in self._views if k[0] == topic]:
+            del self._views[key]
+        if self.store.has_topic(topic):
+            try:
+                await self._thread(self._disk_limiter, self.store.delete_topic, topic)
+            except (LogfsError, OSError) as exc:
+                _log.error("topic %s: the leader deleted it; deleting it here failed: %s", topic, exc)
+                return
+            _log.info("topic %s: the leader deleted it; deleted here", topic)
+            if self.on_topic_deleted is not None:
+                self.on_topic_deleted(topic)
+        await self._write_state()
+
+    # --- fetching ---------------------------------------------------------------------------------------------------
+
+    def _start_partition(self, nursery: trio.Nursery, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        if key in self._tasks:
+            return
+        task = self._tasks[key] = _PartitionTask()
+        self._views[key] = PartitionView()
+        nursery.start_soon(self._follow_partition, topic, partition, task)
+
+    async def _follow_partition(self, topic: str, partition: int, task: _PartitionTask) -> None:
+        try:
+            with task.scope:
+                await self._fetch_forever(topic, partition, task)
+        finally:
+            task.done.set()
+
+    async def _fetch_forever(self, topic: str, partition: int, task: _PartitionTask) -> None:
+        backoff = _Backoff()
+        reader = FetchReader()  # each answer is applied before the next read overwrites it
+        while True:
+            try:
+                log = self.store.log(topic, partition)
+            except LogfsError:
+                return  # the topic was deleted here
+            offset = log.log_end_offset
+            epoch = log.epoch_cache.latest_epoch()
+            epoch = NO_EPOCH if epoch is None else epoch
+            path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch)
+            view = self._views.get((topic, partition))
+            known = (view.leader_epoch, view.isr) if view is not None and view.answered else None
+            started = trio.current_time()
+            job = functools.partial(fetch_and_apply, reader, path, log, offset, known, task.gate, self._appends)
+            try:
+                fetched = await trio.to_thread.run_sync(job, limiter=self._fetch_limiter, abandon_on_cancel=True)
+            except OSError as exc:
+                await self._fetch_failed(topic, partition, exc)
+                await backoff.wait()
+                continue
+            except (FetchProtocolError, ApplyFailed) as exc:
+                _log.error("%s-%d: %s", topic, partition, exc)
+                await backoff.wait()
+                continue
+            self._leader_answered()
+            response, applied = fetched.response, fetched.applied
+            await self._heard(topic, partition, response)
+            if applied is None:  # news of the leader's epoch or ISR: recorded (above) before the log shows it
+                try:
+                    applied = await self._thread(self._disk_limiter, apply_fetch, log, offset, response)
+                except (LogfsError, FetchProtocolError, OSError) as exc:
+                    _log.error("%s-%d: cannot apply the fetch at offset %d: %s", topic, partition, offset, exc)
+                    await backoff.wait()
+                    continue
+            self._failing.discard((topic, partition))
+            self._applied(topic, partition, log, offset, response, applied)
+            if applied.stale:
+                await backoff.wait()
+                continue
+            backoff.reset()
+            if not applied.changed and trio.current_time() - started < EMPTY_FETCH_PAUSE_S:
+                await trio.sleep(EMPTY_FETCH_PAUSE_S)
+
+    async def _fetch_failed(self, topic: str, partition: int, exc: OSError) -> None:
+        """Log a failed fetch once (until the partition fetches again): refused (EPERM), not on the leader (ENOENT,
+        quietly: discovery sees deletions), another error of a leader that is up, or a leader that is down."""
+        key = (topic, partition)
+        reachable = exc.errno not in _LEADER_DOWN or exc.errno == errno.EIO
+        if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
+            reachable = await trio.to_thread.run_sync(
+                os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True
+            )
+        if not reachable:
+            self._leader_failed(exc)
+        elif exc.errno == errno.ENOENT:
+            _log.debug("%s-%d: not on the leader (ENOENT): waiting", topic, partition)
+        elif key not in self._failing:
+            self._failing.add(key)
+            if exc.errno == errno.EPERM:
+                _log.error(
+                    "%s-%d: the leader refuses fetches from replica %d (not in its replica.ids): retrying",
+                    topic, partition, self.replica_id,
+                )  # fmt: skip
+            else:
+                _log.warning("%s-%d: fetch failed (%s): retrying", topic, partition, _describe(exc))
+
+    async def _heard(self, topic: str, partition: int, response: FetchResponse) -> None:
+        """What a response says of the leader (its epoch, the ISR): logged when it changes, shown by the mount's
+        ``state``, persisted in the replica state file. Before the response is applied: it holds even if that fails."""
+        name = f"{topic}-{partition}"
+        view = self._views.setdefault((topic, partition), PartitionView())
+        if view.answered and (self.replica_id in view.isr) != (self.replica_id in response.isr):
+            joined = self.replica_id in response.isr
+            _log.info("%s: %s the ISR %s", name, "joined" if joined else "left", list(response.isr))
+        if view.leader_epoch != response.leader_epoch:
+            _log.info("%s: leader epoch %d", name, response.leader_epoch)
+        if view.answered and (view.leader_epoch, view.isr) == (response.leader_epoch, response.isr):
+            return  # nothing new: no O(partitions) state computation per fetch
+        view.leader_epoch, view.isr, view.answered = response.leader_epoch, response.isr, True
+        await self._write_state()
+
+    def _applied(
+        self, topic: str, partition: int, log: Log, offset: int, response: FetchResponse, applied: Applied
+    ) -> None:
+        """Log the events of one applied fetch and wake the mount's readers when the HW (or the log's bounds) moved."""
+        name = f"{topic}-{partition}"
+        if applied.truncated_to is not None:
+            why = (
+                f"diverging epoch {response.diverging_epoch.epoch} ending at {response.diverging_epoch.end_offset}"
+                if response.diverging_epoch is not None
+                else "the leader's log ends below ours"
+                if response.out_of_range
+                else "a batch straddled our end"
+            )
+            _log.info("%s: truncated from %d to %d (%s)", name, offset, applied.truncated_to, why)
+        if applied.started_at is not None:
+            _log.info(
+                "%s: emptied and started at %d (the leader's log start is %d)", name, applied.started_at,
+                response.log_start_offset,
+            )  # fmt: skip
+        if applied.stale and response.out_of_range:
+            _log.warning(
+                "%s: the leader (epoch %d) answers OFFSET_OUT_OF_RANGE at %d with our epoch %s: waiting", name,
+                response.leader_epoch, offset, log.epoch_cache.latest_epoch(),
+            )  # fmt: skip
+        if applied.log_start_moved:
+            _log.info("%s: log start offset %d, as the leader's", name, log.log_start_offset)
+        moved = applied.hw_moved or applied.log_start_moved
+        if (moved or applied.truncated_to is not None or applied.started_at is not None) and self.on_hw_moved:
+            self.on_hw_moved(topic, partition)
+
+    async def _write_state(self) -> None:
+        async with self._state_lock:
+            state = aggregate_replica_state(
+                self.replica_id, self._highest_epoch,
+                ((v.leader_epoch, v.isr) for v in self._views.values() if v.answered),
+            )  # fmt: skip
+            if state is None:
+                return
+            previous = self._written
+            if (
+                state.in_isr
+                and previous is not None
+                and not previous.in_isr
+                and not all(v.answered for v in self._views.values())
+            ):
+                # Out of the ISR at the last fetch before this run: not back in until every partition has said so.
+                state = dataclasses.replace(state, in_isr=False)
+            if state == previous:
+                return
+            self._highest_epoch = state.highest_epoch
+            await self._thread(self._disk_limiter, write_replica_state, self.store.path, state)
+            self._written = state
+            _log.debug("replica state: %s", state)
+
+
+def _close_gates(gates: list[ApplyGate]) -> None:
+    for gate in gates:
+        gate.close()
+
+
+def _describe(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return f"{name}: {exc.strerror or exc}" if name else str(exc)
+
+
+# --- the command ------------------------------------------------------------------------------------------------------
+
+
+def follow(leader_mount: Path, store_path: Path, replica_id: int, config: StoreConfig, mountpoint: Path | None) -> int:
+    """Run the follower (and its read-only mount) in the foreground until SIGINT/SIGTERM; the exit code. Main
+    thread. Raises StoreLocked, ConfigError (a node.id the store refuses) and MountError before anything runs."""
+    store = Store.open(store_path, config)
+    try:
+        if mountpoint is None:
+            return trio.run(_run_plain, leader_mount, store, replica_id)
+        from logfs.mount.server import clear_stale_mount, raise_open_file_limit
+
+        raise_open_file_limit()
+        clear_stale_mount(mountpoint)
+        return trio.run(_run_mounted, leader_mount, store, replica_id, mountpoint)
+    finally:
+        store.close()
+        _log.info("closed store %s", store_path)
+
+
+async def _run_plain(leader_mount: Path, store: Store, replica_id: int) -> int:
+    follower = Follower(leader_mount, store, replica_id)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follower.run)
+        await _wait_for_signal()
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountpoint: Path) -> int:
+    from logfs.mount.operations import Operations
+    from logfs.mount.server import run_mount, stop_mount
+
+    follower = Follower(leader_mount, store, replica_id)
+    ops = Operations(store, follower=follower.partition_view)
+    follower.on_hw_moved = ops.notify_hw
+    follower.on_topic_deleted = ops.topic_deleted
+
+    async def on_signals() -> None:
+        await _wait_for_signal()
+        await stop_mount(ops)
+
+    background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals]
+    return await run_mount(ops, mountpoint, background)
+
+
+async def _wait_for_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            _log.info("%s: shutting down", signal.Signals(signum).name)
+            return

@@ -1,0 +1,218 @@
+"""Records of a ``.kafka`` range file as Arrow record batches in the schema of Spark's Kafka source.
+
+An executor of the ``logfs`` source reads ``at/<start>-<end>.kafka`` (whole stored batches, the first and the last
+possibly holding records outside the range) in blocks of READ_BYTES, and turns the whole batches of each block into
+one ``pyarrow.RecordBatch``:
+
+* ``core.batch.record_columns`` decompresses and walks each batch once, giving every record's offset and timestamp
+  deltas and the position and length of its key and value; control batches (transaction markers) are skipped, and
+  records outside ``[start, end)`` are masked out;
+* the records sections of the block's batches are laid end to end in one buffer (uncompressed ones sliced from the
+  block, compressed ones inflated), so positions grow monotonically through it;
+* a key or value column is then made without a Python loop over records: a binary array over that buffer whose
+  offsets alternate ``position, position + length`` has the values at its even indexes (the odd ones are the bytes
+  between them), and Arrow's ``take`` of the even indexes copies them out contiguously. Measured: ~0.05 µs a
+  record for 100-byte values, where slicing and joining in Python costs ~0.4 µs;
+* offsets, timestamps (ms → µs, UTC) and the constant columns are numpy arrays; headers are built in Python, only
+  when ``includeHeaders`` asks and only for blocks that have any.
+
+Columns, names and types are those of Spark's Kafka source: ``key binary, value binary, topic string, partition int,
+offset long, timestamp timestamp, timestampType int[, headers array<struct<key string, value binary>>]``; a record
+without headers has null ``headers``, as in Spark. The Arrow types are taken from the schema the caller passes
+(pyspark's own conversion of the Spark schema), so they always equal what Spark checks.
+
+Threads: any (pure functions of the bytes read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from logfs.core.errors import CorruptRecord
+from logfs.core.format.batch import RECORDS_OFFSET, TimestampType, iter_batch_positions, read_header, record_columns
+from logfs.spark.offsets import OffsetRange
+
+READ_BYTES = 4 * 1024 * 1024  # stored bytes per read and per Arrow batch (~40,000 records of 100 bytes)
+INT32_MAX = 2**31 - 1
+
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+
+
+def kafka_arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema pyspark makes of the Kafka source's Spark schema (UTC timestamps in µs)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def read_range(f: BinaryIO, rng: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The records ``[rng.start, rng.end)`` of the open ``.kafka`` file ``f``, one Arrow batch per block read."""
+    tail = b""
+    while True:
+        chunk = f.read(READ_BYTES)
+        if not chunk:
+            break
+        buf = tail + chunk if tail else chunk
+        batch, used = decode_block(buf, rng, schema)
+        tail = buf[used:]
+        if batch is not None:
+            yield batch
+    if tail:
+        raise CorruptRecord(f"the range file of {rng.topic}-{rng.partition} ends inside a batch ({len(tail)} bytes)")
+
+
+@dataclass
+class _Parts:
+    """Column pieces of the selected records of one block, batch by batch."""
+
+    sections: list[bytes | bytearray | memoryview] = field(default_factory=list)
+    size: int = 0
+    offset: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    timestamp: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    timestamp_type: list[npt.NDArray[np.int32]] = field(default_factory=list)
+    key_position: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    key_length: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    value_position: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    value_length: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes | None]] | None] = field(default_factory=list)
+    any_headers: bool = False
+
+
+def decode_block(buf: bytes, rng: OffsetRange, schema: pa.Schema) -> tuple[pa.RecordBatch | None, int]:
+    """The records in ``rng`` of the whole batches at the start of ``buf`` as one Arrow batch (None when there is
+    none), and how many bytes of ``buf`` those whole batches take (the rest is an incomplete batch)."""
+    want_headers = "headers" in schema.names
+    parts = _Parts()
+    used = 0
+    for position, size in iter_batch_positions(buf):
+        used = position + size
+        header = read_header(buf, position)
+        if header.is_control or header.last_offset < rng.start or header.base_offset >= rng.end:
+            continue
+        header, cols = record_columns(buf, position)
+        if not len(cols):
+            continue
+        offsets = header.base_offset + np.asarray(cols.offset_delta, dtype=np.int64)
+        keep: npt.NDArray[np.bool_] | None = None
+        if header.base_offset < rng.start or header.last_offset >= rng.end:
+            keep = (offsets >= rng.start) & (offsets < rng.end)
+            if not keep.any():
+                continue
+        # Lay this batch's records section after the previous ones; shift its positions to match.
+        if cols.data is buf:
+            section_start = position + RECORDS_OFFSET
+            parts.sections.append(memoryview(buf)[section_start : position + size])
+        else:
+            section_start = 0
+            parts.sections.append(cols.data)
+        shift = parts.size - section_start
+        parts.size += len(parts.sections[-1])
+        if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            ts = np.full(len(cols), header.max_timestamp, dtype=np.int64)
+            ts_type = int(TimestampType.LOG_APPEND_TIME)
+        else:
+            ts = header.base_timestamp + np.asarray(cols.timestamp_delta, dtype=np.int64)
+            ts_type = int(TimestampType.CREATE_TIME)
+        columns = [
+            offsets,
+            ts,
+            np.asarray(cols.key_position, dtype=np.int64) + shift,
+            np.asarray(cols.key_length, dtype=np.int64),
+            np.asarray(cols.value_position, dtype=np.int64) + shift,
+            np.asarray(cols.value_length, dtype=np.int64),
+        ]
+        hdrs = list(cols.headers)
+        if keep is not None:
+            columns = [c[keep] for c in columns]
+            hdrs = [h for h, k in zip(hdrs, keep.tolist(), strict=True) if k]
+        parts.offset.append(columns[0])
+        parts.timestamp.append(columns[1])
+        parts.key_position.append(columns[2])
+        parts.key_length.append(columns[3])
+        parts.value_position.append(columns[4])
+        parts.value_length.append(columns[5])
+        parts.timestamp_type.append(np.full(len(columns[0]), ts_type, dtype=np.int32))
+        if want_headers:
+            parts.headers.extend(hdrs)
+            parts.any_headers = parts.any_headers or any(hdrs)
+    if not parts.offset:
+        return None, used
+    return _record_batch(parts, rng, schema), used
+
+
+def _record_batch(parts: _Parts, rng: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+    data = b"".join(parts.sections)
+    offset = np.concatenate(parts.offset)
+    n = len(offset)
+    arrays: dict[str, pa.Array] = {
+        "key": _binary(data, np.concatenate(parts.key_position), np.concatenate(parts.key_length)),
+        "value": _binary(data, np.concatenate(parts.value_position), np.concatenate(parts.value_length)),
+        "topic": _repeat_string(rng.topic, n),
+        "partition": pa.array(np.full(n, rng.partition, dtype=np.int32), type=pa.int32()),
+        "offset": pa.array(offset, type=pa.int64()),
+        "timestamp": pa.array(np.concatenate(parts.timestamp) * 1000, type=pa.int64()).cast(
+            schema.field("timestamp").type
+        ),
+        "timestampType": pa.array(np.concatenate(parts.timestamp_type), type=pa.int32()),
+    }
+    if "headers" in schema.names:
+        htype = schema.field("headers").type
+        if parts.any_headers:
+            rows = [[{"key": k, "value": v} for k, v in h] if h else None for h in parts.headers]
+            arrays["headers"] = pa.array(rows, type=htype)
+        else:
+            arrays["headers"] = pa.nulls(n, type=htype)
+    return pa.RecordBatch.from_arrays([arrays[name] for name in schema.names], schema=schema)
+
+
+def _binary(data: bytes, position: npt.NDArray[np.int64], length: npt.NDArray[np.int64]) -> pa.Array:
+    """``data[position[i] : position[i] + length[i]]`` for each i as a binary array, null where length is -1.
+
+    Positions must ascend with no overlap (they do: records lie in order in ``data``).
+    """
+    n = len(position)
+    valid = length >= 0
+    if not valid.any():
+        return pa.nulls(n, type=pa.binary())
+    bounds = np.empty(2 * n, dtype=np.int64)
+    bounds[0::2] = position
+    bounds[1::2] = position + np.maximum(length, 0)
+    if len(data) <= INT32_MAX:
+        interleaved = pa.Array.from_buffers(
+            pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(data)]
+        )
+        values = interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    else:  # over 2 GiB of inflated records in one block: 64-bit offsets, then back to binary
+        interleaved = pa.Array.from_buffers(
+            pa.large_binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+        )
+        values = interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))).cast(pa.binary())
+    if valid.all():
+        return values
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = values.buffers()
+    return pa.Array.from_buffers(pa.binary(), n, [validity, buffers[1], buffers[2]], offset=values.offset)
+
+
+def _repeat_string(text: str, n: int) -> pa.Array:
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
+    if offsets[-1] > INT32_MAX:
+        return pa.array([text] * n, type=pa.string())
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw * n)])

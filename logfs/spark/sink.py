@@ -1,0 +1,324 @@
+"""The ``logfs`` sink: rows of a DataFrame appended to topics through a mount's ``batches`` files (spec/spark.md §2).
+
+Columns, as Spark's Kafka sink takes them (others are ignored): ``value`` (binary or string, required), ``key``
+(binary or string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int), ``headers``
+(``array<struct<key: string, value: binary>>``). Strings are stored as their UTF-8 bytes.
+
+Theory of operation. Each Spark task (one ``write`` of the Spark writer) turns its rows into records with the
+append time as a CreateTime timestamp, as a Kafka producer does, and chooses each record's partition as Kafka's
+default partitioner does: the ``partition`` column when it is not null; else ``murmur2(key)`` for a non-null key
+(``core/format/partitioner.py``); else, for null keys, one partition per incoming Arrow batch, in turn (the sticky
+rule).
+Records are encoded with ``core/format/batch.py`` into RecordBatch v2 batches (keys, headers and timestamps survive,
+which ``append.jsonl`` could not promise for binary data), kept below the topic's ``max.message.bytes``, and written
+to ``<topic>/<partition>/batches`` in writes of about WRITE_BYTES. Before the task reports success every handle is
+fsync'ed — acks=all: the records are on disk and replicated to the ISR — so a micro-batch Spark commits is durable.
+The produce responses of each handle (opened O_RDWR) give the offsets each task appended, which go back to the
+driver in the commit message.
+
+A topic that does not exist is created with ``mkdir`` (the mount's ``num.partitions``), as a Kafka broker with
+``auto.create.topics.enable`` does. Without ``exactlyOnce`` the sink is at-least-once: a task that fails after some
+of its writes and is retried appends those rows again. With it, each task writes in a transaction of its own, which
+the driver commits with the micro-batch (``logfs/spark/transactions.py``).
+
+Threads: one :class:`MountWriter` per task, used by one thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from logfs.core.format.batch import RECORD_BATCH_OVERHEAD, Header, Record, encode_batch
+from logfs.core.format.compression import Compression
+from logfs.core.format.partitioner import partition_for_key
+from logfs.spark.mount import list_partitions
+from logfs.spark.transactions import abort, new_transaction, transaction_dir
+
+WRITE_BYTES = 1024 * 1024  # bytes per write(2): one FUSE request at the mount's max_write
+BATCH_BYTES_MAX = 1024 * 1024  # Kafka's producer batches are far smaller (batch.size 16 KiB); one request's worth
+BATCH_SAFETY = 0.9  # room for a codec's framing on incompressible data (gzip ~20 B + 0.1 %)
+RECORD_OVERHEAD_MAX = 36  # length, attributes, timestamp, offset, key and value lengths, header count: widest varints
+HEADER_OVERHEAD_MAX = 10  # header key and value length varints
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
+
+SINK_COLUMNS = ("key", "value", "topic", "partition", "headers")
+
+
+class SinkError(RuntimeError):
+    """Rows the sink cannot append: a missing topic, a bad partition, a refusal of the mount."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What one task appended to one partition: ``records`` records at offsets first..last."""
+
+    topic: str
+    partition: int
+    records: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class _Partition:
+    fd: int
+    path: Path
+    limit: int  # payload bytes per batch
+    records: list[Record] = field(default_factory=list)
+    pending_bytes: int = 0  # estimated encoded size of ``records``
+    out: list[bytes] = field(default_factory=list)
+    out_bytes: int = 0
+
+
+class MountWriter:
+    """Appends rows (Arrow batches of the sink's columns) for one Spark task; :meth:`close` fsyncs and reports."""
+
+    def __init__(
+        self,
+        mount: Path,
+        *,
+        topic: str | None,
+        compression: Compression = Compression.NONE,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        rng: random.Random | None = None,
+        transactional_id: str | None = None,
+    ) -> None:
+        """``transactional_id`` (exactlyOnce): the rows go into a transaction of this task's own, begun at the first
+        row (``logfs/spark/transactions.py``); :attr:`transaction` names it for the driver's commit."""
+        self._mount = mount
+        self._transactional_id = transactional_id
+        self.transaction: str | None = None
+        self._topic = topic
+        self._compression = compression
+        self._clock_ms = clock_ms
+        self._rng = rng or random.Random()
+        self._partitions: dict[str, int] = {}  # topic -> partition count
+        self._sticky: dict[str, int] = {}  # topic -> next partition for null keys
+        self._open: dict[tuple[str, int], _Partition] = {}
+
+    # --- rows ------------------------------------------------------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Add the rows of one Arrow batch (buffered; written out in WRITE_BYTES pieces)."""
+        n = batch.num_rows
+        if n == 0:
+            return
+        names = set(batch.schema.names)
+        if "value" not in names:
+            raise SinkError("the logfs sink needs a value column (binary or string)")
+        values = _bytes_column(batch.column("value"))
+        keys = _bytes_column(batch.column("key")) if "key" in names else [None] * n
+        if self._topic is not None:
+            topics: list[Any] = [self._topic] * n
+        elif "topic" in names:
+            topics = batch.column("topic").to_pylist()
+        else:
+            raise SinkError("the logfs sink needs a topic: a topic column or the topic option")
+        partitions = batch.column("partition").to_pylist() if "partition" in names else [None] * n
+        headers = batch.column("headers").to_pylist() if "headers" in names else None
+        now = self._clock_ms()
+        sticky: dict[str, int] = {}  # this batch's partition for null keys, per topic
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise SinkError("a row has a null topic and no topic option is set")
+            count = self._partition_count(topic)
+            partition = partitions[i]
+            key = keys[i]
+            if partition is None:
+                if key is not None:
+                    partition = partition_for_key(key, count)
+                else:
+                    if topic not in sticky:
+                        sticky[topic] = self._next_sticky(topic, count)
+                    partition = sticky[topic]
+            elif not 0 <= partition < count:
+                raise SinkError(f"partition {partition} of topic {topic!r} does not exist (it has {count})")
+            hdrs: tuple[Header, ...] = ()
+            if headers is not None and headers[i]:
+                hdrs = tuple(Header(h["key"], _as_bytes(h["value"])) for h in headers[i])
+            self._add(topic, partition, key, values[i], hdrs, now)
+
+    def _add(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: tuple[Header, ...], now: int
+    ) -> None:
+        p = self._open.get((topic, partition)) or self._open_partition(topic, partition)
+        size = RECORD_OVERHEAD_MAX + len(key or b"") + len(value or b"")
+        for h in headers:
+            size += HEADER_OVERHEAD_MAX + len(h.key.encode("utf-8")) + len(h.value or b"")
+        if p.records and p.pending_bytes + size > p.limit:
+            self._encode(p)
+        p.records.append(Record(len(p.records), now, key, value, headers))
+        p.pending_bytes += size
+
+    def _encode(self, p: _Partition) -> None:
+        raw = encode_batch(p.records, compression=self._compression)
+        p.records, p.pending_bytes = [], 0
+        p.out.append(raw)
+        p.out_bytes += len(raw)
+        if p.out_bytes >= WRITE_BYTES:
+            self._flush(p)
+
+    def _flush(self, p: _Partition) -> None:
+        data = memoryview(b"".join(p.out))
+        p.out, p.out_bytes = [], 0
+        while data:
+            try:
+                written = os.write(p.fd, data)
+            except OSError as exc:
+                raise _refusal(exc, p.path) from exc
+            data = data[written:]
+
+    # --- topics and partitions ---------------------------------------------------------------------------------
+
+    def _partition_count(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = len(list_partitions(self._mount, topic))
+            if count == 0:
+                try:
+                    os.mkdir(self._mount / topic)  # auto-create, like Kafka's auto.create.topics.enable
+                except FileExistsError:
+                    pass  # another task created it first
+                except OSError as exc:
+                    raise SinkError(f"cannot create topic {topic!r} under {self._mount}: {exc}") from exc
+                count = len(list_partitions(self._mount, topic))
+                if count == 0:
+                    raise SinkError(f"topic {topic!r} under {self._mount} has no partitions")
+            self._partitions[topic] = count
+        return count
+
+    def _next_sticky(self, topic: str, count: int) -> int:
+        nxt = self._sticky.get(topic)
+        if nxt is None:
+            nxt = self._rng.randrange(count)  # tasks start on different partitions
+        self._sticky[topic] = (nxt + 1) % count
+        return nxt
+
+    def _open_partition(self, topic: str, partition: int) -> _Partition:
+        base = self._mount
+        if self._transactional_id is not None:
+            if self.transaction is None:
+                self.transaction = new_transaction(self._mount, self._transactional_id)
+            base = transaction_dir(self._mount, self.transaction)
+        path = base / topic / str(partition) / "batches"
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise _refusal(exc, path) from exc
+        limit = int(min(_max_message_bytes(self._mount, topic), BATCH_BYTES_MAX) * BATCH_SAFETY)
+        p = _Partition(fd, path, limit - RECORD_BATCH_OVERHEAD)
+        self._open[(topic, partition)] = p
+        return p
+
+    # --- the end -------------------------------------------------------------------------------------------------
+
+    def close(self) -> list[Appended]:
+        """Write what is buffered, fsync every partition written (durable and replicated: acks=all), read the
+        produce responses and close. Raises SinkError when anything was refused."""
+        try:
+            for p in self._open.values():
+                if p.records:
+                    self._encode(p)
+                if p.out:
+                    self._flush(p)
+            for p in self._open.values():
+                try:
+                    os.fsync(p.fd)
+                except OSError as exc:
+                    raise _refusal(exc, p.path) from exc
+            return [a for (topic, partition), p in sorted(self._open.items()) for a in _responses(topic, partition, p)]
+        finally:
+            self.abort()
+
+    def abort_transaction(self) -> None:
+        """The task failed: abort its transaction, if it began one (without exactlyOnce what was written stays)."""
+        if self.transaction is not None:
+            abort(self._mount, self.transaction)
+
+    def abort(self) -> None:
+        """Close every handle (:meth:`abort_transaction` decides what becomes of the rows of a transaction)."""
+        handles, self._open = self._open, {}
+        for p in handles.values():
+            try:
+                os.close(p.fd)
+            except OSError:
+                pass  # close(2) reports a buffered tail's error; batches are whole here, so there is none
+
+
+def _responses(topic: str, partition: int, p: _Partition) -> list[Appended]:
+    """The produce responses of one handle (``<partition> <first> <last>`` lines) summed up."""
+    raw = b""
+    while chunk := os.read(p.fd, 65536):
+        raw += chunk
+    spans = [tuple(int(x) for x in line.split()) for line in raw.decode().splitlines() if line.strip()]
+    if not spans:
+        return []
+    records = sum(last - first + 1 for _, first, last in spans)
+    return [Appended(topic, partition, records, min(s[1] for s in spans), max(s[2] for s in spans))]
+
+
+def _max_message_bytes(mount: Path, topic: str) -> int:
+    try:
+        lines = (mount / topic / "config").read_text().splitlines()
+    except OSError:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "max.message.bytes" and value.strip().isdigit():
+            return int(value)
+    return DEFAULT_MAX_MESSAGE_BYTES
+
+
+def _refusal(exc: OSError, path: Path) -> SinkError:
+    reasons = {
+        errno.EROFS: "the mount is a follower's (read-only): write to the leader's mount",
+        errno.EFBIG: "a record is larger than the topic's max.message.bytes",
+        errno.ENOENT: "no such topic or partition (deleted while writing?)",
+        errno.EIO: "not acknowledged (acks=all: too few in-sync replicas, or a replication timeout)",
+        errno.EAGAIN: "too few in-sync replicas (min.insync.replicas)",
+    }
+    reason = reasons.get(exc.errno or 0, os.strerror(exc.errno or 0))
+    return SinkError(f"appending to {path}: {reason} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]")
+
+
+def _bytes_column(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
+    """A binary or string column as bytes (strings as UTF-8); a column of nulls only may have Arrow's null type."""
+    if pa.types.is_null(column.type):
+        return [None] * len(column)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if s is None else s.encode("utf-8") for s in column.to_pylist()]
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column.to_pylist()
+    raise SinkError(f"a key or value column must be binary or string, not {column.type}")
+
+
+def _as_bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def summarize(appended: Iterable[Appended]) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """Per partition: records, first offset, last offset, over many tasks' reports."""
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+
+    def key(a: Appended) -> tuple[str, int]:
+        return a.topic, a.partition
+
+    for tp, group in itertools.groupby(sorted(appended, key=key), key=key):
+        items = list(group)
+        out[tp] = (
+            sum(a.records for a in items),
+            min(a.first_offset for a in items),
+            max(a.last_offset for a in items),
+        )
+    return out

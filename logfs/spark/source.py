@@ -1,0 +1,502 @@
+"""The ``logfs`` Spark data source and sink (Python Data Source API, PySpark ≥ 4.2), and the Spark schema of the
+``.jsonl`` rendering (spec/spark.md §1, §2; user docs: docs/spark.md).
+
+::
+
+    from logfs.spark import LogfsDataSource
+    spark.dataSource.register(LogfsDataSource)
+    df = spark.read.format("logfs").option("subscribe", "orders").load("/mnt/logs")
+    df.write.format("logfs").option("topic", "out").mode("append").save("/mnt/logs")
+
+This module is the thin glue between Spark and four modules that know nothing of Spark:
+
+* ``options``: the options, checked on the driver;
+* ``offsets``: offset-range arithmetic (pinning, minPartitions, maxOffsetsPerTrigger, failOnDataLoss);
+* ``mount`` and ``arrow``: on an executor, open the pinned range ``at/<start>-<end>.kafka`` (waiting
+  for a follower mount that is behind) and decode it into Arrow batches;
+* ``sink``: append rows through ``<topic>/<partition>/batches`` and fsync.
+
+Where things run. ``reader``/``streamReader``/``writer`` run in a Python process Spark starts on the driver to plan;
+``partitions`` pins the ranges there (a batch query once, a stream once per micro-batch, from the ``state`` files);
+the reader or writer object is then pickled to executors, whose ``read``/``write`` open files under the same mount
+path (each node mounts the log, or a follower of it). Streaming offsets are plain JSON, exactly the Kafka source's
+``{"topic": {"0": 42}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from logfs.spark import transactions as txn
+from logfs.spark.arrow import read_range
+from logfs.spark.mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
+from logfs.spark.offsets import (
+    DataLoss,
+    OffsetRange,
+    OffsetSpec,
+    PartitionState,
+    TimestampSpec,
+    TopicPartition,
+    offsets_from_json,
+    offsets_to_json,
+    plan_batch,
+    rate_limit,
+    resolve_found,
+    resolve_offsets,
+    split_ranges,
+)
+from logfs.spark.options import OptionError, SinkOptions, SourceOptions, sink_options, source_options
+from logfs.spark.sink import Appended, MountWriter, summarize
+
+__all__ = ["JSONL_SCHEMA", "KAFKA_SCHEMA", "LogfsDataSource", "local_session", "register"]
+
+_log = logging.getLogger(__name__)
+
+# Fault injection for the exactly-once tests (tests/spark/test_spark_exactly_once.py); unset in normal use.
+FAIL_TASK_ONCE_ENV = "LOGFS_SPARK_TEST_FAIL_TASK_ONCE"  # the first attempt of every write task fails after writing
+PAUSE_ENV = "LOGFS_SPARK_TEST_PAUSE"  # "<before-commit|after-commit>:<file>": create it, wait to be killed
+
+# The columns of Spark's Kafka source, names and types exactly (KafkaRecordToRowConverter).
+KAFKA_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
+)
+HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+_HEADER_STRUCT = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+# The `.jsonl` rendering (spec/filesystem.md §4) as a Spark DDL schema, for spark.read.json(…, schema=JSONL_SCHEMA)
+# over `hw/` files without schema inference. `timestamp` is epoch milliseconds (timestamp_millis() converts it);
+# `key`, `value` and header values are text, or base64 when their `…Encoding` field says "base64".
+JSONL_SCHEMA = (
+    "topic STRING, `partition` INT, `offset` BIGINT, `timestamp` BIGINT, timestampType INT, "
+    "key STRING, keyEncoding STRING, value STRING, valueEncoding STRING, "
+    "headers ARRAY<STRUCT<key: STRING, value: STRING, valueEncoding: STRING>>"
+)
+
+
+def register(spark: Any) -> None:
+    """Register the ``logfs`` format with a SparkSession (``spark.dataSource.register(LogfsDataSource)``)."""
+    spark.dataSource.register(LogfsDataSource)
+
+
+def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
+    """A ``local[2]`` SparkSession for the demo, the benchmark and the tests on a small machine, ``logfs``
+    registered: no UI, two shuffle partitions, UTC, C1-only JIT (a first result in ~6 s instead of ~8 s), logs at
+    ERROR; ``conf`` adds or overrides settings (``spark_driver_memory="2g"`` → ``spark.driver.memory``); ``master``
+    ``"local[2,2]"`` retries a failed task once.
+
+    Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set) with PYTHONSAFEPATH=1: they start in
+    the driver's working directory, and in a logfs checkout its bare ``logfs/`` folder would shadow the package.
+    """
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONSAFEPATH"] = "1"
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    }
+    settings.update({key.replace("_", "."): value for key, value in conf.items()})
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+class LogfsDataSource(DataSource):
+    """The ``logfs`` format: Spark's Kafka source and sink over a mounted logfs store (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "logfs"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return f"{KAFKA_SCHEMA}, {HEADERS_COLUMN}" if include else KAFKA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = source_options(self.options, streaming=False)
+        _check_read_schema(schema, options)
+        return LogfsBatchReader(options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = source_options(self.options, streaming=True)
+        _check_read_schema(schema, options)
+        return LogfsStreamReader(options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return LogfsBatchWriter(_sink(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return LogfsStreamWriter(_sink(self.options, schema, overwrite))
+
+
+# --- reading ---------------------------------------------------------------------------------------------------------
+
+
+class RangePartition(InputPartition):
+    """One Spark partition: the records ``[start, end)`` of one topic-partition, pinned by the driver."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(None)
+        self.topic, self.partition, self.start, self.end = rng.topic, rng.partition, rng.start, rng.end
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start, self.end)
+
+
+def _read_partition(options: SourceOptions, schema: StructType, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """An executor's read of one pinned range (both readers)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if not isinstance(partition, RangePartition):
+        return  # no range to read: Spark plans one InputPartition(None) when partitions() returns none
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    opened = open_range(
+        Path(options.path),
+        partition.range,
+        read_committed=options.read_committed,
+        fail_on_data_loss=options.fail_on_data_loss,
+        timeout_s=options.poll_timeout_s,
+    )
+    if opened is None:
+        return
+    f, rng = opened
+    with f:
+        yield from read_range(f, rng, arrow_schema)
+
+
+def _subscribed(options: SourceOptions) -> dict[TopicPartition, PartitionState]:
+    """The states of the partitions a query subscribes to (driver)."""
+    mount = Path(options.path)
+    if not mount.is_dir():
+        raise OptionError(f"{options.path} is not a directory (the path must be a logfs mount point)")
+    sub = options.subscription
+    if sub.assign:
+        return read_states(mount, sub.assign)
+    topics = list(sub.topics) if sub.topics else [t for t in list_topics(mount) if sub.matches(t)]
+    return read_states(mount, partitions_of(mount, topics))
+
+
+def _resolve(
+    spec: OffsetSpec,
+    states: dict[TopicPartition, PartitionState],
+    options: SourceOptions,
+    *,
+    option: str,
+    allow_latest: bool = True,
+    allow_earliest: bool = True,
+) -> dict[TopicPartition, int]:
+    """The offsets ``spec`` names for the subscribed partitions (driver): a timestamp spec is looked up in the mount
+    (each partition's first record at or after its timestamp), the others are arithmetic on ``states``."""
+    rc = options.read_committed
+    if isinstance(spec, TimestampSpec):
+        mount = Path(options.path)
+        found = {
+            tp: offset_for_timestamp(mount, tp[0], tp[1], ts, read_committed=rc)
+            for tp, ts in spec.timestamps(states, option).items()
+        }
+        no_match = options.timestamp_no_match if option == "startingOffsets" else None
+        return resolve_found(found, states, read_committed=rc, no_match=no_match, option=option)
+    return resolve_offsets(
+        spec, states, read_committed=rc, option=option, allow_latest=allow_latest, allow_earliest=allow_earliest
+    )
+
+
+def _partitions(ranges: list[OffsetRange], options: SourceOptions) -> list[InputPartition]:
+    split = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    return [RangePartition(r) for r in split]
+
+
+class LogfsBatchReader(DataSourceReader):
+    """``spark.read.format("logfs")``: the ranges are pinned once, when Spark asks for the partitions."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        o = self.options
+        states = _subscribed(o)
+        rc = o.read_committed
+        starting = _resolve(o.starting, states, o, option="startingOffsets", allow_latest=False)
+        ending = _resolve(o.ending, states, o, option="endingOffsets", allow_earliest=False)
+        ranges = plan_batch(starting, ending, states, read_committed=rc, fail_on_data_loss=o.fail_on_data_loss)
+        _log.info("logfs: batch read of %d range(s), %d record(s)", len(ranges), sum(r.size for r in ranges))
+        return _partitions(ranges, o)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, self.schema, partition)
+
+
+class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("logfs")``: offsets are ``{"topic": {"partition": offset}}``.
+
+    Partitions that appear while the query runs (a new partition, a new topic matching subscribePattern) are read
+    from offset 0, as Spark reads new Kafka partitions from the earliest offset; if their log no longer starts at
+    0, the failOnDataLoss rule applies when the range is read.
+    """
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow: the offsets to stop at
+
+    def _latest(self) -> dict[TopicPartition, int]:
+        rc = self.options.read_committed
+        return {tp: s.end_offset(rc) for tp, s in _subscribed(self.options).items()}
+
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        states = _subscribed(o)
+        return offsets_to_json(_resolve(o.starting, states, o, option="startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return offsets_to_json(self._latest())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = offsets_from_json(start, "start offset")
+        latest = self._latest()
+        for tp, offset in begin.items():
+            now = latest.get(tp)
+            if now is not None and now >= offset:
+                continue
+            what = "is gone (topic deleted?)" if now is None else f"now ends at {now}, before offset {offset}"
+            if self.options.fail_on_data_loss:
+                raise DataLoss(f"{tp[0]}-{tp[1]} {what}. Set failOnDataLoss=false to go on without it.")
+            _log.warning("logfs: %s-%s %s; going on (failOnDataLoss=false)", tp[0], tp[1], what)
+            latest[tp] = offset
+        if self._target is not None:
+            latest = {tp: min(end, self._target.get(tp, begin.get(tp, 0))) for tp, end in latest.items()}
+            latest = {tp: max(end, begin.get(tp, 0)) for tp, end in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        return offsets_to_json(latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin = offsets_from_json(start, "start offset")
+        until = offsets_from_json(end, "end offset")
+        ranges = [OffsetRange(t, p, begin.get((t, p), 0), e) for (t, p), e in sorted(until.items())]
+        return _partitions([r for r in ranges if r.size > 0], self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, self.schema, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # nothing to release: the mount keeps no consumer state
+
+
+def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
+    want = kafka_struct(options.include_headers)
+    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in want.fields]:
+        raise OptionError(f"the logfs source has a fixed schema ({want.simpleString()}); got {schema.simpleString()}")
+
+
+def kafka_struct(include_headers: bool) -> StructType:
+    """KAFKA_SCHEMA (and HEADERS_COLUMN) as a StructType, built without a SparkContext (workers have none)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(_HEADER_STRUCT)))
+    return StructType(fields)
+
+
+# --- writing ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LogfsCommitMessage(WriterCommitMessage):
+    """What one task appended, per partition; with exactlyOnce, its transaction and Spark partition id."""
+
+    appended: list[Appended]
+    transaction: str | None = None
+    task_partition: int = -1
+
+
+def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
+    """Check the options and the DataFrame's columns of a write (driver)."""
+    if overwrite:
+        raise OptionError("the logfs sink only appends: use mode('append') (a log is never overwritten)")
+    sink = sink_options(options)
+    types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
+    text_or_binary = (StringType(), BinaryType())
+    if "value" not in types:
+        raise OptionError("the logfs sink needs a value column (binary or string)")
+    for name in ("key", "value"):
+        if name in types and types[name] not in text_or_binary:
+            raise OptionError(f"column {name} must be binary or string, not {types[name].simpleString()}")
+    if sink.topic is None and "topic" not in types:
+        raise OptionError("the logfs sink needs a topic: the topic option or a topic column")
+    if "topic" in types and types["topic"] != StringType():
+        raise OptionError(f"column topic must be a string, not {types['topic'].simpleString()}")
+    if "partition" in types and types["partition"] != IntegerType():
+        raise OptionError(f"column partition must be an int, not {types['partition'].simpleString()}")
+    if "headers" in types:
+        h = types["headers"]
+        if not (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)) or [
+            (f.name, f.dataType) for f in h.elementType.fields
+        ] != [(f.name, f.dataType) for f in _HEADER_STRUCT.fields]:
+            raise OptionError(
+                f"column headers must be array<struct<key: string, value: binary>>, not {h.simpleString()}"
+            )
+    return sink
+
+
+def _write_task(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
+    writer = MountWriter(
+        Path(sink.path), topic=sink.topic, compression=sink.compression, transactional_id=sink.transactional_id
+    )
+    context = TaskContext.get()
+    try:
+        for batch in batches:
+            writer.write(batch)
+        appended = writer.close()
+        if os.environ.get(FAIL_TASK_ONCE_ENV) and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError(f"{FAIL_TASK_ONCE_ENV}: this task attempt fails after writing (a test's fault)")
+        return LogfsCommitMessage(appended, writer.transaction, -1 if context is None else context.partitionId())
+    except BaseException:
+        writer.abort_transaction()
+        raise
+    finally:
+        writer.abort()
+
+
+def _commit_transactions(sink: SinkOptions, messages: list[Any], batch_id: int | None) -> None:
+    """Commit the tasks' transactions of a write (exactlyOnce), after aborting any other open transaction of the
+    query (an earlier run's). A streaming micro-batch's carry labels, so a replayed micro-batch whose transactions
+    were committed before aborts its new ones (no duplicate)."""
+    if sink.transactional_id is None:
+        return
+    _test_pause("before-commit")
+    mount = Path(sink.path)
+    ours = [m for m in messages if isinstance(m, LogfsCommitMessage) and m.transaction is not None]
+    # Micro-batches run one after another: any other open transaction of this query is a leftover (a killed
+    # driver's or executor's), which would hold the last stable offset until its timeout.
+    txn.abort_stale(mount, sink.transactional_id, keep={m.transaction for m in ours if m.transaction})
+    for m in ours:
+        assert m.transaction is not None
+        name = None if batch_id is None else txn.label(sink.transactional_id, batch_id, m.task_partition)
+        txn.commit(mount, m.transaction, name)
+    _test_pause("after-commit")
+
+
+def _abort_transactions(sink: SinkOptions, messages: list[Any]) -> None:
+    if sink.transactional_id is None:
+        return
+    for m in messages:
+        if isinstance(m, LogfsCommitMessage) and m.transaction is not None:
+            txn.abort(Path(sink.path), m.transaction)
+
+
+def _test_pause(point: str) -> None:
+    """A fault-injection point for the exactly-once tests: with ``LOGFS_SPARK_TEST_PAUSE=<point>:<file>`` set,
+    create ``<file>`` and wait there to be killed (kill -9 of the whole query at that moment)."""
+    wanted, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
+    if wanted == point and marker:
+        Path(marker).touch()
+        while True:
+            time.sleep(1)
+
+
+def _log_commit(messages: list[Any], what: str) -> None:
+    appended = [a for m in messages if isinstance(m, LogfsCommitMessage) for a in m.appended]
+    for (topic, partition), (records, first, last) in sorted(summarize(appended).items()):
+        _log.info(
+            "logfs: %s appended %d record(s) to %s-%d, offsets %d..%d", what, records, topic, partition, first, last
+        )
+
+
+class LogfsBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("logfs").mode("append")``: each task appends and fsyncs its rows."""
+
+    def __init__(self, sink: SinkOptions) -> None:
+        self.sink = sink
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
+        return _write_task(self.sink, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        _commit_transactions(self.sink, messages, None)
+        _log_commit(messages, "write")
+
+    def abort(self, messages: list[Any]) -> None:
+        _abort_transactions(self.sink, messages)
+        if self.sink.transactional_id is None:
+            _log.warning("logfs: write aborted; rows appended by tasks that succeeded stay (no exactlyOnce)")
+
+
+class LogfsStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("logfs")``: each micro-batch's tasks append and fsync before Spark commits it."""
+
+    def __init__(self, sink: SinkOptions) -> None:
+        self.sink = sink
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
+        return _write_task(self.sink, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        _commit_transactions(self.sink, messages, batchId)
+        _log_commit(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        _abort_transactions(self.sink, messages)
+        if self.sink.transactional_id is None:
+            _log.warning("logfs: micro-batch %d aborted; rows appended by its finished tasks stay", batchId)

@@ -1,0 +1,111 @@
+"""The sink's row handling (``logfs.spark.sink.MountWriter``) on a directory laid out like a mount: partitioning as
+Kafka's default partitioner, batches cut below ``max.message.bytes``, strings and headers, and the refusals. What
+the mount does with the batches (offsets, fsync, produce responses) is tested through a real mount in test_spark.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from logfs.core.format.batch import Header, decode_records, iter_batch_positions, read_header
+from logfs.core.format.compression import Compression
+from logfs.core.format.partitioner import partition_for_key
+from logfs.spark.sink import MountWriter, SinkError
+
+NOW = 1_790_000_000_000
+
+
+def fake_mount(root: Path, topic: str, partitions: int, config: str = "") -> Path:
+    for p in range(partitions):
+        (root / topic / str(p)).mkdir(parents=True)
+        (root / topic / str(p) / "batches").write_bytes(b"")
+    (root / topic / "config").write_text(config)
+    return root
+
+
+def batches_of(root: Path, topic: str, partition: int) -> list[bytes]:
+    data = (root / topic / str(partition) / "batches").read_bytes()
+    return [data[pos : pos + size] for pos, size in iter_batch_positions(data)]
+
+
+def writer(root: Path, topic: str | None = "t", **kw: object) -> MountWriter:
+    return MountWriter(root, topic=topic, clock_ms=lambda: NOW, **kw)  # type: ignore[arg-type]
+
+
+def test_rows_go_where_kafkas_default_partitioner_puts_them(tmp_path: Path) -> None:
+    root = fake_mount(tmp_path, "t", 3)
+    w = writer(root)
+    keys = [b"k%d" % i for i in range(30)]
+    w.write(pa.record_batch({"key": keys, "value": [b"v"] * 30}))
+    w.write(pa.record_batch({"key": [None] * 4, "value": [b"a", b"b", b"c", b"d"], "partition": [None, None, None, 0]}))
+    w.write(pa.record_batch({"key": pa.array([None, None], pa.binary()), "value": [b"e", b"f"]}))
+    w.close()
+    where = {r.value + (r.key or b""): p for p in range(3) for b in batches_of(root, "t", p) for r in decode_records(b)}
+    for k in keys:
+        assert where[b"v" + k] == partition_for_key(k, 3)
+    assert where[b"a"] == where[b"b"] == where[b"c"] and where[b"d"] == 0  # one partition per batch for null keys
+    assert where[b"e"] == where[b"f"] == (where[b"a"] + 1) % 3  # the next batch, the next partition
+
+
+def test_strings_headers_timestamps_and_the_codec(tmp_path: Path) -> None:
+    root = fake_mount(tmp_path, "t", 1)
+    w = writer(root, compression=Compression.ZSTD)
+    headers = pa.array(
+        [[{"key": "h", "value": b"x"}, {"key": "n", "value": None}], None],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+    )
+    w.write(pa.record_batch({"key": ["é", None], "value": ["one", None], "headers": headers}))
+    w.close()
+    (batch,) = batches_of(root, "t", 0)
+    assert read_header(batch).compression == Compression.ZSTD
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_records(batch)] == [
+        (0, NOW, "é".encode(), b"one", (Header("h", b"x"), Header("n", None))),
+        (1, NOW, None, None, ()),
+    ]
+
+
+def test_batches_stay_below_max_message_bytes(tmp_path: Path) -> None:
+    root = fake_mount(tmp_path, "t", 1, "cleanup.policy=delete\nmax.message.bytes=2000\n")
+    w = writer(root)
+    w.write(pa.record_batch({"value": [b"%04d" % i + b"x" * 96 for i in range(100)]}))
+    w.close()
+    batches = batches_of(root, "t", 0)
+    assert len(batches) > 5 and all(len(b) <= 2000 for b in batches)
+    assert [r.value[:4] for b in batches for r in decode_records(b)] == [b"%04d" % i for i in range(100)]
+
+
+def test_topic_column_and_option(tmp_path: Path) -> None:
+    root = fake_mount(fake_mount(fake_mount(tmp_path, "a", 1), "b", 1), "c", 1)
+    w = writer(root, topic=None)
+    w.write(pa.record_batch({"value": [b"1", b"2"], "topic": ["a", "b"]}))
+    w.close()
+    assert [len(batches_of(root, t, 0)) for t in "abc"] == [1, 1, 0]
+    w = writer(root, topic="c")  # the option overrides the column
+    w.write(pa.record_batch({"value": [b"3"], "topic": ["a"]}))
+    w.close()
+    assert [[r.value for b in batches_of(root, t, 0) for r in decode_records(b)] for t in "abc"] == [
+        [b"1"],
+        [b"2"],
+        [b"3"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("columns", "topic", "message"),
+    [
+        ({"value": [b"v"], "partition": pa.array([7], pa.int32())}, "t", "partition 7 of topic 't' does not exist"),
+        ({"value": [b"v"], "topic": pa.array([None], pa.string())}, None, "null topic"),
+        ({"value": [b"v"]}, None, "needs a topic"),
+        ({"key": [b"k"]}, "t", "needs a value column"),
+        ({"value": [1]}, "t", "binary or string"),
+    ],
+)
+def test_refusals(tmp_path: Path, columns: dict[str, object], topic: str | None, message: str) -> None:
+    root = fake_mount(tmp_path, "t", 2)
+    w = writer(root, topic=topic)
+    with pytest.raises(SinkError, match=message):
+        w.write(pa.record_batch(columns))
+    w.abort()
