@@ -26,6 +26,7 @@ from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex
 from logfs.core.log.loader import LoadEvent
+from logfs.core.log.recovery import scan_segment
 from logfs.core.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -106,7 +107,7 @@ def _check_segment(directory: Path, log_path: Path, handles: HandleCache, *, che
     findings = []
     boundaries: dict[int, int] = {}
     try:
-        result = segment.scan(lambda b: boundaries.__setitem__(b.position, b.last_offset))
+        result = scan_segment(segment, lambda b: boundaries.__setitem__(b.position, b.last_offset))
     except CorruptRecord as exc:
         return [Finding(log_path, "corrupt", exc.reason, damage=True)]
     if result.reason is not None:

@@ -24,6 +24,8 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   └── OffsetsOutOfOrder             a follower append whose batches do not ascend
     ├── IndexFull                         an append to an index with no free slot
     ├── TimestampOutOfOrder               a time index append whose timestamp is below the last entry's
+    ├── InvalidLeaderEpoch                a leader append in a negative leader epoch
+    ├── LockBusy                          a blocking=False call that found a lock held (never reaches a client)
     ├── ReplicationError
     │   ├── NotEnoughReplicas             ISR below min.insync.replicas before an append (nothing written)
     │   ├── NotEnoughReplicasAfterAppend  written, but the ISR shrank below min.insync.replicas before the ack
@@ -39,6 +41,7 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   ├── InvalidTransactionalId        a transactional id outside the topic-name rules
     │   └── CoordinatorFenced             a marker from an older coordinator epoch than the log knows
     ├── ConfigError                       unknown key, unsupported key or bad value
+    ├── InvalidJsonRecord                 an append.jsonl line that is not a record of the spec's shape
     ├── TopicError
     │   ├── InvalidTopic                  a name outside Kafka's rules (InvalidTopicException)
     │   │   └── TopicNameTooLong          over 249 characters
@@ -187,6 +190,15 @@ class TimestampOutOfOrder(LogfsError):
         super().__init__(f"timestamp {timestamp} is below the last timestamp {last_timestamp} in {where}")
 
 
+class InvalidLeaderEpoch(LogfsError):
+    """A leader append asked for a negative leader epoch: a leader always has one, and a negative epoch stamped into
+    a batch would read as "no epoch" to every follower and to the epoch cache. A logfs bug, not a client's."""
+
+    def __init__(self, leader_epoch: int) -> None:
+        self.leader_epoch = leader_epoch
+        super().__init__(f"leader epoch {leader_epoch} is negative: a leader always has an epoch")
+
+
 # --- replication -------------------------------------------------------------------------------------------------
 
 
@@ -275,6 +287,10 @@ class CoordinatorFenced(ProducerError):
 
 class ConfigError(LogfsError):
     """An unknown or unsupported config key, or a value of the wrong type or range."""
+
+
+class InvalidJsonRecord(LogfsError):
+    """An ``append.jsonl`` line that is not a JSON object of the spec's shape (the mount answers EINVAL)."""
 
 
 class TopicError(LogfsError):

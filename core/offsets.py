@@ -49,7 +49,8 @@ class FetchDataInfo:
     """The answer to a read: where it starts, the raw bytes, and whether the first batch was cut short.
 
     ``aborted_transactions`` is set by TXN_COMMITTED reads only: the aborted transactions overlapping the fetched
-    range, which a read_committed consumer needs to drop their records (``core/txn/txnfilter.py``).
+    range, which a read_committed consumer needs to drop their records (the rule of Kafka's consumer,
+    ``CompletedFetch``).
     """
 
     fetch_offset_metadata: LogOffsetMetadata

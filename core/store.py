@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LogConfig, StoreConfig, apply_overrides, load_topic_overrides, save_topic_overrides
+from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.configtext import apply_overrides, load_topic_overrides, save_topic_overrides
 from logfs.core.durable import fsync_dir, replace_file
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import (

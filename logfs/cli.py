@@ -206,7 +206,7 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
     first. Exits 1 when the store is in use by another process, the mount point cannot be used, or STORE was out
     of the ISR at its last fetch as a follower (unless --unclean); 2 for a bad --config.
     """
-    from logfs.core.config import parse_store_config
+    from logfs.core.configtext import parse_store_config
     from logfs.core.errors import ConfigError
 
     try:
@@ -254,7 +254,7 @@ def follow(
     SIGTERM (or `logfs umount` of --mount), then closes STORE cleanly and exits 0. The leader must list N in its
     replica.ids. Exits 1 when STORE is in use, 2 for a bad --config or an N that STORE refuses (its node.id).
     """
-    from logfs.core.config import parse_store_config
+    from logfs.core.configtext import parse_store_config
     from logfs.core.errors import ConfigError
 
     try:

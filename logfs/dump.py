@@ -19,15 +19,10 @@ from pathlib import Path
 import crc32c
 
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.format.batch import (
-    ATTRIBUTES_OFFSET,
-    TimestampType,
-    batch_size_at,
-    decode_records,
-    read_header,
-    validate_batch,
-)
+from logfs.core.format.batch import ATTRIBUTES_OFFSET, TimestampType, batch_size_at, read_header
 from logfs.core.format.compression import Compression
+from logfs.core.format.decode import decode_records
+from logfs.core.format.validate import validate_batch
 from logfs.core.log.index import OffsetIndex, OffsetPosition, TimeIndex
 
 PAYLOAD_PREVIEW_BYTES = 200

@@ -1,25 +1,26 @@
-"""The one table from core error types to errno values, and the one decorator that applies it (Kafka's Errors.java).
+"""The one table from error types to errno values, and the one decorator that applies it (Kafka's Errors.java).
 
 Rules:
 
-* Every core error (``logfs.core.errors``) that can reach a FUSE handler maps to exactly one errno in
+* Every core error (``logfs.core.errors``) that can reach a FUSE handler, and every refusal the mount makes on its
+  own (``logfs.mount.errors``: an unknown name, a wrong open mode, a read-only mount …), maps to exactly one errno in
   :data:`ERRNO_TABLE`; a type is looked up along its class hierarchy (``__mro__``), so a subclass without a row of
   its own answers as its nearest ancestor with one (``CorruptRecord`` → ``RecordError`` → EBADMSG). The table is
   checked at import: no type twice, every errno a real one.
 * Each row also says how loud the event is: a refusal the user caused (a bad batch, an unknown offset) is logged at
-  INFO, one line; a failure of logfs or its disk at ERROR.
-* :func:`handler` wraps every ``Operations`` method. ``pyfuse3.FUSEError`` passes through (the mount's own
-  refusals: ENOENT for an unknown name, EACCES for a wrong open mode …); a mapped error becomes
-  ``FUSEError(errno)`` with its one-line log message; an ``OSError`` from the disk keeps ENOSPC/EDQUOT as ENOSPC
+  INFO, one line; a failure of logfs or its disk at ERROR; the mount's routine refusals (a name that does not
+  exist, which shells and Spark probe all the time) and those already logged where they are raised at DEBUG.
+* :func:`handler` wraps every ``Operations`` method. A mapped error becomes ``FUSEError(errno)`` with its one-line
+  log message; an ``OSError`` from the disk keeps ENOSPC/EDQUOT as ENOSPC
   and otherwise counts as EIO; anything else is a logfs bug and answers EIO with the traceback logged. So no
   exception other than FUSEError ever leaves a handler: pyfuse3 ends the whole filesystem on any other (measured,
-  ``shared/reference/fuse-and-spark-notes.md``). ``forget`` must not raise at all (it has no reply): its errors are
-  logged and dropped.
+  ``shared/reference/fuse-and-spark-notes.md``). A ``FUSEError`` raised by pyfuse3 itself passes through.
+  ``forget`` must not raise at all (it has no reply): its errors are logged and dropped.
 * ``trio.Cancelled`` and ``KeyboardInterrupt`` are BaseExceptions and pass untouched: they end the mount on purpose.
 * Every errno a handler answers is counted (``Operations.count_error``) for ``logfs_errors_total`` in
   ``.logfs/metrics``.
 
-docs/mount.md holds :func:`render_table`'s output; tests/test_mount_errno.py checks that it is current.
+docs/mount.md holds :func:`render_table`'s output; tests/mount/test_errno_table.py checks that it is current.
 """
 
 from __future__ import annotations
@@ -33,15 +34,31 @@ from typing import Any, Final, TypeVar
 import pyfuse3
 
 from logfs.core import errors as core
-from logfs.mount.framing import InvalidJsonRecord
+from logfs.mount import errors as mount
 
 _log = logging.getLogger(__name__)
 
+DEBUG: Final = logging.DEBUG
 INFO: Final = logging.INFO
 ERROR: Final = logging.ERROR
 
-# (core error type, errno, log level): the whole mapping. Order is documentation order, most general last.
+# (error type, errno, log level): the whole mapping. Order is documentation order, most general last.
 ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
+    (mount.NoEntry, errno.ENOENT, DEBUG),
+    (mount.NotPermitted, errno.EPERM, DEBUG),
+    (mount.ReadOnlyMount, errno.EROFS, DEBUG),
+    (mount.BadFileHandle, errno.EBADF, DEBUG),
+    (mount.NotADirectory, errno.ENOTDIR, DEBUG),
+    (mount.IsADirectory, errno.EISDIR, DEBUG),
+    (mount.WrongAccessMode, errno.EACCES, DEBUG),
+    (mount.TooManyReaders, errno.EMFILE, DEBUG),
+    (mount.Interrupted, errno.EINTR, DEBUG),
+    (mount.InvalidName, errno.EINVAL, DEBUG),
+    (mount.InvalidCommand, errno.EINVAL, DEBUG),
+    (mount.UnfinishedBatch, errno.EBADMSG, DEBUG),
+    (mount.BrokenByTooLarge, errno.EFBIG, DEBUG),
+    (mount.BrokenFraming, errno.EBADMSG, DEBUG),
+    (core.UnknownReplica, errno.EPERM, DEBUG),
     (core.OffsetOutOfRange, errno.ENOENT, INFO),
     (core.UnknownTopicOrPartition, errno.ENOENT, INFO),
     (core.RecordError, errno.EBADMSG, INFO),
@@ -53,7 +70,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.TopicNotEmpty, errno.ENOTEMPTY, INFO),
     (core.InvalidPartitions, errno.EINVAL, INFO),
     (core.ConfigError, errno.EINVAL, INFO),
-    (InvalidJsonRecord, errno.EINVAL, INFO),
+    (core.InvalidJsonRecord, errno.EINVAL, INFO),
     (core.DiskFull, errno.ENOSPC, ERROR),
     (core.NotEnoughReplicas, errno.EAGAIN, INFO),
     (core.NotEnoughReplicasAfterAppend, errno.EIO, ERROR),
@@ -64,6 +81,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.TransactionInProgress, errno.EEXIST, INFO),
     (core.InvalidTransactionalId, errno.EINVAL, INFO),
     (core.CoordinatorFenced, errno.ESTALE, INFO),
+    (core.InvalidLeaderEpoch, errno.EIO, ERROR),
     (core.StorageError, errno.EIO, ERROR),
     (core.LogfsError, errno.EIO, ERROR),
 )
@@ -131,7 +149,7 @@ def handler(fn: F) -> F:
                     ERROR, "%s%s failed with %s: %s: %s", name, _brief(args), errno_name(code), type(exc).__name__,
                     exc, exc_info=traceback,
                 )  # fmt: skip
-            else:
+            elif _log.isEnabledFor(level):  # a failed lookup is routine: no argument formatting unless shown
                 _log.log(level, "%s%s: %s (%s)", name, _brief(args), exc, errno_name(code))
             if no_reply:
                 return None
@@ -170,7 +188,7 @@ def _count(ops: Any, code: int) -> None:
 
 def render_table() -> str:
     """The table as markdown, for docs/mount.md."""
-    lines = ["| Core error (and its subclasses) | errno | logged at |", "|---|---|---|"]
+    lines = ["| Error (and its subclasses) | errno | logged at |", "|---|---|---|"]
     for klass, code, level in ERRNO_TABLE:
         lines.append(f"| `{klass.__name__}` | `{errno_name(code)}` | {logging.getLevelName(level)} |")
     lines.append("| `OSError` from the disk | `ENOSPC` for ENOSPC/EDQUOT, else `EIO` | ERROR |")

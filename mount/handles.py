@@ -25,10 +25,13 @@ from typing import Any
 
 import trio
 
+from logfs.mount.errors import BrokenFraming
 from logfs.mount.framing import BatchFramer, LineFramer
+from logfs.mount.nodes import Node
+from logfs.mount.render.rangeview import RangeView
+from logfs.mount.render.views import Format
 from logfs.mount.signals import SignalProbe
-from logfs.mount.tree import Entry, Node
-from logfs.mount.views import Format, RangeView
+from logfs.mount.tree import Entry
 
 
 @dataclass(eq=False)
@@ -74,7 +77,7 @@ class WriteHandle(Handle):
     read_write: bool = False  # O_RDWR: reads return produce responses
     sync: bool = False  # O_SYNC / O_DSYNC: each write is write + fsync
     responses: bytearray = field(default_factory=bytearray)
-    broken: int | None = None  # the errno every further write answers (batch framing lost)
+    broken: type[BrokenFraming] | None = None  # what every further write raises (the framing was lost)
     # partition → the offset after the last record this handle appended there: fsync flushes those partitions and
     # waits for their HW to reach it (acks=all)
     touched: dict[int, int] = field(default_factory=dict)

@@ -2,9 +2,8 @@
 docs/replication.md).
 
 The rules themselves live in the core (``core/replication/replica.py``: ISR, HW, acks=all;
-``core/replication/fetch.py``: the
-fetch answer); this module runs them from FUSE requests without ever blocking the trio thread or holding a lock
-across a wait.
+``core/replication/fetch.py``: the fetch answer); this module runs them from FUSE requests without ever blocking the
+trio thread or holding a lock across a wait.
 
 * **A fetch** is the lookup of ``.logfs/fetch/<replica>/<topic>/<partition>/<offset>.<epoch>``
   (:meth:`LeaderReplication.fetch`). First it is validated and recorded (the follower's LEO, the ISR, the HW; a
@@ -34,16 +33,13 @@ Threads: the trio thread; the core calls run in worker threads through the runne
 
 from __future__ import annotations
 
-import errno
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-import pyfuse3
 import trio
 
-from logfs.core.errors import LockBusy, ReplicationTimeout
+from logfs.core.errors import LockBusy, ReplicationTimeout, UnknownReplica
 from logfs.core.replication.fetch import accept_fetch, fetch_response
 from logfs.core.replication.replica import (
     FetchValidation,
@@ -52,12 +48,14 @@ from logfs.core.replication.replica import (
     ReplicaChange,
     shrink_check_interval_ms,
 )
+from logfs.mount.errors import NoEntry
 from logfs.mount.handles import Partitions
-from logfs.mount.tree import Node, parse_fetch_name
+from logfs.mount.names import parse_fetch_name
+from logfs.mount.nodes import Node
+from logfs.mount.runner import Runner
 
 _log = logging.getLogger(__name__)
 
-Runner = Callable[..., Awaitable[Any]]
 
 FETCH_WAIT_MAX_S = 0.5  # Kafka's replica.fetch.wait.max.ms: a fetch at the log end waits this long for data
 FETCH_HW_NEWS_WAIT_S = 0.01  # a fetch whose only news is a HW move that woke acks=all fsyncs waits this for data
@@ -105,11 +103,12 @@ class LeaderReplication:
     # --- fetches ----------------------------------------------------------------------------------------------------
 
     def check_replica(self, node: Node) -> None:
-        """EPERM for a fetch path of an id that is not one of this leader's followers (logged once per lookup)."""
+        """UnknownReplica (EPERM) for a fetch path of an id that is not one of this leader's followers (logged once
+        per lookup)."""
         if node.replica >= 0 and not self.leaders.is_follower(node.replica):
             _log.info("refused a fetch by replica %d: not a follower of node %d (replica.ids=%s)", node.replica,
                       self.leaders.node_id, ",".join(map(str, self.leaders.replica_ids)))  # fmt: skip
-            raise pyfuse3.FUSEError(errno.EPERM)
+            raise UnknownReplica(node.replica, self.leaders.replica_ids, self.leaders.node_id)
 
     async def fetch(self, node: Node) -> FetchSnapshot:
         """The lookup of a fetch file: record the fetch, long-poll at the log end, fix the answer."""
@@ -132,7 +131,7 @@ class LeaderReplication:
         if validation.ok:
             await self._wait_for_news(key, leader, fetch_offset)
             if self.partition(node.topic, node.partition) is not leader:  # deleted meanwhile (and made again)
-                raise pyfuse3.FUSEError(errno.ENOENT)
+                raise NoEntry(f"{node}: the partition was deleted during the fetch")
         return await self._read_thread(_snapshot, key, leader, fetch_offset, validation)
 
     async def _wait_for_news(self, key: ReplicaKey, leader: LeaderPartition, fetch_offset: int) -> None:

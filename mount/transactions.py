@@ -21,10 +21,8 @@ Threads: the trio thread; coordinator and log calls in worker threads (they fsyn
 
 from __future__ import annotations
 
-import errno
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import pyfuse3
 import trio
@@ -37,13 +35,15 @@ from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.core.txn.coordinator import MarkerWriter, TransactionCoordinator
 from logfs.core.txn.state import TxnInfo, validate_transactional_id
+from logfs.mount.errors import NoEntry
 from logfs.mount.handles import Partitions
+from logfs.mount.nodes import Kind, Node
 from logfs.mount.replication import LeaderReplication
-from logfs.mount.tree import Kind, Node, Tree
+from logfs.mount.runner import Runner
+from logfs.mount.tree import Tree
 
 _log = logging.getLogger(__name__)
 
-Runner = Callable[..., Awaitable[Any]]
 
 EXPIRE_INTERVAL_S = 1.0  # how often forgotten transactions are looked for (timeouts are 1 s or more)
 
@@ -97,7 +97,7 @@ class Transactions:
         """The producer epoch of the open transaction ``transactional_id`` (a handle opened now writes in it)."""
         info = self.coordinator.get(transactional_id)
         if info is None or not info.state.is_open:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+            raise NoEntry(f"transaction {transactional_id!r} is not open")
         return info.producer_epoch
 
     async def begin(self, transactional_id: str) -> TxnInfo:

@@ -7,10 +7,10 @@
 * Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
   (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
   request carries is encoded before anything is appended, so a record too large for a batch stores nothing.
-* Each append stamps the mount's leader epoch and then applies the replication HW rule
-(``core/replication/replica.py``: with
-  no followers the HW moves to the LEO at once; with followers it waits for them). A HW move wakes ``follow/``
-  readers, pollers and acks=all waits; any append wakes fetches long-polling at the log end.
+* Each append is the core's leader append (``LeaderPartition.append_records_to_leader``): the mount's leader epoch
+  stamped, then the replication HW rule (with no followers the HW moves to the LEO at once; with followers it waits
+  for them). A HW move wakes ``follow/`` readers, pollers and acks=all waits; any append wakes fetches long-polling
+  at the log end.
 * acks=all (spec §3): fsync(2) flushes every partition the handle appended to, then waits (a trio wait, no lock
   held: other writers go on) until each one's HW passes what the handle wrote (``mount/replication.py``): EIO at
   once when the ISR is below ``min.insync.replicas``, or after ``request.timeout.ms``. An O_SYNC/O_DSYNC handle
@@ -24,45 +24,46 @@ Threads: :class:`Writer` runs on the trio thread; :func:`append_batches` in a wo
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pyfuse3
 import trio
 
-from logfs.core.config import parse_config_lines
+from logfs.core.configtext import parse_config_lines
 from logfs.core.durable import now_ms
-from logfs.core.errors import RecordError, RecordTooLarge
+from logfs.core.errors import InvalidJsonRecord, RecordError, RecordTooLarge
 from logfs.core.format.batch import Record
+from logfs.core.format.lines import encode_record_batches, encode_text_batches, parse_json_lines
 from logfs.core.format.partitioner import partition_for_key
-from logfs.core.log.log import AppendInfo, Log
-from logfs.core.replication.replica import LeaderPartition
+from logfs.core.log.log import Log
+from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
 from logfs.core.store import Store
 from logfs.core.txn.coordinator import TransactionCoordinator
-from logfs.mount.framing import (
-    BatchFramer,
-    InvalidJsonRecord,
-    JsonRecord,
-    LineFramer,
-    LineTooLong,
-    encode_record_batches,
-    encode_text_batches,
-    parse_json_record,
+from logfs.mount.errors import (
+    BadFileHandle,
+    BrokenByTooLarge,
+    BrokenFraming,
+    InvalidCommand,
+    NoEntry,
+    ReadOnlyMount,
+    UnfinishedBatch,
 )
+from logfs.mount.framing import BatchFramer, LineFramer, LineTooLong
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
+from logfs.mount.nodes import Kind
 from logfs.mount.replication import LeaderReplication
+from logfs.mount.runner import Runner
 from logfs.mount.transactions import Transactions, transactional_batches
-from logfs.mount.tree import ROOT_INODE, Kind
+from logfs.mount.tree import ROOT_INODE
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Runner = Callable[..., Awaitable[Any]]
 
 
 APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL})
@@ -73,36 +74,26 @@ def append_batches(
     make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]],
     flush: bool,
     txn: TxnWrite | None = None,
-) -> tuple[list[AppendInfo], Exception | None, bool]:
-    """Encode (``make_batches``) and append batches to ``leader``'s log in its leader epoch; apply the HW rule;
-    flush when asked. Worker thread: blocks on the disk.
+) -> LeaderAppend:
+    """Encode (``make_batches``) and append the batches as leader (``LeaderPartition.append_records_to_leader``:
+    the leader epoch, the HW rule, the flush when asked). Worker thread: blocks on the disk.
 
     Everything is encoded before anything is appended, so an encoding error (a record too large) stores nothing.
-    Returns what was appended, the error that stopped it (None when all went in: batches before a bad one stay),
-    and whether the HW moved. ``txn``: the batches belong to that transaction (``mount/transactions.py``): the
-    partition is recorded in the transaction log first, and they carry its producer id, epoch and sequences.
+    ``txn``: the batches belong to that transaction (``mount/transactions.py``): the partition is recorded in the
+    transaction log first (fenced or ended: the error goes up, nothing appended), and they carry its producer id,
+    epoch and sequences.
     """
-    log = leader.log
-    infos: list[AppendInfo] = []
-    error: Exception | None = None
-    epoch = leader.leader_epoch
     batches = make_batches()
-    with contextlib.ExitStack() as scope:
-        if txn is not None:  # fenced or ended: the error goes up, nothing appended
-            info = scope.enter_context(txn.coordinator.transactional_write(txn.transactional_id, txn.producer_epoch,
-                                                                           txn.topic, txn.partition))  # fmt: skip
-            batches = transactional_batches(log, info, batches)
-        try:
-            for batch in batches:
-                infos.append(log.append_as_leader(batch, epoch))  # it takes a bytearray over and copies bytes
-        except Exception as exc:
-            error = exc
-    moved = False
-    if infos:
-        moved = leader.maybe_increment_high_watermark()
-        if flush:
-            log.flush_records()  # durable records; the indexes follow with the periodic flush
-    return infos, error, moved
+    scope = None if txn is None else _in_transaction(txn, leader.log)
+    return leader.append_records_to_leader(batches, flush=flush, scope=scope)
+
+
+@contextlib.contextmanager
+def _in_transaction(txn: TxnWrite, log: Log) -> Iterator[BatchTransform]:
+    """Hold ``txn`` open around the appends; the batches get its producer fields inside."""
+    with txn.coordinator.transactional_write(txn.transactional_id, txn.producer_epoch, txn.topic,
+                                             txn.partition) as info:  # fmt: skip
+        yield lambda batches: transactional_batches(log, info, batches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +137,7 @@ class Writer:
     async def write(self, h: WriteHandle, buf: bytes) -> None:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
         if h.broken is not None:
-            raise pyfuse3.FUSEError(h.broken)
+            raise h.broken(f"{h.node}: an earlier write lost this handle's framing")
         if h.sync and h.node.kind in APPEND_KINDS:
             self._check_enough_replicas(h)  # before framing: a refused request leaves nothing behind, even buffered
         if isinstance(h.framer, BatchFramer):
@@ -156,7 +147,7 @@ class Writer:
         try:
             lines = h.framer.feed(buf)
         except LineTooLong:
-            h.broken = errno.EFBIG  # the rest of that line would otherwise become a record of its own
+            h.broken = BrokenByTooLarge  # the rest of that line would otherwise become a record of its own
             raise
         if lines:
             await self._lines(h, lines)
@@ -171,7 +162,7 @@ class Writer:
             dropped = h.framer.take_tail()
             if dropped and h.broken is None:
                 _log.info("%s: close with %d bytes of an unfinished batch (not stored)", h.node, dropped)
-                raise pyfuse3.FUSEError(errno.EBADMSG)
+                raise UnfinishedBatch(f"{h.node}: {dropped} bytes of an unfinished batch")
 
     async def fsync(self, h: WriteHandle) -> None:
         """acks=all: flush every partition ``h`` appended to, then wait until their HWs pass what ``h`` wrote."""
@@ -191,7 +182,7 @@ class Writer:
 
     def _leader_replication(self) -> LeaderReplication:
         if self.replication is None:
-            raise pyfuse3.FUSEError(errno.EROFS)  # a follower's mount
+            raise ReadOnlyMount("a follower's mount appends nothing")
         return self.replication
 
     async def delete_topic(self, topic: str, *, only_if_empty: bool, invalidate: bool) -> None:
@@ -213,10 +204,10 @@ class Writer:
             if batches:
                 await self._append(h, h.node.partition, lambda: batches)
         except RecordError:
-            h.broken = errno.EBADMSG  # spec §3: the handle's framing is lost; it refuses further writes
+            h.broken = BrokenFraming  # spec §3: the handle's framing is lost; it refuses further writes
             raise
         if framer.failure is not None:
-            h.broken = errno.EFBIG if isinstance(framer.failure, RecordTooLarge) else errno.EBADMSG
+            h.broken = BrokenByTooLarge if isinstance(framer.failure, RecordTooLarge) else BrokenFraming
             raise framer.failure
 
     async def _lines(self, h: WriteHandle, lines: list[bytes]) -> None:
@@ -232,7 +223,7 @@ class Writer:
             await self._append(h, partition, lambda: encode_text_batches(lines, now_ms(), limit))
         elif kind is Kind.APPEND_JSONL:
             limit = max_batch_bytes(self.store.log(node.topic, node.partition))
-            records = await self._read_thread(_parse_json_lines, lines)
+            records = await self._read_thread(parse_json_lines, lines, now_ms())
             await self._append(h, node.partition, lambda: encode_record_batches([r.record for r in records], limit))
         elif kind is Kind.TOPIC_APPEND_JSONL:
             await self._topic_jsonl(h, lines)
@@ -241,7 +232,7 @@ class Writer:
         elif kind is Kind.DELETE_TOPIC:
             for line in _commands(lines):
                 if not self.store.has_topic(line):
-                    raise pyfuse3.FUSEError(errno.ENOENT)
+                    raise NoEntry(f"no topic {line!r}")
                 await self.delete_topic(line, only_if_empty=False, invalidate=True)
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
@@ -249,13 +240,13 @@ class Writer:
         elif kind is Kind.TXN_CONTROL:
             await self._control(h, _commands(lines))
         else:
-            raise pyfuse3.FUSEError(errno.EBADF)
+            raise BadFileHandle(f"{node} takes no lines")
 
     def _next_sticky(self, topic: str) -> int:
         """Kafka's sticky rule for null keys, per write: each batch to the next partition in turn."""
         partitions = self.store.partitions(topic)
         if not partitions:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+            raise NoEntry(f"topic {topic!r} has no partition")
         turn = (self._sticky.get(topic, -1) + 1) % len(partitions)
         self._sticky[topic] = turn
         return partitions[turn]
@@ -263,7 +254,7 @@ class Writer:
     async def _topic_jsonl(self, h: WriteHandle, lines: list[bytes]) -> None:
         topic = h.node.topic
         partitions = self.store.partitions(topic)
-        records = await self._read_thread(_parse_json_lines, lines)
+        records = await self._read_thread(parse_json_lines, lines, now_ms())
         groups: dict[int, list[Record]] = {}
         sticky: int | None = None
         for r in records:
@@ -296,7 +287,8 @@ class Writer:
             assert self.transactions is not None
             txn = TxnWrite(self.transactions.coordinator, h.txn[0], h.txn[1], topic, partition)
         async with state.append_lock:
-            infos, error, moved = await self._write_thread(append_batches, leader, make_batches, h.sync, txn)
+            done = await self._write_thread(append_batches, leader, make_batches, h.sync, txn)
+        infos, error = done.infos, done.error
         if infos:
             h.touched[partition] = infos[-1].last_offset + 1
             self.metrics.appended(
@@ -304,7 +296,7 @@ class Writer:
             )
             if h.read_write:
                 h.responses += "".join(f"{partition} {i.first_offset} {i.last_offset}\n" for i in infos).encode()
-            if moved:
+            if done.high_watermark_moved:
                 state.notify()
             else:
                 state.appended()
@@ -323,7 +315,7 @@ class Writer:
             words = command.split()
             if not (words == ["abort"] or (words[0] == "commit" and len(words) <= 2)):
                 _log.info("%s: %r is neither 'commit [<label>]' nor 'abort'", h.node, command)
-                raise pyfuse3.FUSEError(errno.EINVAL)
+                raise InvalidCommand(command)
             label = words[1] if len(words) == 2 else None
             await self.transactions.end(h.txn[0], h.txn[1], commit=words[0] == "commit", label=label)
 
@@ -341,13 +333,13 @@ class Writer:
         parts = line.split()
         if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
             _log.info("delete-records: %r is not '<topic> <partition> <offset>'", line)
-            raise pyfuse3.FUSEError(errno.EINVAL)
+            raise InvalidCommand(line)
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
         log = self.store.log(topic, partition)
         if offset < 0 or offset > log.high_watermark:
             _log.info("delete-records: offset %d of %s-%d is outside [0, HW=%d]", offset, topic, partition,
                       log.high_watermark)  # fmt: skip
-            raise pyfuse3.FUSEError(errno.EINVAL)
+            raise InvalidCommand(line)
         state = self.partitions.get(topic, partition)
         async with state.append_lock:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
@@ -356,20 +348,6 @@ class Writer:
 
 def _commands(lines: list[bytes]) -> list[str]:
     return [text for line in lines if (text := line.decode("utf-8", "replace").strip())]
-
-
-def _parse_json_lines(lines: list[bytes]) -> list[JsonRecord]:
-    """Every non-blank line as a record; InvalidJsonRecord (nothing of the write stored) for any bad one."""
-    now = now_ms()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(parse_json_record(line, now))
-        except InvalidJsonRecord as exc:
-            raise InvalidJsonRecord(f"line {number} of the write: {exc}") from None
-    return records
 
 
 class _all_locked:  # a context manager, named like one

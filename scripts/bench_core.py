@@ -28,8 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import encode_values
+from benchutil import print_rows, timed
+
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.encode import encode_values
 from logfs.core.log.log import Isolation
 from logfs.core.store import Store
 
@@ -48,12 +50,6 @@ def fresh(batch: bytearray) -> bytearray:
     """Reuse a producer batch: the leader stamped its baseOffset in place, and a producer's must be 0 again."""
     batch[0:8] = bytes(8)
     return batch
-
-
-def timed(fn: object) -> float:
-    start = time.perf_counter()
-    fn()  # type: ignore[operator]
-    return time.perf_counter() - start
 
 
 def main() -> int:
@@ -201,7 +197,7 @@ def bench_big_log(root: Path, size: int) -> list[tuple[str, str, float, float, s
     rng = random.Random(1)
     lookups = 20_000
     offsets = [rng.randrange(leo) for _ in range(lookups)]
-    t_lookup = min(timed(lambda: [log.locate(o) for o in offsets]) for _ in range(3))
+    t_lookup = min(timed(lambda: [log.offset_metadata(o) for o in offsets]) for _ in range(3))
     rows.append(("random offset lookups over the log", "lookups/s", lookups / t_lookup, float("nan"), "-", None))
     store.abandon()
 
@@ -233,16 +229,7 @@ def print_table(rows: list[tuple[str, str, float, float, str, float | None]], *,
         ratio = "-" if base != base else f"{ours / base:.0%}"
         lines.append((name, unit, f"{ours:,.0f}", "-" if base != base else f"{base:,.0f}", base_name, ratio,
                       targets.get(name, "")))  # fmt: skip
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
-    for line in [head, *lines]:
-        cells = zip(line, widths, strict=True)
-        print("  ".join(c.rjust(w) if 2 <= i <= 3 or i == 5 else c.ljust(w) for i, (c, w) in enumerate(cells)))
+    print_rows(head, lines, markdown=markdown, right=lambda i: 2 <= i <= 3 or i == 5)
 
 
 if __name__ == "__main__":

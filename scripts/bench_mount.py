@@ -1,6 +1,6 @@
 """Benchmark the mount against its same-run baselines (issue 4): prints one markdown table.
 
-    .venv/bin/python -P scripts/bench_mount.py [--mib 100] [--records 1000000] [--latency 1000]
+    .venv/bin/python scripts/bench_mount.py [--mib 100] [--records 1000000] [--latency 1000]
 
 Rows, each beside its baseline measured in the same run on the same disk:
 
@@ -9,7 +9,7 @@ Rows, each beside its baseline measured in the same run on the same disk:
   into a pyfuse3 filesystem whose write handler does nothing).
 * 100-byte lines through ``append`` in 1 MiB writes (records/s) vs the core alone (``encode_values`` + append).
 * ``cat at/earliest`` (its first open: the rendered-size index is cold) and ``cat`` of a closed segment's ``hw/``
-  file (records/s, MB/s) vs the same views opened and read without FUSE (``mount/views.py`` in this process, a
+  file (records/s, MB/s) vs the same views opened and read without FUSE (``mount/render/views.py`` in this process, a
   cold cache, 256 KiB reads: what FUSE adds is the difference) and ``cat`` of a file on disk.
 * End-to-end latency from one write of one record to a blocked ``follow/latest`` reader receiving it (p50, p99),
   after ``sync`` (the earlier rows leave ~300 MB of dirty pages whose writeback would otherwise sit in the samples).
@@ -30,24 +30,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from logfs.core.config import StoreConfig, parse_store_config
-from logfs.core.format.batch import encode_values
-from logfs.core.store import Store
-from logfs.mount.framing import encode_text_batches
-from logfs.mount.views import Format, RenderCache, hw_files, open_range
+from benchutil import mount, timed, unmount
 
-LOGFS = str(Path(sys.executable).with_name("logfs"))
+from logfs.core.config import StoreConfig
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.encode import encode_values
+from logfs.core.format.lines import encode_text_batches
+from logfs.core.store import Store
+from logfs.mount.render.rangeview import open_range
+from logfs.mount.render.rendersize import RenderCache
+from logfs.mount.render.renderspan import Format
+from logfs.mount.render.views import hw_files
+
 RECORD_BYTES = 100
 
 
 def values(n: int) -> list[bytes]:
     return [b"%010d" % i + b"." * (RECORD_BYTES - 10) for i in range(n)]
-
-
-def timed(fn) -> float:  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def dd(source: Path, target: Path) -> float:
@@ -56,24 +55,6 @@ def dd(source: Path, target: Path) -> float:
 
 def cat(path: Path) -> float:
     return timed(lambda: subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True))
-
-
-def mount(store: Path, mnt: Path, *config: str) -> subprocess.Popen[bytes]:
-    mnt.mkdir(parents=True, exist_ok=True)
-    args = [LOGFS, "mount", str(store), str(mnt)]
-    for pair in config:
-        args += ["--config", pair]
-    proc = subprocess.Popen(args)
-    while not os.path.ismount(mnt):
-        if proc.poll() is not None:
-            raise SystemExit(f"logfs mount exited {proc.returncode}")
-        time.sleep(0.02)
-    return proc
-
-
-def unmount(proc: subprocess.Popen[bytes], mnt: Path) -> None:
-    subprocess.run([LOGFS, "umount", str(mnt)], check=False)
-    proc.wait(60)
 
 
 # The FUSE floor: a pyfuse3 filesystem whose one file takes every write and does nothing with it. What a write
@@ -154,7 +135,7 @@ def core_lines(root: Path, lines: list[bytes], config: StoreConfig) -> float:
 def core_reads(root: Path, config: StoreConfig) -> tuple[float, float, float, float]:
     """The read rows' baseline without FUSE, on the store the mount left: seconds and MB for ``at/earliest`` of
     topic t (plain) and for the first ``hw/`` file (JSON lines), each opened on a cold cache and read in 256 KiB
-    reads as the kernel asks (``mount/views.py`` alone, in one thread)."""
+    reads as the kernel asks (``mount/render/views.py`` alone, in one thread)."""
     store = Store.open(root, config)
     try:
         log = store.log("t", 0)

@@ -27,9 +27,13 @@ import time
 from collections.abc import Callable
 
 import crc32c
+from benchutil import print_rows
 
-from logfs.core.format.batch import ATTRIBUTES_OFFSET, decode_records, encode_values, validate_batch
+from logfs.core.format.batch import ATTRIBUTES_OFFSET
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_values
 from logfs.core.format.render import render_plain
+from logfs.core.format.validate import validate_batch
 
 try:
     from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder, calc_crc32c
@@ -135,16 +139,7 @@ def print_table(rows: list[tuple[str, int, str, float, float | None, str]], *, m
                 verdict,
             )
         )
-    if markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
-    for line in [head, *lines]:
-        cells = zip(line, widths, strict=True)
-        print("  ".join(str(c).rjust(w) if i >= 3 else str(c).ljust(w) for i, (c, w) in enumerate(cells)))
+    print_rows(head, lines, markdown=markdown, right=lambda i: i >= 3)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark replication (issue 5): prints one markdown table.
 
-    .venv/bin/python -P scripts/bench_replication.py [--mib 16] [--rounds 7] [--rate 50] [--seconds 10] \\
+    .venv/bin/python scripts/bench_replication.py [--mib 16] [--rounds 7] [--rate 50] [--seconds 10] \\
         [--failovers 3]
 
 Rows:
@@ -41,7 +41,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from logfs.core.format.batch import encode_values, iter_batch_positions
+from logfs.core.format.batch import iter_batch_positions
+from logfs.core.format.encode import encode_values
 
 LOGFS = str(Path(sys.executable).with_name("logfs"))
 RECORDS_PER_BATCH = 1000

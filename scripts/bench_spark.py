@@ -1,6 +1,6 @@
 """Benchmark the Spark source against on-disk JSON lines in the same session (issue 6): prints one markdown table.
 
-    .venv/bin/python -P scripts/bench_spark.py [--records 2000000] [--partitions 2] [--runs 3] [--dir /tmp]
+    .venv/bin/python scripts/bench_spark.py [--records 2000000] [--partitions 2] [--runs 3] [--dir /tmp]
 
 One local[2] Spark session; a fresh store mounted under --dir; a topic of ``--partitions`` partitions holding
 ``--records`` records with 100-byte values (null keys, 1,000-record batches written to ``batches``). The same
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,28 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from logfs.core.format.batch import encode_values
+from benchutil import mount, timed, unmount
 
-LOGFS = str(Path(sys.executable).with_name("logfs"))
+from logfs.core.format.encode import encode_values
+
 RECORD_BYTES = 100
 BATCH_RECORDS = 1000
 WRITE_BYTES = 1024 * 1024
 CLOSED_SEGMENT_BYTES = 32 * 1024 * 1024  # the same records in a topic whose hw/ files are mostly closed segments
-
-
-def mount(store: Path, mnt: Path) -> subprocess.Popen[bytes]:
-    mnt.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([LOGFS, "mount", str(store), str(mnt)])
-    while not os.path.ismount(mnt):
-        if proc.poll() is not None:
-            raise SystemExit(f"logfs mount exited {proc.returncode}")
-        time.sleep(0.02)
-    return proc
-
-
-def unmount(proc: subprocess.Popen[bytes], mnt: Path) -> None:
-    subprocess.run([LOGFS, "umount", str(mnt)], check=False)
-    proc.wait(60)
 
 
 def produce(mnt: Path, topic: str, partitions: int, records: int, segment_bytes: int | None = None) -> None:
@@ -83,12 +68,6 @@ def produce(mnt: Path, topic: str, partitions: int, records: int, segment_bytes:
             os.close(fd)
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -116,7 +95,7 @@ def main() -> None:
 
         spark = local_session("logfs-bench", spark_driver_memory="2g")
         try:
-            from logfs.spark.source import JSONL_SCHEMA
+            from logfs.spark.schema import JSONL_SCHEMA
 
             reads: dict[str, Callable[[], Any]] = {
                 "logfs data source": lambda: spark.read.format("logfs").option("subscribe", "bench").load(str(mnt)),

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark the read views of ``at/`` and ``hw/`` (``mount/views.py``; no FUSE), each beside ``core/format/render.py``.
+"""Benchmark the read views of ``at/`` and ``hw/`` (``mount/render/views.py``; no FUSE), each beside
+``core/format/render.py``.
 
 Rows (issue 4 targets reading >= 1,500,000 records/s through ``at/``, O(log n) per seek):
 
@@ -28,13 +29,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import encode_values
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.encode import encode_values
 from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.log.log import Log
 from logfs.core.store import Store
-from logfs.mount.rendersize import CHUNK_BYTES_DEFAULT
-from logfs.mount.views import Format, RenderCache, open_range
+from logfs.mount.render.rangeview import open_range
+from logfs.mount.render.rendersize import CHUNK_BYTES_DEFAULT, RenderCache
+from logfs.mount.render.renderspan import Format
 
 KIB = 1024
 MIB = 1024 * KIB

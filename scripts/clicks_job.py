@@ -1,7 +1,7 @@
 """The demo's PySpark job: per-user click counts in five-minute event-time windows, from topic ``clicks`` to topic
 ``user-counts``, both through the ``logfs`` data source (spec/spark.md §3; scripts/pipeline.py runs it).
 
-    .venv/bin/python -P scripts/clicks_job.py --mount var/mnt
+    .venv/bin/python scripts/clicks_job.py --mount var/mnt
 
 Input records (any partition, any codec): key ``user-N``, value ``{"user": "user-N", "page": "/cart", "ts": <epoch
 ms>}`` where ``ts`` is the event time (the record timestamp is the append time). Output records: key ``user-N``,

@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -55,11 +55,7 @@ class Mount:
         return self.log_path.read_text(errors="replace")
 
     def unexpected_log_lines(self) -> list[str]:
-        return [
-            line
-            for line in self.log_text().splitlines()
-            if _LOUD.search(line) and not any(p.search(line) for p in self.allowed)
-        ]
+        return unexpected_lines(self.log_text(), self.allowed)
 
     def stop(self) -> int | None:
         """Unmount and wait for the process; its exit code (None when it had to be killed)."""
@@ -75,8 +71,7 @@ class Mount:
                 self.proc.wait(EXIT_TIMEOUT_S)
                 subprocess.run(["fusermount3", "-u", "-z", str(self.path)], capture_output=True, check=False)
                 return None
-        if os.path.ismount(self.path) or _stale(self.path):
-            subprocess.run(["fusermount3", "-u", "-z", str(self.path)], capture_output=True, check=False)
+        clear_mount(self.path)
         return self.proc.returncode
 
 
@@ -87,6 +82,12 @@ def default_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
+def clear_mount(path: Path) -> None:
+    """``fusermount3 -u -z`` of a mount point its process left mounted or stale (ENOTCONN) when it died."""
+    if os.path.ismount(path) or _stale(path):
+        subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True, check=False)
+
+
 def _stale(path: Path) -> bool:
     try:
         os.stat(path)
@@ -95,26 +96,54 @@ def _stale(path: Path) -> bool:
     return False
 
 
+def unexpected_lines(log_text: str, allowed: Iterable[str | re.Pattern[str]]) -> list[str]:
+    """The WARNING/ERROR/CRITICAL lines of a process's log that none of the ``allowed`` regexes matches."""
+    patterns = list(allowed)
+    return [
+        line for line in log_text.splitlines() if _LOUD.search(line) and not any(re.search(p, line) for p in patterns)
+    ]
+
+
+class _Started(Protocol):
+    """A process a test starts and waits for: a Mount or a follower_procs.Follower."""
+
+    proc: subprocess.Popen[bytes]
+
+    def log_text(self) -> str: ...
+
+    def stop(self) -> int | None: ...
+
+
+def spawn_logfs(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``logfs <args>`` in the background, its stderr (the log) appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([LOGFS, *args], stdout=subprocess.DEVNULL, stderr=log, cwd="/")
+
+
+def wait_started(started: _Started, ready: Callable[[], bool], what: str, timeout: float) -> None:
+    """Poll ``ready`` until true; pytest.fail (with the log) when the process exits first or it takes longer than
+    ``timeout`` seconds (then the process is stopped first)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if started.proc.poll() is not None:
+            pytest.fail(f"{what} exited {started.proc.returncode} before it was up:\n{started.log_text()}")
+        if time.monotonic() > deadline:
+            started.stop()
+            pytest.fail(f"{what} was not up within {timeout} s:\n{started.log_text()}")
+        time.sleep(0.02)
+
+
 def start_mount(store: Path, path: Path, *config: str, log_path: Path | None = None) -> Mount:
     """Start ``logfs mount`` and wait until the mount point is a mount; pytest.fail when it is not in time."""
     store.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):  # a stale mount point (ENOTCONN) counts as existing too
         path.mkdir(parents=True)
     log_path = log_path or path.with_name(path.name + ".log")
-    args = [LOGFS, "--log-level", "info", "mount", str(store), str(path)]
+    args = ["--log-level", "info", "mount", str(store), str(path)]
     for pair in config:
         args += ["--config", pair]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd="/")
-    mount = Mount(store, path, proc, log_path)
-    deadline = time.monotonic() + MOUNT_TIMEOUT_S
-    while not os.path.ismount(path):
-        if proc.poll() is not None:
-            pytest.fail(f"logfs mount exited {proc.returncode} before mounting:\n{mount.log_text()}")
-        if time.monotonic() > deadline:
-            mount.stop()
-            pytest.fail(f"logfs mount did not mount {path} within {MOUNT_TIMEOUT_S} s:\n{mount.log_text()}")
-        time.sleep(0.02)
+    mount = Mount(store, path, spawn_logfs(args, log_path), log_path)
+    wait_started(mount, lambda: os.path.ismount(path), f"logfs mount of {path}", MOUNT_TIMEOUT_S)
     return mount
 
 
@@ -126,28 +155,43 @@ def finish_mount(mount: Mount) -> None:
     assert not bad, "unexpected warnings or errors in the mount's log:\n" + "\n".join(bad)
 
 
-@pytest.fixture
-def mounted(tmp_path: Path) -> Iterator[Mount]:
-    """A fresh store mounted for one test."""
-    mount = start_mount(tmp_path / "store", tmp_path / "mnt")
+@contextlib.contextmanager
+def running_mount(store: Path, path: Path, *config: str) -> Iterator[Mount]:
+    """A mount for the body of a ``with`` (or a fixture's yield): always unmounted and checked afterwards."""
+    mount = start_mount(store, path, *config)
     try:
         yield mount
     finally:
         finish_mount(mount)
+
+
+@pytest.fixture
+def mounted(tmp_path: Path) -> Iterator[Mount]:
+    """A fresh store mounted for one test."""
+    with running_mount(tmp_path / "store", tmp_path / "mnt") as mount:
+        yield mount
 
 
 @pytest.fixture(scope="module")
 def shared_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
     """One store mounted for a whole test module (tests use topics of their own)."""
     root = tmp_path_factory.mktemp("shared")
-    mount = start_mount(root / "store", root / "mnt", "num.partitions=1")
-    try:
+    with running_mount(root / "store", root / "mnt", "num.partitions=1") as mount:
         yield mount
-    finally:
-        finish_mount(mount)
 
 
 # --- small helpers of the mount tests -------------------------------------------------------------------------------
+
+
+def make_topic(mnt: Path, topic: str, partitions: int = 1, **config: object) -> Path:
+    """``mkdir`` of a topic and of its partitions after 0 under the mount; ``config`` (``segment_bytes=…`` or
+    ``**{"segment.bytes": …}``) written to its ``config`` file. The topic's directory."""
+    os.mkdir(mnt / topic)
+    for p in range(1, partitions):
+        os.mkdir(mnt / topic / str(p))
+    if config:
+        (mnt / topic / "config").write_text("".join(f"{k.replace('_', '.')}={v}\n" for k, v in config.items()))
+    return mnt / topic
 
 
 def sh(command: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
 """The child process of ``tests/core/log/test_crash.py``: appends to a store through the core until it is killed.
 
-Run as ``python -P -u crash_writer.py STORE SEED``. It opens the store with :func:`store_config` of the seed, creates
+Run as ``python -u crash_writer.py STORE SEED``. It opens the store with :func:`store_config` of the seed, creates
 topic ``crash`` (one partition) if needed, and appends :func:`planned_batch` 0, 1, 2 … as the leader, moving the
 high watermark to the log end after each. Every few batches (:func:`flush_every`) it flushes the log and prints the
 flushed log end offset as ``flushed <offset>`` (stdout, unbuffered); after every few flushes
@@ -19,9 +19,11 @@ import random
 import sys
 import time
 
-from logfs.core.config import StoreConfig, parse_store_config
-from logfs.core.format.batch import assign_offset_and_epoch, encode_values
+from logfs.core.config import StoreConfig
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.batch import assign_offset_and_epoch
 from logfs.core.format.compression import Compression
+from logfs.core.format.encode import encode_values
 from logfs.core.store import OFFSET_CHECKPOINT_INTERVAL_MS, Store
 
 TOPIC = "crash"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import LOGFS, Mount
+from conftest import Mount, clear_mount, spawn_logfs, unexpected_lines, wait_started
 
 START_TIMEOUT_S = 20.0
 EXIT_TIMEOUT_S = 20.0
@@ -72,16 +71,8 @@ class Follower:
         self.stop(signal.SIGKILL)
 
     def _clear_mount(self) -> None:
-        if self.mount is not None and (os.path.ismount(self.mount) or _stale(self.mount)):
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mount)], capture_output=True, check=False)
-
-
-def _stale(path: Path) -> bool:
-    try:
-        os.stat(path)
-    except OSError:
-        return True
-    return False
+        if self.mount is not None:
+            clear_mount(self.mount)
 
 
 def start_follower(
@@ -92,20 +83,16 @@ def start_follower(
         with contextlib.suppress(FileExistsError):
             mount.mkdir(parents=True)
     log_path = log_path or store.with_name(store.name + f".follow{replica_id}.log")
-    args = [LOGFS, "--log-level", "info", "follow", str(leader), str(store), "--replica-id", str(replica_id)]
+    args = ["--log-level", "info", "follow", str(leader), str(store), "--replica-id", str(replica_id)]
     if mount is not None:
         args += ["--mount", str(mount)]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd="/")
-    follower = Follower(leader, store, replica_id, proc, log_path, mount)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not (os.path.ismount(mount) if mount is not None else "following" in follower.log_text()):
-        if proc.poll() is not None:
-            pytest.fail(f"logfs follow exited {proc.returncode} before running:\n{follower.log_text()}")
-        if time.monotonic() > deadline:
-            follower.stop()
-            pytest.fail(f"logfs follow did not start within {START_TIMEOUT_S} s:\n{follower.log_text()}")
-        time.sleep(0.02)
+    follower = Follower(leader, store, replica_id, spawn_logfs(args, log_path), log_path, mount)
+    wait_started(
+        follower,
+        lambda: os.path.ismount(mount) if mount is not None else "following" in follower.log_text(),
+        "logfs follow",
+        START_TIMEOUT_S,
+    )
     return follower
 
 
@@ -113,12 +100,7 @@ def finish_follower(follower: Follower) -> None:
     """Stop (SIGTERM), then check the exit code and the log."""
     code = follower.stop()
     assert code == 0, f"logfs follow exited {code}:\n{follower.log_text()}"
-    loud = re.compile(r" (WARNING|ERROR|CRITICAL) ")
-    bad = [
-        line
-        for line in follower.log_text().splitlines()
-        if loud.search(line) and not any(re.search(p, line) for p in follower.allowed)
-    ]
+    bad = unexpected_lines(follower.log_text(), follower.allowed)
     assert not bad, "unexpected warnings or errors in the follower's log:\n" + "\n".join(bad)
 
 

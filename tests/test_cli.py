@@ -27,7 +27,7 @@ def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProc
         timeout=60,
         check=False,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONSAFEPATH": "1", **env},
+        env={**os.environ, **env},
     )
 
 

@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from logfs.core.format.batch import Record, assign_offset_and_epoch, encode_batch
+from logfs.core.format.batch import Record, assign_offset_and_epoch
 from logfs.core.format.compression import Compression
+from logfs.core.format.encode import encode_batch
 from logfs.core.log.index import OffsetIndex, TimeIndex
 
 LOGFS = str(Path(sys.executable).parent / "logfs")

@@ -1,5 +1,6 @@
 """The layers stay apart: ``logfs.core`` never pulls in FUSE, trio, Spark, the mount or the CLI; ``logfs.mount`` uses
-only ``logfs.core`` of logfs; ``import logfs`` stays light.
+only ``logfs.core`` of logfs; ``import logfs`` stays light; the follower daemon never pulls in Spark; the Spark
+package's pure modules (``offsets``, ``options``) import neither pyspark nor pyarrow.
 
 Two checks, as trio's ``test_exports.py`` does: a dynamic one (import every module in a fresh interpreter and look at
 ``sys.modules``) and a static one (read every file's ``import`` statements with ``ast``, including imports inside
@@ -21,12 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Import names that the storage core must never load: the FUSE stack, Spark, and the layers above it.
 CORE_FORBIDDEN_MODULES = ("pyfuse3", "trio", "pyspark", "pyarrow", "logfs.mount", "logfs.cli")
+SPARK_MODULES = ("pyspark", "pyarrow")
+# The core's subpackages, one per concern: each must be walked by both checks.
+CORE_SUBPACKAGES = ("format", "log", "txn", "replication")
 
 
 def run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    # -P and a neutral working directory: the checkout root's bare logfs/ folder must not shadow the install.
+    # A neutral working directory: what is checked is the installed package (tests/test_packaging.py checks the
+    # source tree too).
     return subprocess.run(
-        [sys.executable, "-P", "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -63,6 +68,61 @@ def test_importing_every_core_module_loads_no_fuse_spark_mount_or_cli(tmp_path: 
     report = json.loads(proc.stdout)
     print("imported:", ", ".join(report["modules"]))
     assert report["culprits"] == {}, f"logfs.core modules loaded forbidden modules (module -> loaded): {report}"
+    # Every file of the core was imported, those of its subpackages included.
+    assert set(report["modules"]) >= {module_name(path) for path in python_files("core")}
+
+
+def loaded_after_importing(modules: list[str], watched: tuple[str, ...], tmp_path: Path) -> dict[str, list[str]]:
+    """Import ``modules`` one by one in a fresh interpreter: for each, the ``watched`` modules it loaded."""
+    code = f"""
+        import importlib, json, sys
+        watched = {watched!r}
+
+        def loaded():
+            return {{name for name in sys.modules if any(name == w or name.startswith(w + ".") for w in watched)}}
+
+        culprits = {{}}
+        for name in {modules!r}:
+            importlib.import_module(name)
+            culprits[name] = sorted(loaded())
+        print(json.dumps(culprits))
+    """
+    proc = run_python(code, tmp_path)
+    assert proc.returncode == 0, f"importing {modules} failed:\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def test_the_pure_spark_modules_load_neither_pyspark_nor_pyarrow(tmp_path: Path) -> None:
+    """``logfs.spark.offsets`` and ``logfs.spark.options`` are offset and option arithmetic: they import (and pull in,
+    through ``logfs/spark/__init__.py``) neither pyspark nor pyarrow."""
+    loaded = loaded_after_importing(["logfs.spark.offsets", "logfs.spark.options"], SPARK_MODULES, tmp_path)
+    assert loaded == {"logfs.spark.offsets": [], "logfs.spark.options": []}
+
+
+def test_the_spark_package_still_exports_its_data_source_lazily(tmp_path: Path) -> None:
+    """What the lazy exports of ``logfs/spark/__init__.py`` keep working: ``from logfs.spark import LogfsDataSource``
+    after the pure modules, and every name of ``__all__``."""
+    code = """
+        import sys
+        import logfs.spark.offsets, logfs.spark.options
+        assert "pyspark" not in sys.modules
+        from logfs.spark import LogfsDataSource
+        import logfs.spark
+        assert LogfsDataSource.name() == "logfs"
+        for name in logfs.spark.__all__:
+            getattr(logfs.spark, name)
+        print("ok")
+    """
+    proc = run_python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_importing_every_follower_module_loads_no_spark(tmp_path: Path) -> None:
+    modules = [module_name(path) for path in python_files("logfs/follower")]
+    assert "logfs.follower.daemon" in modules
+    loaded = loaded_after_importing(modules, SPARK_MODULES, tmp_path)
+    assert loaded == {name: [] for name in modules}
 
 
 def test_import_logfs_is_light(tmp_path: Path) -> None:
@@ -80,6 +140,13 @@ def test_import_logfs_is_light(tmp_path: Path) -> None:
 
 
 # --- static check -------------------------------------------------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    """The import name of a file in core/, mount/ or logfs/ (core/a/b.py -> logfs.core.a.b; a package's
+    __init__.py -> the package)."""
+    package = package_of(path)
+    return package if path.name == "__init__.py" else f"{package}.{path.stem}"
 
 
 def package_of(path: Path) -> str:
@@ -155,6 +222,31 @@ def test_core_file_imports_no_fuse_spark_mount_or_cli(path: Path) -> None:
         f"{path.relative_to(ROOT)}:{line}: imports {name}" for line, name in file_imports(path) if core_violation(name)
     ]
     assert bad == [], "logfs.core must not import the FUSE stack, Spark or other layers of logfs:\n" + "\n".join(bad)
+
+
+def test_the_static_check_covers_every_core_subpackage() -> None:
+    folders = {path.parent.relative_to(ROOT / "core").as_posix() for path in python_files("core")}
+    assert folders >= {".", *CORE_SUBPACKAGES}
+    assert all((ROOT / "core" / sub / "__init__.py").is_file() for sub in CORE_SUBPACKAGES)
+
+
+def spark_violation(name: str) -> bool:
+    return any(within(name, forbidden) for forbidden in SPARK_MODULES)
+
+
+PURE_SPARK_FILES = [ROOT / "logfs" / "spark" / "offsets.py", ROOT / "logfs" / "spark" / "options.py"]
+
+
+@pytest.mark.parametrize(
+    "path", PURE_SPARK_FILES + python_files("logfs/follower"), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_pure_spark_and_follower_files_import_no_spark(path: Path) -> None:
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: imports {name}" for line, name in file_imports(path) if spark_violation(name)
+    ]
+    assert bad == [], "the follower and logfs.spark's offsets and options must not import pyspark or pyarrow:\n" + (
+        "\n".join(bad)
+    )
 
 
 @pytest.mark.parametrize("path", python_files("mount"), ids=lambda p: str(p.relative_to(ROOT)))

@@ -4,7 +4,7 @@ A control batch (attributes bit 5) holds exactly one record whose key says what 
 ``version int16 = 0, type int16``. COMMIT and ABORT markers carry ``version int16 = 0, coordinator_epoch int32``
 as their value (``EndTransactionMarker``); other types are left to their owners, and an unknown type is ignored, as
 Kafka does. A key shorter than 4 bytes or with a negative version is an invalid record. Encoding a marker batch is
-``batch.encode_end_txn_marker``.
+``encode.encode_end_txn_marker``.
 """
 
 from __future__ import annotations

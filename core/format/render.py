@@ -13,8 +13,7 @@ falls inside a batch. Any thread may call these functions.
 
 :func:`render_plain` and :func:`render_jsonl` render one batch with a loop over its records: the reference.
 :mod:`logfs.core.format.renderstored` renders every batch of a buffer read from a ``.log`` at once, vectorised with
-numpy,
-for the mount's readers, and is held to these functions by its tests.
+numpy, for the mount's readers, and is held to these functions by its tests.
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ import base64
 import bisect
 from json.encoder import encode_basestring  # the C string encoder that leaves non-ASCII as is
 
-from logfs.core.format.batch import BatchHeader, TimestampType, record_columns
-from logfs.core.format.records import (
-    RecordColumns,
-)
+from logfs.core.format.batch import BatchHeader, TimestampType
+from logfs.core.format.columns import RecordColumns
+from logfs.core.format.decode import record_columns
 
 
 def render_plain(buf: bytes | bytearray | memoryview, position: int = 0, from_offset: int = -1) -> bytes:

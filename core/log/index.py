@@ -51,7 +51,6 @@ A read-only index refuses every change rather than trimming its file on close as
 from __future__ import annotations
 
 import mmap
-import os
 
 from logfs.core.errors import CorruptIndex, InvalidOffset, OffsetOverflow, TimestampOutOfOrder
 from logfs.core.format.varint import INT32_MAX, INT64_MAX, INT64_MIN
@@ -92,17 +91,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
     _OFFSET_FIELD = _KEY
     _warm_entries = WARM_SECTION_BYTES // OFFSET_INDEX_ENTRY_BYTES
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        base_offset: int,
-        max_index_bytes: int = SEGMENT_INDEX_BYTES_DEFAULT,
-        *,
-        writable: bool = True,
-    ) -> None:
-        """Describe the index; touch no file. Any thread."""
-        super().__init__(path, base_offset, max_index_bytes, writable=writable)
-        self._last_offset = base_offset
+    _last_offset: int  # the last entry's offset (the base offset without one): _refresh_last_entry keeps it
 
     def _parse(self, buffer: mmap.mmap, slot: int) -> OffsetPosition:
         relative, position = _OFFSET_ENTRY.unpack_from(buffer, slot * OFFSET_INDEX_ENTRY_BYTES)
@@ -195,17 +184,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
     _OFFSET_FIELD = _VALUE
     _warm_entries = WARM_SECTION_BYTES // TIME_INDEX_ENTRY_BYTES
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        base_offset: int,
-        max_index_bytes: int = SEGMENT_INDEX_BYTES_DEFAULT,
-        *,
-        writable: bool = True,
-    ) -> None:
-        """Describe the index; touch no file. Any thread."""
-        super().__init__(path, base_offset, max_index_bytes, writable=writable)
-        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
+    _last_entry: TimestampOffset  # (NO_TIMESTAMP, base offset) without one: _refresh_last_entry keeps it
 
     def _parse(self, buffer: mmap.mmap, slot: int) -> TimestampOffset:
         timestamp, relative = _TIME_ENTRY.unpack_from(buffer, slot * TIME_INDEX_ENTRY_BYTES)

@@ -106,6 +106,7 @@ class AbstractIndex(Generic[_Entry]):
         # faults (~12 µs each, measured: a quarter of the bookkeeping of a 1 MiB append). Reads keep the mapping,
         # which sees the written entries (one page cache). Opened on the first append, given back with the mapping.
         self._append_fd: int | None = None
+        self._refresh_last_entry()  # no entries yet: the subclass's cached last entry starts at the base offset
 
     def __repr__(self) -> str:
         state = f"entries={self._entries}/{self._length_bytes // self.ENTRY_BYTES}" if self._loaded else "not loaded"

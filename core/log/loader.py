@@ -6,7 +6,7 @@
 3. Segments: an index without its ``.log`` is deleted; each ``.log`` becomes a segment; a missing or corrupt offset
    index sends that segment to recovery whatever the shutdown was.
 4. Recovery: the segments of step 3 and, after an unclean shutdown, every segment from the one holding the
-   recovery point to the end are validated batch by batch and their indexes rebuilt (``LogSegment.recover``). The
+   recovery point to the end are validated batch by batch and their indexes rebuilt (``core/log/recovery.py``). The
    first segment that had to be cut ends the log: every later segment is moved into quarantine
    (``<name>.log.<ms>.quarantine``, its indexes deleted) — Kafka deletes them; logfs keeps the bytes for inspection
    (spec §6). So the log is always a prefix of what was written, with no hole; Kafka keeps the later segments when
@@ -43,8 +43,10 @@ from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
-from logfs.core.log.log import Log, roll_jitter
+from logfs.core.log.local import new_segment
+from logfs.core.log.log import Log
 from logfs.core.log.logfile import LogFile
+from logfs.core.log.recovery import ScanResult, quarantine_path, recover_segment
 from logfs.core.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -53,11 +55,10 @@ from logfs.core.log.segment import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
-    ScanResult,
     offset_from_filename,
-    quarantine_path,
 )
-from logfs.core.txn.producerstate import ProducerStateManager, replay
+from logfs.core.txn.producerreplay import replay
+from logfs.core.txn.producerstate import ProducerStateManager
 
 _log = logging.getLogger(__name__)
 
@@ -130,8 +131,8 @@ def load_log(
         producer_state.delete_snapshots_above(-1)
         recovered_to_leo = False
     if not segments:
-        segments = [_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
-        segments[0].log_file.create()  # so that the next load finds it, as Kafka's does (see Log._new_segment)
+        segments = [new_segment(directory, log_start_offset, config, handles, log_size_bytes=0)]
+        segments[0].log_file.create()  # so that the next load finds it, as Kafka's does (see LocalLog._new_segment)
         leo = log_start_offset
     active = segments[-1]
     active.offset_index.resize(config.segment_index_bytes)
@@ -208,20 +209,6 @@ def _rebuild_epochs(segments: list[LogSegment], epoch_cache: LeaderEpochFileCach
         except CorruptRecord:
             return  # damage below the recovery point, which recovery did not scan: keep the epochs found so far
     epoch_cache.flush()
-
-
-def _segment(
-    directory: Path, base_offset: int, config: LogConfig, handles: HandleCache, *, log_size_bytes: int | None
-) -> LogSegment:
-    return LogSegment(
-        directory,
-        base_offset,
-        index_interval_bytes=config.index_interval_bytes,
-        max_index_bytes=config.segment_index_bytes,
-        handles=handles,
-        roll_jitter_ms=roll_jitter(config.segment_jitter_ms, config.segment_ms),
-        log_size_bytes=log_size_bytes,
-    )
 
 
 def _remove_temp_files(directory: Path, on_event: EventSink | None) -> None:
@@ -309,7 +296,7 @@ def _load_segments(
     needs_recovery: set[int] = set()
     bases = sorted(logs)
     for base, next_base in itertools.pairwise([*bases, NO_LIMIT]):
-        segment = _segment(directory, base, config, handles, log_size_bytes=logs[base])
+        segment = new_segment(directory, base, config, handles, log_size_bytes=logs[base])
         if logs[base] > 0:
             try:
                 segment.sanity_check(full=full_check_below == NO_LIMIT or next_base <= full_check_below)
@@ -332,7 +319,7 @@ def _recover_one(
     before_cut: Callable[[ScanResult], None] | None = None,
     producer_state: ProducerStateManager | None = None,
 ) -> ScanResult:
-    result = segment.recover(epoch_cache, before_cut=before_cut, producer_state=producer_state)
+    result = recover_segment(segment, epoch_cache, before_cut=before_cut, producer_state=producer_state)
     if result.damaged_bytes:
         what = result.reason or "torn tail"
         _report(
@@ -352,7 +339,7 @@ def _recover(
     log_start_offset: int,
 ) -> list[LogSegment]:
     """Pass 4: recover ``segments[first:]`` and every earlier one in ``needs_recovery``; the first segment that is
-    cut ends the log, and the segments after it go to quarantine (before the cut: see ``LogSegment.recover``).
+    cut ends the log, and the segments after it go to quarantine (before the cut: see ``recover_segment``).
 
     ``producer_state`` is carried through consecutive recovered segments (and positioned afresh after a skipped
     one), so each recovery rebuilds its segment's ``.txnindex`` from the state at its base."""

@@ -9,7 +9,9 @@ previous left:
 * ``retention.ms`` (when ≥ 0): ``now - largest timestamp > retention.ms``;
 * ``retention.bytes`` (when ≥ 0 and the log is at least that big): delete while the excess covers the segment.
 
-The log applies the result (rolling first when every segment goes, so an empty active segment at the LEO remains).
+The Log picks the rule and raises its log start offset; its LocalLog walks its segments under the rule
+(``LocalLog.deletable_segments``) and removes them (``LocalLog.remove_and_delete_segments``), the Log rolling first
+when every segment goes, so an empty active segment at the LEO remains.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def retention_ms_rule(now_ms: int, retention_ms: int) -> Rule:
     return lambda segment, _nxt: now_ms - segment.largest_timestamp > retention_ms
 
 
-def retention_bytes_rule(segments: Sequence[SegmentSummary], retention_bytes: int) -> Rule:
-    """A stateful rule: each accepted segment reduces the excess (call it once per walk)."""
-    diff = sum(s.size_bytes for s in segments) - retention_bytes
+def retention_bytes_rule(size_bytes: int, retention_bytes: int) -> Rule:
+    """A stateful rule over a log of ``size_bytes``: each accepted segment reduces the excess (one per walk)."""
+    diff = size_bytes - retention_bytes
 
     def rule(segment: SegmentSummary, _nxt: SegmentSummary | None) -> bool:
         nonlocal diff

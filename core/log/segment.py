@@ -10,50 +10,34 @@ and answers the three questions a log asks of it:
   may end mid-batch when ``max_bytes`` cuts it; at least one whole batch with ``min_one_message``)?
 * ``find_offset_by_timestamp(ts)``: the first record with a timestamp at or after ``ts``?
 
-Recovery treats damage as LevelDB's log reader does: a torn tail (the file ends inside a batch) ends the scan
-silently; a batch that fails validation (size, magic, CRC, or offsets that step back, which the CRC does not cover)
-ends it with a reason. Either way everything from there on is *moved aside* into ``<base>.log.<ms>.quarantine``
-beside the segment before the ``.log`` is cut, so recovery never destroys bytes (spec §6). Indexes are rebuilt from
-the valid prefix. :meth:`scan` does the reading alone, for ``logfs check``.
+Recovery (``core/log/recovery.py``) validates the ``.log``, moves damage aside and rebuilds the indexes through
+:meth:`begin_recovery` and :meth:`end_recovery`; the segment itself knows nothing of producers.
 
 Threads: one writer thread (the log's) appends, truncates, rolls, recovers, renames and closes; any thread may
 read, translate, look up timestamps, flush and close_handler.
 
 Transactions: the segment owns its ``.txnindex`` (``core/txn/index.py``) beside the two indexes: the log appends an
-entry when an ABORT marker lands here (:meth:`update_txn_index`); it is truncated, renamed ``.deleted`` and deleted
-with the segment, and recovery rebuilds it by replaying the batches through the producer state it is given, as
-Kafka's ``LogSegment.recover`` does.
+entry when an ABORT marker lands here (:meth:`append_aborted_txn`); it is truncated, renamed ``.deleted`` and
+deleted with the segment; recovery rebuilds it by replaying the batches through a producer state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
 
-from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import CorruptIndex, CorruptRecord, InvalidRecord, OffsetOverflow
-from logfs.core.format.batch import (
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    BatchHeader,
-    TimestampType,
-    batch_size_at,
-    decode_records,
-    validate_batch,
-)
+from logfs.core.errors import CorruptIndex, OffsetOverflow
+from logfs.core.format.batch import TimestampType
+from logfs.core.format.decode import decode_records
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from logfs.core.log.logfile import BatchPosition, LogFile
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
 from logfs.core.txn.index import AbortedTxn, TransactionIndex
-from logfs.core.txn.producerstate import CompletedTxn, ProducerStateManager, apply_replicated
 
 _log = logging.getLogger(__name__)
 
@@ -64,12 +48,6 @@ TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 QUARANTINE_SUFFIX = ".quarantine"
 
-# How much of the .log one recovery read validates at a time: large enough that the per-read cost vanishes
-# (~1 ms per 8 MiB at the disk's speed), small enough to bound memory during a store load.
-RECOVERY_READ_BYTES = 8 * 1024 * 1024
-
-NO_TIMESTAMP = -1
-
 
 def filename_prefix(offset: int) -> str:
     """Kafka's segment file name stem: the base offset zero-padded to 20 digits."""
@@ -79,27 +57,6 @@ def filename_prefix(offset: int) -> str:
 def offset_from_filename(name: str) -> int:
     """The base offset a segment file's name encodes."""
     return int(name.split(".", 1)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class ScanResult:
-    """What a validation scan of a ``.log`` found: the valid prefix, and what ends it when it is not all."""
-
-    valid_bytes: int
-    total_bytes: int
-    reason: str | None  # None: the scan reached the end, or a torn tail (see torn_tail)
-    torn_tail: bool
-    batches: int
-    next_offset: int
-
-    @property
-    def damaged_bytes(self) -> int:
-        return self.total_bytes - self.valid_bytes
-
-
-class EpochCache(Protocol):
-    def latest_epoch(self) -> int | None: ...
-    def assign(self, epoch: int, start_offset: int) -> None: ...
 
 
 class LogSegment:
@@ -125,7 +82,7 @@ class LogSegment:
         self._handles = handles
         self.roll_jitter_ms = roll_jitter_ms
         stem = directory / filename_prefix(base_offset)
-        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self._touch)
+        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self.touch)
         self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
         self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
         self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX), base_offset)
@@ -167,7 +124,12 @@ class LogSegment:
     def log_path(self) -> Path:
         return self._log.path
 
-    def _touch(self) -> None:
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._index_interval_bytes
+
+    def touch(self) -> None:
+        """Mark the segment used, for the handle cache's LRU of open files. Any thread."""
         self._handles.touch(self)
 
     def close_handler(self) -> bool:
@@ -182,11 +144,11 @@ class LogSegment:
     def pin(self) -> Iterator[None]:
         """Keep the ``.log`` readable for the duration, even if retention deletes the segment. Any thread."""
         with self._log.pin():
-            self._touch()
+            self.touch()
             try:
                 yield
             finally:
-                self._touch()  # back under the LRU's bound (a pinned segment leaves it when asked to close)
+                self.touch()  # back under the LRU's bound (a pinned segment leaves it when asked to close)
 
     # --- timestamps --------------------------------------------------------------------------------------------------
 
@@ -238,7 +200,7 @@ class LogSegment:
             return self._log.size_bytes
         if not self.can_convert_to_relative_offset(largest_offset):
             raise OffsetOverflow(largest_offset, self._base_offset, f"segment {self._log.path}")
-        self._touch()
+        self.touch()
         if self._log.size_bytes == 0:
             self._rolling_based_timestamp = largest_timestamp
         position = self._log.append(records)
@@ -257,7 +219,7 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is at or after ``offset``, or None. Any thread."""
-        self._touch()
+        self.touch()
         mapping = self._offset_index.lookup(offset)
         found = self._log.search_for_offset(offset, max(mapping.position, starting_position))
         return None if found is None else LogOffsetPosition(*found)
@@ -284,7 +246,7 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: a scan from the last index entry to the end. Any thread."""
-        self._touch()
+        self.touch()
         last = self._offset_index.lookup(self._offset_index.last_offset())
         next_offset = self._base_offset
         for b in self._log.batches(last.position):
@@ -293,12 +255,12 @@ class LogSegment:
 
     def batches(self, start_position: int = 0) -> Iterator[BatchPosition]:
         """The batch headers from ``start_position`` on (no CRC check). Any thread."""
-        self._touch()
+        self.touch()
         return self._log.batches(start_position)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampOffset | None:
         """The first record with timestamp ≥ ``timestamp`` and offset ≥ ``starting_offset``. Any thread."""
-        self._touch()
+        self.touch()
         ts_offset = self._time_index.lookup(timestamp)
         position = self._offset_index.lookup(max(ts_offset.offset, starting_offset)).position
         for b in self._log.batches(position):
@@ -360,7 +322,7 @@ class LogSegment:
 
         A segment left empty counts as created at ``now_ms`` (default: the wall clock) for segment.ms.
         """
-        self._touch()
+        self.touch()
         mapping = self.translate_offset(offset)
         self._offset_index.truncate_to(offset)
         self._time_index.truncate_to(offset)
@@ -387,193 +349,28 @@ class LogSegment:
                 best = TimestampOffset(b.max_timestamp, b.last_offset)
         return best
 
-    def scan(
-        self,
-        on_batch: Callable[[BatchPosition], None] | None = None,
-        on_producer_batch: Callable[[BatchHeader, bytes, int], None] | None = None,
-    ) -> ScanResult:
-        """Validate every batch from the start of the ``.log``: size, magic and CRC, as Kafka's ``ensureValid``, and
-        offsets (see :meth:`_check_offsets`).
+    def append_aborted_txn(self, aborted: AbortedTxn) -> None:
+        """Record an aborted transaction whose marker is in this segment. Writer thread."""
+        self._txn_index.append(aborted)
 
-        A torn tail ends the scan silently; an invalid batch ends it with a reason. Reads the file once, in
-        8 MiB chunks. Changes nothing. Writer thread (or any thread on a store no one has open).
-        """
-        self._touch()
-        total = self._log.size_bytes
-        valid = 0
-        batches = 0
-        next_offset = self._base_offset
-        position = 0
-        while position < total:
-            chunk = self._log.read(position, RECOVERY_READ_BYTES)
-            at = 0
-            try:
-                while (size := batch_size_at(chunk, at)) is not None:
-                    h = validate_batch(chunk, at, client=False, size=size, deep=False).header
-                    self._check_offsets(h, next_offset)
-                    if on_producer_batch is not None and h.producer_id >= 0:
-                        on_producer_batch(h, chunk, at)
-                    if on_batch is not None:
-                        on_batch(
-                            BatchPosition(
-                                position + at, size, h.base_offset, h.last_offset, h.max_timestamp,
-                                h.partition_leader_epoch,
-                            )
-                        )  # fmt: skip
-                    at += size
-                    valid = position + at
-                    next_offset = h.last_offset + 1
-                    batches += 1
-            except (CorruptRecord, InvalidRecord) as exc:
-                return ScanResult(valid, total, exc.reason, False, batches, next_offset)
-            if at == 0:
-                # Not one whole batch in the chunk: the file ends inside a batch, or the batch outgrows a chunk.
-                declared = _declared_size(chunk)
-                if declared is None or position + declared > total:
-                    break
-                chunk = self._log.read(position, declared)
-                try:
-                    h = validate_batch(chunk, 0, client=False, size=declared, deep=False).header
-                    self._check_offsets(h, next_offset)
-                except (CorruptRecord, InvalidRecord) as exc:
-                    return ScanResult(valid, total, exc.reason, False, batches, next_offset)
-                if on_producer_batch is not None and h.producer_id >= 0:
-                    on_producer_batch(h, chunk, 0)
-                if on_batch is not None:
-                    on_batch(BatchPosition(position, declared, h.base_offset, h.last_offset, h.max_timestamp,
-                                           h.partition_leader_epoch))  # fmt: skip
-                at = declared
-                valid = position + at
-                next_offset = h.last_offset + 1
-                batches += 1
-            position += at
-        return ScanResult(valid, total, None, valid < total, batches, next_offset)
-
-    def _check_offsets(self, h: BatchHeader, next_offset: int) -> None:
-        """InvalidRecord unless the batch starts at or after ``next_offset`` (where the batch before it ended, or the
-        segment's base offset) and its last offset fits a relative offset.
-
-        Gaps are allowed (a follower may roll past missing offsets); a step back is not. The base offset lies
-        outside the CRC, so damage to it passes ``validate_batch``: Kafka's recovery then fails to append the
-        index entry and empties the whole segment, where this check cuts it at that batch.
-        """
-        if h.base_offset < next_offset:
-            raise InvalidRecord(
-                f"base offset {h.base_offset} is below {next_offset}, where the batch before it ended or the segment "
-                "starts: offsets must ascend"
-            )
-        if not self.can_convert_to_relative_offset(h.last_offset):
-            raise InvalidRecord(f"offset {h.last_offset} cannot be stored relative to base offset {self._base_offset}")
-
-    def recover(
-        self,
-        epoch_cache: EpochCache | None = None,
-        *,
-        quarantine: bool = True,
-        before_cut: Callable[[ScanResult], None] | None = None,
-        producer_state: ProducerStateManager | None = None,
-    ) -> ScanResult:
-        """Rebuild the indexes from the ``.log``, cut it after the last valid batch, and return what was found.
-
-        With ``producer_state`` (positioned at this segment's base offset: the state after every earlier batch), the
-        batches are replayed into it and the ``.txnindex`` is rebuilt from the aborts it completes.
-
-        When there is something to cut, ``before_cut`` runs first (the loader moves the later segments aside there:
-        a crash before the cut then finds the same damage again, where one after it would find this segment whole
-        and keep the later ones, leaving a hole); then the cut bytes are copied into a quarantine file beside the
-        segment (unless ``quarantine`` is False); then the ``.log`` is cut. Leader epochs seen in the batches are
-        assigned to ``epoch_cache``. Writer thread.
-        """
+    def begin_recovery(self, *, rebuild_txn_index: bool) -> None:
+        """Empty the indexes a recovery rebuilds from the ``.log`` (``core/log/recovery.py``); the ``.txnindex`` only
+        when it is rebuilt too (a replay through the producer state). Writer thread."""
         self._offset_index.reset()
         self._time_index.reset()
-        if producer_state is not None:  # else it could not be rebuilt: keep it
+        if rebuild_txn_index:
             self._txn_index.reset()
         self._bytes_since_last_index_entry = 0
-        last_index_entry = 0
-        max_ts = TimestampOffset(NO_TIMESTAMP, self._base_offset)
 
-        def full() -> bool:
-            # Only when segment.index.bytes shrank or index.interval.bytes fell since the segment was written
-            # (appends roll before an index fills): the rebuilt index stays sparser, lookups scan further, and
-            # the next append rolls. Kafka fails the load instead.
-            return self._offset_index.is_full() or self._time_index.is_full()
-
-        def rebuild(b: BatchPosition) -> None:
-            nonlocal last_index_entry, max_ts
-            if b.max_timestamp > max_ts.timestamp:
-                max_ts = TimestampOffset(b.max_timestamp, b.last_offset)
-            if b.position - last_index_entry > self._index_interval_bytes and not full():
-                self._offset_index.append(b.last_offset, b.position)
-                self._time_index.maybe_append(max_ts.timestamp, max_ts.offset)
-                last_index_entry = b.position
-            if epoch_cache is not None and b.partition_leader_epoch >= 0:
-                latest = epoch_cache.latest_epoch()
-                if latest is None or b.partition_leader_epoch > latest:
-                    epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
-
-        on_producer_batch = None
-        if producer_state is not None:
-            state = producer_state
-
-            def on_producer_batch(h: BatchHeader, data: bytes, position: int) -> None:
-                apply_replicated(state, h, data, position, self.update_txn_index_for(state))
-                state.update_map_end_offset(h.last_offset + 1)
-
-        result = self.scan(rebuild, on_producer_batch)
-        if producer_state is not None:
-            producer_state.update_map_end_offset(result.next_offset)
-        if result.damaged_bytes > 0:
-            if before_cut is not None:
-                before_cut(result)
-            what = result.reason or "a torn tail (the file ends inside a batch)"
-            kept = self.quarantine_tail(result.valid_bytes) if quarantine else None
-            _log.warning(
-                "segment %s: %s at byte %d; %d bytes cut%s",
-                self._log.path, what, result.valid_bytes, result.damaged_bytes,
-                f" and kept in {kept}" if kept else "",
-            )  # fmt: skip
-            self._log.truncate_to(result.valid_bytes)
+    def end_recovery(self, max_timestamp: TimestampOffset, last_index_entry: int) -> None:
+        """After a recovery rebuilt the indexes (and cut the ``.log``): the final time index entry, trimmed indexes,
+        and the append state the rebuilt files imply. Writer thread."""
         self._offset_index.trim_to_valid_size()
-        self._time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
+        self._time_index.maybe_append(max_timestamp.timestamp, max_timestamp.offset, skip_full_check=True)
         self._time_index.trim_to_valid_size()
-        self._max_timestamp_and_offset = max_ts
+        self._max_timestamp_and_offset = max_timestamp
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
-        return result
-
-    def update_txn_index(self, completed: CompletedTxn, last_stable_offset: int) -> None:
-        """Record an aborted transaction whose marker is in this segment (a commit records nothing). Writer thread."""
-        if completed.is_aborted:
-            self._txn_index.append(
-                AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, last_stable_offset)
-            )
-
-    def update_txn_index_for(self, state: ProducerStateManager) -> Callable[[CompletedTxn], None]:
-        """The ``on_completed`` of a replay: index an abort with the LSO ``state`` gives it (before it completes)."""
-        return lambda completed: self.update_txn_index(completed, state.last_stable_offset_for(completed))
-
-    def quarantine_tail(self, from_position: int) -> Path | None:
-        """Copy the ``.log`` bytes from ``from_position`` on into a quarantine file, fsynced. Writer thread."""
-        size = self._log.size_bytes
-        if from_position >= size:
-            return None
-        target = quarantine_path(self._log.path)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            position = from_position
-            while position < size:
-                chunk = self._log.read(position, min(RECOVERY_READ_BYTES, size - position))
-                if not chunk:
-                    break
-                written = 0
-                while written < len(chunk):
-                    written += os.write(fd, chunk[written:])
-                position += len(chunk)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self._dir)
-        return target
 
     def sanity_check(self, *, full: bool = True) -> None:
         """Raise CorruptIndex when the offset index is missing, or (``full``) a present index fails its checks."""
@@ -641,33 +438,12 @@ class LogSegment:
         self._handles.forget(self)
 
 
-def quarantine_path(path: Path) -> Path:
-    """A free name for quarantined bytes of ``path``: ``<name>.<ms>.quarantine``, the ms moved on past any taken.
-
-    Two recoveries of one segment within a millisecond (a repair right after a mount, a test) must neither
-    overwrite the first quarantine file nor fail on it. Writer thread (the store's lock keeps other processes out).
-    """
-    ms = wall_clock_ms()
-    while (target := path.with_name(f"{path.name}.{ms}{QUARANTINE_SUFFIX}")).exists():
-        ms += 1
-    return target
-
-
-def _declared_size(chunk: bytes) -> int | None:
-    """The size the batch at the start of ``chunk`` declares, when at least its length field is there."""
-    if len(chunk) < LOG_OVERHEAD:
-        return None
-    return int.from_bytes(chunk[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD
-
-
 __all__ = [
     "FetchDataInfo",
     "LogOffsetMetadata",
     "LogOffsetPosition",
     "LogSegment",
-    "ScanResult",
     "TimestampType",
     "filename_prefix",
     "offset_from_filename",
-    "quarantine_path",
 ]

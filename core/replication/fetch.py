@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import OffsetOutOfRange, StorageError
+from logfs.core.errors import OffsetOutOfRange
 from logfs.core.log.epoch import EpochEndOffset
 from logfs.core.log.log import Log
 from logfs.core.log.segment import LogSegment
@@ -145,34 +144,31 @@ def read_batches(
     ``max_bytes`` in all but at least one batch when there is one, continuing into later segments; and the base
     offsets of the segments entered at or after ``fetch_offset``.
 
-    The batches are located first, then read straight into one buffer that keeps ``room`` bytes free before them
-    (for :meth:`FetchResponse.render`); they come back as the view of its tail. OffsetOutOfRange when retention
-    removed a segment meanwhile (the log start is then past ``fetch_offset``). Blocking reads; any thread."""
+    The batches are located first (:meth:`Log.scan`), then read straight into one buffer that keeps ``room`` bytes
+    free before them (for :meth:`FetchResponse.render`); they come back as the view of its tail. OffsetOutOfRange
+    when retention removed a segment meanwhile (the log start is then past ``fetch_offset``). Blocking reads; any
+    thread."""
     spans: list[tuple[LogSegment, int, int]] = []  # (segment, first byte, end byte)
     bases: list[int] = []
     total = 0
     offset = fetch_offset
-    segments = log.segments
-    try:
-        for segment in segments[_floor_index(segments, fetch_offset) :]:
-            if segment.base_offset >= end_offset:
-                break
+    with log.scan(fetch_offset, end_offset) as scan:
+        for segment, _ in scan:
+            found = segment.translate_offset(offset)
+            if found is None:
+                continue  # nothing at or past ``offset`` here: the next segment
             full = False
-            with segment.pin():
-                found = segment.translate_offset(offset)
-                if found is None:
-                    continue  # nothing at or past ``offset`` here: the next segment
-                lo = hi = found.position
-                last = -1
-                for b in segment.batches(found.position):
-                    if b.base_offset >= end_offset:
-                        break
-                    if total and total + b.size > max_bytes:
-                        full = True
-                        break
-                    hi = b.position + b.size
-                    total += b.size
-                    last = b.last_offset
+            lo = hi = found.position
+            last = -1
+            for b in segment.batches(found.position):
+                if b.base_offset >= end_offset:
+                    break
+                if total and total + b.size > max_bytes:
+                    full = True
+                    break
+                hi = b.position + b.size
+                total += b.size
+                last = b.last_offset
             if hi > lo:
                 if segment.base_offset >= fetch_offset:
                     bases.append(segment.base_offset)
@@ -187,20 +183,4 @@ def read_batches(
             with segment.pin():
                 segment.log_file.read_into(lo, view[at : at + hi - lo])
             at += hi - lo
-    except StorageError:
-        if fetch_offset < log.log_start_offset:
-            raise OffsetOutOfRange(fetch_offset, log.log_start_offset, log.log_end_offset) from None
-        raise
     return view[room:], bases
-
-
-def _floor_index(segments: Sequence[object], offset: int) -> int:
-    """The index of the last segment whose base offset is at or below ``offset`` (0 when none is)."""
-    lo, hi = 0, len(segments)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if segments[mid].base_offset <= offset:  # type: ignore[attr-defined]
-            lo = mid + 1
-        else:
-            hi = mid
-    return max(0, lo - 1)

@@ -26,6 +26,8 @@ Rules (Kafka 3.9):
   ``min(min.insync.replicas, replicas)`` (KAFKA-15583, Kafka ≥ 3.7). Recomputed after appends, after a fetch that
   moved a follower's LEO, after ISR changes, and when the partition is taken. With no followers it is the LEO at
   once, as before replication existed.
+* **Append** (``appendRecordsToLeader``, :meth:`LeaderPartition.append_records_to_leader`): each batch goes into the
+  log in this leader epoch, then the HW rule applies once, then (acks=all's fsync) the records are made durable.
 * **acks=all** (``appendRecordsToLeader`` and ``DelayedProduce``): before an append, an ISR below the minimum
   refuses it (:meth:`~LeaderPartition.check_enough_replicas`, NotEnoughReplicas, nothing written); after it, the
   acknowledgement waits until the HW passes the records (:meth:`~LeaderPartition.check_replicated`). Because the HW
@@ -49,9 +51,11 @@ before the log's own lock (the HW move), never after. Properties are single attr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from logfs.core.checkpoint import TopicPartition
@@ -65,7 +69,7 @@ from logfs.core.errors import (
 )
 from logfs.core.log.epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_END_OFFSET, UNDEFINED_EPOCH_OFFSET, EpochEndOffset
 from logfs.core.log.log import Log
-from logfs.core.offsets import LogOffsetMetadata
+from logfs.core.offsets import AppendInfo, LogOffsetMetadata
 from logfs.core.store import Store
 
 _log = logging.getLogger(__name__)
@@ -133,6 +137,20 @@ class ReplicaChange:
 
 
 NO_CHANGE = ReplicaChange()
+
+Batch = bytes | bytearray | memoryview
+# What a scope around the appends gives: the batches as they are to be appended (see append_records_to_leader).
+BatchTransform = Callable[[Sequence[Batch]], Sequence[Batch]]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAppend:
+    """What one :meth:`LeaderPartition.append_records_to_leader` did: the appends in order, the error that stopped
+    it (None when every batch went in; the batches before a bad one stay), and whether the HW moved."""
+
+    infos: tuple[AppendInfo, ...]
+    error: Exception | None
+    high_watermark_moved: bool
 
 
 class LeaderPartition:
@@ -214,6 +232,43 @@ class LeaderPartition:
         for r, s in self._replicas.items():
             view[r] = {"log_end_offset": s.log_end_offset, "last_caught_up_ms": s.last_caught_up_ms}
         return dict(sorted(view.items()))
+
+    # --- appends ------------------------------------------------------------------------------------------------------
+
+    def append_records_to_leader(
+        self,
+        batches: Sequence[Batch],
+        *,
+        flush: bool = False,
+        scope: AbstractContextManager[BatchTransform] | None = None,
+    ) -> LeaderAppend:
+        """Append ``batches`` to the log in this leader epoch, then apply the HW rule, then with ``flush`` make the
+        records durable (the ``.log`` only, acks=all's fsync: the indexes follow with the periodic flush). Kafka's
+        ``Partition.appendRecordsToLeader``. Worker thread: it blocks on the disk; the caller serialises appends to
+        one partition.
+
+        A batch that fails (validation, producer state, the disk) stops the rest; the error is returned, not raised,
+        so that the caller still answers for the batches before it. ``scope`` is held around the appends alone, not
+        the HW move or the flush, and gives what makes the batches ready inside it: a transactional write holds its
+        transaction open there and stamps the producer's fields (an error entering it, or from it, is raised:
+        nothing was appended).
+        """
+        infos: list[AppendInfo] = []
+        error: Exception | None = None
+        epoch = self.leader_epoch
+        with scope if scope is not None else contextlib.nullcontext(_unchanged) as prepare:
+            ready = prepare(batches)
+            try:
+                for batch in ready:
+                    infos.append(self.log.append_as_leader(batch, epoch))  # it takes a bytearray over, copies bytes
+            except Exception as exc:
+                error = exc
+        moved = False
+        if infos:
+            moved = self.maybe_increment_high_watermark()
+            if flush:
+                self.log.flush_records()
+        return LeaderAppend(tuple(infos), error, moved)
 
     # --- fetches ------------------------------------------------------------------------------------------------------
 
@@ -430,6 +485,10 @@ class LeaderReplicas:
         """Apply the ISR shrink rule to every partition; the partitions whose ISR changed. Any thread."""
         now = wall_clock_ms() if now_ms is None else now_ms
         return [tp for tp, p in self.partitions() if p.maybe_shrink_isr(now).isr_changed]
+
+
+def _unchanged(batches: Sequence[Batch]) -> Sequence[Batch]:
+    return batches
 
 
 def shrink_check_interval_ms(replica_lag_time_max_ms: int) -> int:

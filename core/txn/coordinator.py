@@ -1,4 +1,5 @@
-"""The transaction coordinator of one store: Kafka's TransactionCoordinator and TransactionStateManager, in one file.
+"""The transaction coordinator of one store: Kafka's TransactionCoordinator (the protocol; its state and file are
+``core/txn/statemanager.py``'s TransactionStateManager).
 
 Each transactional id (a name with a topic name's rules) has one :class:`TxnInfo`: its producer id (allocated once,
 then kept), its producer epoch, the state of its latest transaction, the partitions that transaction touched, when
@@ -41,20 +42,17 @@ Rules, each Kafka's unless marked:
 * **Expiration of ids.** A transactional id whose last transaction completed more than
   ``transactional.id.expiration.ms`` (7 days) ago is forgotten by ``expire``; a later begin gets a new producer id.
 
-On disk: one JSON record per state change (core/txn/state.py) in ``STORE/.logfs-transactions.log`` (core/txn/log.py),
-each holding the full state of one transactional id, as Kafka's ``__transaction_state`` holds the full
-TransactionMetadata per key; replaying the file in order rebuilds the state, the last record of an id winning. Every
-record is fsynced before the call that wrote it returns. The file is compacted (rewritten atomically with one record
-per live id and the labels) when it grows past twice its live size and ``compact_min_bytes``: on open and during
-appends.
+On disk: one record per state change, fsynced before the call that wrote it returns, in
+``STORE/.logfs-transactions.log`` (``core/txn/statemanager.py`` has the file and its compaction).
 
-Threads: every public method may be called from any thread *except the trio thread* (they block on fsync). One lock
-guards the state and the file, and is held across each record's fsync (a few ms; the coordinator's calls are few
-next to appends). It is **not** held while ``marker_writer`` runs: markers are appends to partition logs, which may
-be slow, and other transactions must not wait for them. Instead a transaction whose markers are being written is
-marked *completing*: a begin of the same id meets its PREPARE state and raises TransactionInProgress, and the
-recovery paths skip it (``complete_pending``, ``expire``) or wait for it (``abort_and_fence``), so the markers of one
-transaction are never written by two threads at once and COMPLETE is always written after them.
+Threads: every public method that changes state may be called from any thread *except the trio thread* (they block
+on fsync); the queries, which never wait for an fsync, from any thread. One lock serialises the changes, and is held
+across each record's fsync (a few ms; the coordinator's calls are few next to appends). It is **not** held while
+``marker_writer`` runs: markers are appends to partition logs, which may be slow, and other transactions must not
+wait for them. Instead a transaction whose markers are being written is marked *completing*: a begin of the same id
+meets its PREPARE state and raises TransactionInProgress, and the recovery paths skip it (``complete_pending``,
+``expire``) or wait for it (``abort_and_fence``), so the markers of one transaction are never written by two threads
+at once and COMPLETE is always written after them.
 """
 
 from __future__ import annotations
@@ -69,39 +67,21 @@ from pathlib import Path
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.config import TRANSACTION_MAX_TIMEOUT_MS
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import (
-    ConfigError,
-    CorruptTransactionLog,
-    InvalidTxnState,
-    LogfsError,
-    ProducerFenced,
-    StorageError,
-    TransactionInProgress,
-)
-from logfs.core.txn.log import TransactionLogFile
+from logfs.core.errors import ConfigError, InvalidTxnState, ProducerFenced, TransactionInProgress
 from logfs.core.txn.state import (
     PRODUCER_EPOCH_EXHAUSTED,
     PRODUCER_EPOCH_MAX,
-    CommittedLabels,
-    CoordinatorEpoch,
-    ExpiredId,
-    Record,
     TxnInfo,
     TxnState,
-    decode_record,
-    encode_record,
     validate_transactional_id,
 )
+from logfs.core.txn.statemanager import COMPACT_MIN_BYTES, LABELS_MAX, TransactionStateManager
 
 _log = logging.getLogger(__name__)
 
-TRANSACTIONS_FILE = ".logfs-transactions.log"
 TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms (7 days)
 WRITE_DRAIN_TIMEOUT_S = 30.0  # request.timeout.ms's default: how long end() waits for writes still in flight
 COMPLETING_WAIT_TIMEOUT_S = 30.0  # how long abort_and_fence waits for another thread's markers
-COMPACT_MIN_BYTES = 1024 * 1024  # below this the file is never compacted
-LABELS_MAX = 100_000  # committed labels kept: Spark keeps 100 batches per query; this is 1,000 queries' worth
-LABELS_PER_RECORD = 1000  # labels per compaction record, so that no record nears txnlog.MAX_RECORD_BYTES
 LABEL_MAX_CHARS = 1024
 
 MarkerWriter = Callable[[str, int, int, int, bool, int], None]
@@ -120,31 +100,13 @@ partition for ever."""
 class TransactionCoordinator:
     """The transaction coordinator of the store at ``root``. Create with :meth:`open`; end with :meth:`close`."""
 
-    def __init__(
-        self,
-        log_file: TransactionLogFile,
-        allocate_producer_id: Callable[[], int],
-        *,
-        compact_min_bytes: int,
-        labels_max: int,
-    ) -> None:
-        self._file = log_file
+    def __init__(self, state: TransactionStateManager, allocate_producer_id: Callable[[], int]) -> None:
+        self._state = state
         self._allocate_producer_id = allocate_producer_id
-        self._compact_min_bytes = compact_min_bytes
-        self._labels_max = labels_max
         self._lock = threading.Lock()  # serialises the changes; held across each record's fsync
         self._changed = threading.Condition(self._lock)  # a write finished, or a transaction stopped completing
-        # Guards _txns and _labels for the queries, which the mount asks on its trio thread (a lookup under
-        # .logfs/transactions/): they must never wait for an fsync, so this one is only held for the dict updates.
-        # The changes (under _lock) read the dicts without it: only they write them.
-        self._state_lock = threading.Lock()
-        self._txns: dict[str, TxnInfo] = {}
-        self._labels: dict[str, None] = {}  # insertion-ordered set: oldest first
-        self._coordinator_epoch = 0
         self._writes_in_flight: dict[str, int] = {}
         self._completing: set[str] = set()
-        self._compact_at = compact_min_bytes
-        self._closed = False
 
     @classmethod
     def open(
@@ -162,65 +124,33 @@ class TransactionCoordinator:
         owner calls :meth:`complete_pending` once the partitions are open, and :meth:`expire` periodically.
         Blocks on the disk; any thread but the trio thread.
         """
-        initial = [encode_record(CoordinatorEpoch(0))]
-        log_file, scanned = TransactionLogFile.open(Path(root) / TRANSACTIONS_FILE, initial)
-        coordinator = cls(log_file, allocate_producer_id, compact_min_bytes=compact_min_bytes, labels_max=labels_max)
-        try:
-            for position, payload in scanned.records:
-                try:
-                    coordinator._replay(decode_record(payload))
-                except (ValueError, LogfsError) as exc:
-                    raise CorruptTransactionLog(str(log_file.path), position, f"unreadable record: {exc}") from exc
-            with coordinator._lock:
-                coordinator._maybe_compact()
-        except BaseException:
-            log_file.close()
-            raise
-        return coordinator
+        state = TransactionStateManager.open(root, compact_min_bytes=compact_min_bytes, labels_max=labels_max)
+        return cls(state, allocate_producer_id)
 
-    def _replay(self, record: Record) -> None:
-        """Apply one record read back (the same effect its write had)."""
-        if isinstance(record, TxnInfo):
-            self._txns[record.transactional_id] = record
-            if record.state is TxnState.PREPARE_COMMIT and record.label is not None:
-                self._add_label(record.label)
-        elif isinstance(record, ExpiredId):
-            self._txns.pop(record.transactional_id, None)
-        elif isinstance(record, CommittedLabels):
-            for label in record.labels:
-                self._add_label(label)
-        else:
-            self._coordinator_epoch = max(self._coordinator_epoch, record.epoch)
-
-    # --- queries ---------------------------------------------------------------------------------------------------
+    # --- queries (they never wait for a change's fsync: the trio thread asks them) ---------------------------------
 
     @property
     def coordinator_epoch(self) -> int:
         """The epoch every marker carries (persisted; 0: see the module docstring). Any thread."""
-        return self._coordinator_epoch
+        return self._state.coordinator_epoch
 
     def get(self, transactional_id: str) -> TxnInfo | None:
-        """The state of ``transactional_id``, or None when it has none. Any thread (the queries never wait for a
-        change's fsync: the trio thread asks them)."""
-        with self._state_lock:
-            return self._txns.get(transactional_id)
+        """The state of ``transactional_id``, or None when it has none. Any thread."""
+        return self._state.get(transactional_id)
 
     def open_transactions(self) -> list[TxnInfo]:
         """Every transaction ONGOING or waiting for its markers, by transactional id. Any thread."""
-        with self._state_lock:
-            txns = list(self._txns.values())
+        txns = self._state.transactions()
         return sorted((t for t in txns if t.state.is_open), key=lambda t: t.transactional_id)
 
     def committed_labels(self) -> frozenset[str]:
         """Every label kept whose commit decision is durable (the newest ``labels_max``). Any thread."""
-        with self._state_lock:
-            return frozenset(self._labels)
+        return self._state.committed_labels()
 
     def has_committed_label(self, label: str) -> bool:
         """Whether a commit with ``label`` was decided (it is then done, or done by ``complete_pending``). Any
         thread."""
-        with self._state_lock:
-            return label in self._labels
+        return self._state.has_committed_label(label)
 
     # --- a transaction's life -----------------------------------------------------------------------------------
 
@@ -238,7 +168,7 @@ class TransactionCoordinator:
             )
         with self._lock:
             self._check_not_closed()
-            current = self._txns.get(transactional_id)
+            current = self._state.get(transactional_id)
             if (current is not None and current.state.is_open) or transactional_id in self._completing:
                 state = current.state.value if current is not None else "completing"
                 raise TransactionInProgress(f"transaction {transactional_id!r} is {state}")
@@ -256,7 +186,7 @@ class TransactionCoordinator:
                 timeout_ms=timeout_ms,
                 last_update_ms=now_ms,
             )
-            self._record(info)
+            self._state.record(info)
             return info
 
     def add_partition(self, transactional_id: str, producer_epoch: int, topic: str, partition: int) -> TxnInfo:
@@ -317,7 +247,7 @@ class TransactionCoordinator:
             current = self._require_ongoing(transactional_id, producer_epoch)
             state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             prepared = replace(current, state=state, last_update_ms=now_ms, label=label)
-            self._record(prepared)
+            self._state.record(prepared)
             self._completing.add(transactional_id)
         return self._complete(prepared, marker_writer, now_ms)
 
@@ -333,9 +263,8 @@ class TransactionCoordinator:
         now = wall_clock_ms() if now_ms is None else now_ms
         with self._lock:
             self._check_not_closed()
-            pending = [
-                t for t in self._txns.values() if t.state.is_prepared and t.transactional_id not in self._completing
-            ]
+            txns = self._state.transactions()
+            pending = [t for t in txns if t.state.is_prepared and t.transactional_id not in self._completing]
             self._completing.update(t.transactional_id for t in pending)
         return self._complete_all(pending, marker_writer, now)
 
@@ -347,20 +276,21 @@ class TransactionCoordinator:
         """
         with self._lock:
             self._check_not_closed()
-            due = [t for t in self._txns.values() if t.expired(now_ms) and t.transactional_id not in self._completing]
+            txns = self._state.transactions()
+            due = [t for t in txns if t.expired(now_ms) and t.transactional_id not in self._completing]
             fenced: list[TxnInfo] = []
             try:
                 for info in due:
                     tid, timeout_ms = info.transactional_id, info.timeout_ms
                     _log.info("transaction %r timed out after %d ms: aborting it", tid, timeout_ms)
                     fenced.append(self._fence(info, now_ms))
-                for info in list(self._txns.values()):
+                for info in self._state.transactions():
                     if (
                         not info.state.is_open
                         and info.transactional_id not in self._completing
                         and info.last_update_ms + TRANSACTIONAL_ID_EXPIRATION_MS < now_ms
                     ):
-                        self._forget(info.transactional_id)
+                        self._state.forget(info.transactional_id)
             except BaseException:  # the disk failed: the ones fenced stay PREPARE_ABORT for complete_pending
                 self._completing.difference_update(t.transactional_id for t in fenced)
                 raise
@@ -380,7 +310,7 @@ class TransactionCoordinator:
                 lambda: transactional_id not in self._completing, timeout=COMPLETING_WAIT_TIMEOUT_S
             ):
                 raise TransactionInProgress(f"transaction {transactional_id!r} is still being completed")
-            current = self._txns.get(transactional_id)
+            current = self._state.get(transactional_id)
             if current is None or not current.state.is_open:
                 return current
             target = self._fence(current, now_ms) if current.state is TxnState.ONGOING else current
@@ -393,19 +323,16 @@ class TransactionCoordinator:
         """Close the file; every record is already durable. Later calls that change state raise StorageError.
         Idempotent. Any thread."""
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._file.close()
+            self._state.close()
 
     # --- internals (the lock held unless said otherwise) -----------------------------------------------------------
 
     def _check_not_closed(self) -> None:
-        if self._closed:
-            raise StorageError(f"the transaction coordinator of {self._file.path.parent} is closed")
+        self._state.check_open()
 
     def _require_ongoing(self, transactional_id: str, producer_epoch: int) -> TxnInfo:
         self._check_not_closed()
-        current = self._txns.get(transactional_id)
+        current = self._state.get(transactional_id)
         if current is None:
             raise InvalidTxnState(f"no transaction {transactional_id!r}")
         if producer_epoch != current.producer_epoch:
@@ -422,7 +349,7 @@ class TransactionCoordinator:
         if tp in current.partitions:
             return current
         info = replace(current, partitions=current.partitions | {tp})
-        self._record(info)
+        self._state.record(info)
         return info
 
     def _fence(self, current: TxnInfo, now_ms: int) -> TxnInfo:
@@ -435,62 +362,9 @@ class TransactionCoordinator:
             last_update_ms=now_ms,
             label=None,
         )
-        self._record(fenced)
+        self._state.record(fenced)
         self._completing.add(current.transactional_id)
         return fenced
-
-    def _record(self, info: TxnInfo) -> None:
-        """Write ``info`` durably, then apply it (a failed write changes nothing in memory)."""
-        self._check_not_closed()
-        self._file.append(encode_record(info))
-        with self._state_lock:
-            self._txns[info.transactional_id] = info
-            if info.state is TxnState.PREPARE_COMMIT and info.label is not None:
-                self._add_label(info.label)
-        self._compact_if_due()
-
-    def _forget(self, transactional_id: str) -> None:
-        """Write a tombstone for an expired transactional id durably, then drop it."""
-        self._check_not_closed()
-        self._file.append(encode_record(ExpiredId(transactional_id)))
-        with self._state_lock:
-            del self._txns[transactional_id]
-        self._compact_if_due()
-
-    def _compact_if_due(self) -> None:
-        """Compact once the file passed its threshold, *after* the new record was applied in memory (the snapshot
-        is taken from memory). A failed compaction leaves the old file, which holds every record; it is logged, not
-        raised: the change it followed is durable."""
-        if self._file.size_bytes <= self._compact_at:
-            return
-        try:
-            self._maybe_compact()
-        except StorageError as exc:
-            _log.warning("cannot compact %s (%s); it keeps growing until the next try", self._file.path, exc)
-            self._compact_at = 2 * self._file.size_bytes
-
-    def _add_label(self, label: str) -> None:
-        self._labels[label] = None
-        while len(self._labels) > self._labels_max:
-            del self._labels[next(iter(self._labels))]
-
-    def _snapshot(self) -> list[bytes]:
-        records = [encode_record(CoordinatorEpoch(self._coordinator_epoch))]
-        labels = tuple(self._labels)
-        for start in range(0, len(labels), LABELS_PER_RECORD):
-            records.append(encode_record(CommittedLabels(labels[start : start + LABELS_PER_RECORD])))
-        records.extend(encode_record(info) for _, info in sorted(self._txns.items()))
-        return records
-
-    def _maybe_compact(self) -> None:
-        """Rewrite the file as a snapshot when it is over twice its live size (and over ``compact_min_bytes``)."""
-        snapshot = self._snapshot()
-        live_bytes = sum(len(record) for record in snapshot)
-        if self._file.size_bytes > max(self._compact_min_bytes, 2 * live_bytes):
-            before = self._file.size_bytes
-            self._file.rewrite(snapshot)
-            _log.info("compacted %s from %d to %d bytes", self._file.path, before, self._file.size_bytes)
-        self._compact_at = max(self._compact_min_bytes, 2 * self._file.size_bytes)
 
     def _complete(self, prepared: TxnInfo, marker_writer: MarkerWriter, now_ms: int) -> TxnInfo:
         """Wait for the writes in flight, write the markers, record COMPLETE_x. Called *without* the lock, with
@@ -512,12 +386,12 @@ class TransactionCoordinator:
                     prepared.producer_id,
                     prepared.producer_epoch,
                     prepared.commit,
-                    self._coordinator_epoch,
+                    self._state.coordinator_epoch,
                 )
             state = TxnState.COMPLETE_COMMIT if prepared.commit else TxnState.COMPLETE_ABORT
             completed = replace(prepared, state=state, last_update_ms=now_ms)
             with self._lock:
-                self._record(completed)
+                self._state.record(completed)
             return completed
         finally:
             with self._lock:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -155,22 +155,22 @@ class TransactionIndex:
         self._entries = ()
 
     def _truncate_file(self, size: int) -> None:
-        try:
-            os.truncate(self._path, size)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageError(f"cannot truncate {self._path}: {exc.strerror}") from exc
+        self._change_file("truncate", lambda: os.truncate(self._path, size))
 
     def rename_to(self, new_path: Path) -> None:
         """Follow a rename of the segment (``.deleted``); an absent file is only renamed in name. Writer thread."""
+        self._change_file("rename", lambda: os.rename(self._path, new_path))
+        self._path = new_path
+
+    def _change_file(self, verb: str, change: Callable[[], None]) -> None:
+        """Apply ``change`` to the file: an absent one is fine (it is created with its first entry), any other
+        failure is a StorageError naming the file."""
         try:
-            os.rename(self._path, new_path)
+            change()
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise StorageError(f"cannot rename {self._path}: {exc.strerror}") from exc
-        self._path = new_path
+            raise StorageError(f"cannot {verb} {self._path}: {exc.strerror}") from exc
 
     def delete_if_exists(self) -> bool:
         """Unlink the file. Writer thread."""

@@ -31,12 +31,14 @@ A file that is too short, has another version, a count that does not match its l
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import NamedTuple
 
 import crc32c as _crc32c
 
+from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptSnapshot
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -106,3 +108,18 @@ def decode_snapshot(data: bytes, where: str) -> list[SnapshotEntry]:
         raise CorruptSnapshot(where, f"{count} producers do not fill {len(data)} bytes")
     start = ENTRIES_OFFSET + COUNT.size
     return [SnapshotEntry._make(PRODUCER.unpack_from(data, start + i * PRODUCER_BYTES)) for i in range(count)]
+
+
+def sync_snapshot_files(paths: list[Path], directory: Path) -> None:
+    """fsync snapshot files and their directory (one already deleted by a truncation is skipped). Blocking."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if paths:
+        fsync_dir(directory)

@@ -6,8 +6,7 @@ and last sequence, first and last offset, timestamp), its coordinator epoch, its
 of its open transaction. Per partition: the open transactions by first offset, the completed ones whose marker the
 high watermark has not passed yet, and the offset up to which the log has been applied (``map_end_offset``).
 
-Rules for a producer's batch appended as leader (:meth:`ProducerStateManager.prepare_client_batch`), in Kafka's
-order:
+Rules for a producer's batch appended as leader (:meth:`ProducerStateManager.prepare_client_batch`), in Kafka's order:
 
 1. an epoch older than the producer's is fenced (ProducerFenced);
 2. same epoch, and the batch's (first, last) sequence equals one of the five retained batches: a **duplicate** (a
@@ -29,9 +28,9 @@ REPLICATION origin does: the leader already decided.
 Every ``prepare_*`` computes an update without changing anything, so a refused batch or a failed write leaves the
 state as it was; :meth:`ProducerStateManager.apply` installs it after the bytes are in the segment.
 
-Snapshots (``core/txn/producersnapshot.py``) are taken at every roll and at a clean close; loading keeps the newest one
-at
-or below the LEO that parses and replays the log from there (:func:`replay`).
+The values (entries, updates, markers) are ``core/txn/producerentry.py``'s. Snapshots
+(``core/txn/producersnapshot.py``) are taken at every roll and at a clean close; loading keeps the newest one at or
+below the LEO that parses and replays the log from there (``replay`` in ``core/txn/producerreplay.py``).
 
 Threads: the log's writer thread (under the log's lock) calls everything here; nothing is read from other threads
 (the log publishes the LSO it derives as a plain int).
@@ -41,31 +40,28 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple, Protocol
 
-from logfs.core.durable import fsync_dir, replace_file
+from logfs.core.durable import replace_file
 from logfs.core.errors import (
     CoordinatorFenced,
     CorruptSnapshot,
-    InvalidRecord,
     InvalidTxnState,
     OutOfOrderSequence,
     ProducerFenced,
 )
-from logfs.core.format.batch import (
-    NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
-    BatchHeader,
-    decode_records,
-    iter_batch_positions,
-    read_header,
+from logfs.core.format.batch import NO_PRODUCER_EPOCH, BatchHeader
+from logfs.core.format.control import ControlType
+from logfs.core.txn.producerentry import (
+    NO_OFFSET,
+    BatchMetadata,
+    CompletedTxn,
+    Marker,
+    ProducerStateEntry,
+    ProducerUpdate,
+    in_sequence,
 )
-from logfs.core.format.control import END_TXN_MARKER_VALUE, ControlType, parse_control_key
-from logfs.core.format.varint import INT32_MAX
-from logfs.core.offsets import FetchDataInfo
 from logfs.core.txn.producersnapshot import (
     SnapshotEntry,
     decode_snapshot,
@@ -76,120 +72,7 @@ from logfs.core.txn.producersnapshot import (
 
 _log = logging.getLogger(__name__)
 
-NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: a producer has ≤ 5 sends in flight
-NO_OFFSET = -1
-NO_COORDINATOR_EPOCH = -1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default (1 day)
-REPLAY_READ_BYTES = 8 * 1024 * 1024  # as segment recovery reads: bounded memory, negligible per-read cost
-
-
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    """``DefaultRecordBatch.decrementSequence``: the inverse of ``increment_sequence`` (wraps below 0)."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
-def in_sequence(last_sequence: int, next_sequence: int) -> bool:
-    return next_sequence == last_sequence + 1 or (next_sequence == 0 and last_sequence == INT32_MAX)
-
-
-class BatchMetadata(NamedTuple):
-    """One retained batch of a producer: enough to recognise a retry and answer with the original offsets."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-
-    @property
-    def first_seq(self) -> int:
-        return decrement_sequence(self.last_seq, self.offset_delta)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStateEntry:
-    """One producer's state. Frozen: an update builds a new entry, installed only once its batch is stored."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    coordinator_epoch: int = NO_COORDINATOR_EPOCH
-    last_timestamp: int = -1
-    current_txn_first_offset: int = NO_OFFSET
-    batches: tuple[BatchMetadata, ...] = ()
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else NO_OFFSET
-
-    @property
-    def last_offset_delta(self) -> int:
-        return self.batches[-1].offset_delta if self.batches else 0
-
-    def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        if producer_epoch != self.producer_epoch:
-            return None
-        for b in self.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
-                return b
-        return None
-
-    def with_epoch(self, producer_epoch: int) -> ProducerStateEntry:
-        """A new epoch forgets the old epoch's batches (``maybeUpdateProducerEpoch``)."""
-        if producer_epoch == self.producer_epoch:
-            return self
-        return replace(self, producer_epoch=producer_epoch, batches=())
-
-    def with_batch(self, producer_epoch: int, batch: BatchMetadata) -> ProducerStateEntry:
-        entry = self.with_epoch(producer_epoch)
-        batches = (*entry.batches, batch)[-NUM_BATCHES_TO_RETAIN:]
-        return replace(entry, batches=batches, last_timestamp=batch.timestamp)
-
-
-class CompletedTxn(NamedTuple):
-    """A transaction its marker ended: producer, first offset, marker offset, and whether it was aborted."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    is_aborted: bool
-
-
-class ProducerUpdate(NamedTuple):
-    """What one batch or marker does to the state, computed before its bytes are written (``ProducerAppendInfo``)."""
-
-    entry: ProducerStateEntry
-    started_txn: int  # the first offset of the transaction this batch opens, else NO_OFFSET
-    completed: CompletedTxn | None
-    next_offset: int  # the offset after the batch: the map end offset once applied
-
-
-class Marker(NamedTuple):
-    """What a control batch says: its type and, for COMMIT and ABORT, the coordinator epoch of its value."""
-
-    control_type: ControlType | int
-    coordinator_epoch: int
-
-
-def read_marker(data: bytes | bytearray | memoryview, position: int) -> Marker:
-    """The control record of the control batch at ``position`` (its one record's key, and value for markers)."""
-    records = decode_records(data, position)
-    control_type = parse_control_key(records[0].key if records else None)
-    coordinator_epoch = NO_COORDINATOR_EPOCH
-    value = records[0].value if records else None
-    if control_type in (ControlType.COMMIT, ControlType.ABORT):
-        if value is None or len(value) < END_TXN_MARKER_VALUE.size:
-            raise InvalidRecord(f"transaction marker value of {0 if value is None else len(value)} bytes")
-        _version, coordinator_epoch = END_TXN_MARKER_VALUE.unpack_from(value)
-    return Marker(control_type, coordinator_epoch)
 
 
 class ProducerStateManager:
@@ -408,7 +291,7 @@ class ProducerStateManager:
 
     def take_snapshot(self, *, sync: bool = False) -> Path:
         """Write the state at ``map_end_offset`` into ``<offset>.snapshot`` (one write, then a rename). Without
-        ``sync`` the fsync waits for :meth:`sync_snapshots` (a roll's asynchronous flush)."""
+        ``sync`` the fsync waits for :meth:`take_unsynced_snapshots` (a roll's asynchronous flush)."""
         offset = self.map_end_offset
         path = snapshot_path(self._dir, offset)
         entries = [
@@ -428,7 +311,7 @@ class ProducerStateManager:
 
     def take_unsynced_snapshots(self, up_to: int) -> list[Path]:
         """The snapshots written without an fsync at or below ``up_to``, now counted as synced: the caller fsyncs
-        them (:func:`sync_snapshot_files`) outside the log's lock."""
+        them (``sync_snapshot_files`` in ``core/txn/producersnapshot.py``) outside the log's lock."""
         due = sorted(o for o in self._unsynced if o <= up_to)
         self._unsynced.difference_update(due)
         return [self._snapshots[o] for o in due if o in self._snapshots]
@@ -473,78 +356,3 @@ class ProducerStateManager:
             self.map_end_offset = offset
             return offset
         return None
-
-
-class SegmentReader(Protocol):
-    """What replay needs of a segment (``LogSegment``)."""
-
-    @property
-    def base_offset(self) -> int: ...
-
-    def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
-    ) -> FetchDataInfo | None: ...
-
-
-def sync_snapshot_files(paths: list[Path], directory: Path) -> None:
-    """fsync snapshot files and their directory (one already deleted by a truncation is skipped). Blocking."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    if paths:
-        fsync_dir(directory)
-
-
-def apply_replicated(
-    manager: ProducerStateManager,
-    h: BatchHeader,
-    data: bytes | bytearray | memoryview,
-    position: int,
-    on_completed: Callable[[CompletedTxn], None] | None = None,
-    marker: Marker | None = None,
-) -> None:
-    """Apply one stored batch (no checks); a transaction it completes goes to ``on_completed`` (which writes the
-    ``.txnindex`` entry of an abort) and then leaves the open set. Batches without a producer id change nothing.
-    ``marker``: a control batch's record, when the caller read it already."""
-    if h.producer_id < 0:
-        return
-    if h.is_control and marker is None:
-        marker = read_marker(data, position)
-    update = manager.prepare_replicated_batch(h, h.max_timestamp, marker)
-    manager.apply(update)
-    if update.completed is not None:
-        if on_completed is not None:
-            on_completed(update.completed)
-        manager.complete_txn(update.completed)
-
-
-def replay(
-    manager: ProducerStateManager, segments: Iterable[SegmentReader], start_offset: int, end_offset: int
-) -> None:
-    """Apply the stored batches in ``[start_offset, end_offset)`` of ``segments`` (ascending); the map end offset
-    ends at ``end_offset``. The loader's rebuild after a snapshot, and truncation's. Reads 8 MiB at a time."""
-    for segment in segments:
-        offset = max(start_offset, segment.base_offset)
-        while offset < end_offset:
-            fetched = segment.read(offset, REPLAY_READ_BYTES, min_one_message=True)
-            if fetched is None or not fetched.records:
-                break
-            data = fetched.records
-            last = offset - 1
-            for position, _size in iter_batch_positions(data):
-                h = read_header(data, position)
-                if h.base_offset >= end_offset:
-                    break
-                if h.last_offset >= offset:
-                    apply_replicated(manager, h, data, position)
-                last = h.last_offset
-            if last < offset:
-                break
-            offset = last + 1
-    manager.update_map_end_offset(end_offset)

@@ -1,1 +1,2 @@
-"""The follower daemon (``logfs follow``): the fetch protocol's reading side, replicas of partitions, the daemon."""
+"""The follower daemon (``logfs follow``): the fetch protocol's reading side, discovery of the leader's topics,
+replicas of partitions, the daemon."""

@@ -2,8 +2,7 @@
 
 It replicates every topic and partition of a leader into its own store by reading files of the leader's mount
 only (``logfs/follower/fetch.py`` reads the fetch files; docs/replication.md has the protocol), with Kafka's follower
-rules
-(reference §6.1, §6.6; Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
+rules (reference §6.1, §6.6; Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
 
 Theory of operation.
 
@@ -18,19 +17,19 @@ Theory of operation.
   news (the replica state file) first, then applies it in a worker. A fetch blocked in the leader's mount is
   abandoned on cancellation, so applies pass the partition's :class:`ApplyGate`, which the follower closes before
   it deletes the topic or closes the store.
-* **Discovery** (every ``DISCOVER_INTERVAL_S``): list the leader's root and each ``<topic>/``; create what is missing
-  here (topics, partitions), copy each topic's ``config`` into this store's topic overrides when it changed, start a
-  fetch task per new partition, and delete a topic here that the leader deleted (one seen on the leader during this
-  run that its root no longer lists, while ``.logfs`` is still there: the leader is up and the topic is gone).
-* **A fetch** (``logfs/follower/replica.py``'s :func:`apply_fetch`, one partition at a time): from this log's LEO with
-  its latest epoch. Then, in
-  Kafka's order: OFFSET_OUT_OF_RANGE → truncate to the leader's LEO when it is below ours, or truncate fully and
-  start at the leader's log start when that is above our LEO; a diverging epoch → truncate as
-  ``getOffsetTruncationState`` says (``logfs/follower/fetch.py``), then fetch again; otherwise append the batches as
-  follower (offsets and epochs as the leader assigned them), rolling a new segment exactly where the leader's
-  ``segment_bases`` say it rolled, so a caught-up follower's ``.log`` files are byte-identical to the leader's; then
-  HW = min(leader HW, own LEO) and the log start offset raised to the leader's (retention and delete-records on
-  the leader), which lets this store's retention delete the segments below it at once.
+* **Discovery** (every ``DISCOVER_INTERVAL_S``, ``logfs/follower/discovery.py``): list the leader's root and each
+  ``<topic>/``; create what is missing here (topics, partitions), copy each topic's ``config`` into this store's
+  topic overrides when it changed, start a fetch task per new partition, and delete a topic here that the leader
+  deleted (one seen on the leader during this run that its root no longer lists, while ``.logfs`` is still there:
+  the leader is up and the topic is gone).
+* **A fetch** (``logfs/follower/replica.py``'s :func:`apply_fetch`, one partition at a time): from this log's LEO
+  with its latest epoch. Then, in Kafka's order: OFFSET_OUT_OF_RANGE → truncate to the leader's LEO when it is below
+  ours, or truncate fully and start at the leader's log start when that is above our LEO; a diverging epoch →
+  truncate as ``getOffsetTruncationState`` says (``logfs/follower/fetch.py``), then fetch again; otherwise append
+  the batches as follower (offsets and epochs as the leader assigned them), rolling a new segment exactly where the
+  leader's ``segment_bases`` say it rolled, so a caught-up follower's ``.log`` files are byte-identical to the
+  leader's; then HW = min(leader HW, own LEO) and the log start offset raised to the leader's (retention and
+  delete-records on the leader), which lets this store's retention delete the segments below it at once.
 * **Resuming.** Nothing is kept but the store: a restarted follower fetches from its own LEO (recovered after a
   crash); the leader's epochs tell it what to truncate.
 * **A leader that is gone** (its mount dead — ENOTCONN —, unmounted, or an sshfs that lost its server): every fetch
@@ -43,8 +42,8 @@ Theory of operation.
 * **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
   leader's mount is abandoned), the mount is unmounted, the store closed cleanly; exit 0.
 
-Known limitations: records between a leader's segment base and its log start (after
-delete-records inside a segment) are never fetched, so a follower that starts there has a first segment of its own.
+Known limitations: records between a leader's segment base and its log start (after delete-records inside a
+segment) are never fetched, so a follower that starts there has a first segment of its own.
 One lookup per partition per round: thousands of partitions cost thousands of long polls on the leader.
 
 Threads: the trio thread runs :class:`Follower`; :func:`apply_fetch` and the store calls run in worker threads.
@@ -66,8 +65,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from logfs.core.config import StoreConfig, parse_config_lines
-from logfs.core.errors import ConfigError, LogfsError
+from logfs.core.config import StoreConfig
+from logfs.core.errors import LogfsError
 from logfs.core.log.log import Log
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
@@ -76,6 +75,7 @@ from logfs.core.replication.promotion import (
     write_replica_state,
 )
 from logfs.core.store import Store
+from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, ensure_topic, list_leader
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
 from logfs.follower.replica import (
     Applied,
@@ -89,8 +89,6 @@ from logfs.follower.replica import (
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-LOGFS_DIR = ".logfs"
 
 # Limits and intervals.
 FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms in the leader's mount)
@@ -124,31 +122,12 @@ class _Backoff:
 
 
 @dataclass
-class _Listing:
-    """The leader's root as discovery saw it: topic → (partition count, config text or None)."""
-
-    topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
-
-
-@dataclass
 class _PartitionTask:
     """One partition's fetch task: its cancel scope, and the event it sets when it has ended."""
 
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     gate: ApplyGate = field(default_factory=ApplyGate)  # closed once the task has ended: no abandoned apply after
-
-
-class LeaderUnavailable(OSError):
-    """The leader's mount point is there but holds no logfs mount (no ``.logfs``): the leader is not mounted."""
-
-
-# Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
-# server, an unmounted mount point.
-_LEADER_DOWN = frozenset({
-    errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
-    errno.ENETUNREACH, errno.ETIMEDOUT, errno.EIO, errno.ESTALE, errno.ENODEV, errno.EPIPE,
-})  # fmt: skip
 
 
 class Follower:
@@ -250,7 +229,7 @@ class Follower:
         while True:
             try:
                 listing = await trio.to_thread.run_sync(
-                    self._list_leader, limiter=self._fetch_limiter, abandon_on_cancel=True
+                    list_leader, self.leader, limiter=self._fetch_limiter, abandon_on_cancel=True
                 )
             except OSError as exc:
                 self._leader_failed(exc)
@@ -260,62 +239,19 @@ class Follower:
             self._leader_answered()
             for topic, (count, config) in listing.topics.items():
                 try:
-                    await self._thread(self._disk_limiter, self._ensure_topic, topic, count, config)
+                    copied = self._configs.get(topic)
+                    await self._thread(self._disk_limiter, ensure_topic, self.store, topic, count, config, copied)
                 except (LogfsError, OSError) as exc:
                     _log.error("cannot create topic %s here: %s", topic, exc)
                     continue
+                if config is not None:
+                    self._configs[topic] = config
                 self._seen_topics.add(topic)
                 for p in range(count):
                     self._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self._delete_topic(topic)
             await trio.sleep(DISCOVER_INTERVAL_S)
-
-    def _list_leader(self) -> _Listing:
-        """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount)."""
-        names = os.listdir(self.leader)
-        if LOGFS_DIR not in names:
-            raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {self.leader}: the leader is not mounted")
-        listing = _Listing()
-        for topic in sorted(n for n in names if not n.startswith(".")):
-            try:
-                partitions = [int(n) for n in os.listdir(self.leader / topic) if n.isdigit()]
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # deleted since the root was listed
-            try:
-                config: str | None = (self.leader / topic / "config").read_text()
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                if exc.errno in _LEADER_DOWN:
-                    raise
-                _log.error("cannot read %s: %s", self.leader / topic / "config", exc)
-                config = None
-            if partitions:
-                listing.topics[topic] = (max(partitions) + 1, config)
-        return listing
-
-    def _ensure_topic(self, topic: str, count: int, config: str | None) -> None:
-        """Create ``topic`` here with ``count`` partitions (or add the missing ones) and take the leader's config
-        when it changed. Worker thread."""
-        overrides = None
-        if config is not None and config != self._configs.get(topic):
-            try:
-                overrides = parse_config_lines(config, {})
-            except ConfigError as exc:
-                _log.error("topic %s: this store cannot take the leader's config (%s): keeping its own", topic, exc)
-        store = self.store
-        if not store.has_topic(topic):
-            store.create_topic(topic, count, overrides or None)
-            _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
-        elif overrides is not None and overrides != store.topic_overrides(topic):
-            store.set_topic_overrides(topic, overrides)
-            _log.info("topic %s: took the leader's config", topic)
-        for p in range(len(store.partitions(topic)), count):
-            store.add_partition(topic, p)
-            _log.info("topic %s: added partition %d", topic, p)
-        if config is not None:
-            self._configs[topic] = config
 
     async def _delete_topic(self, topic: str) -> None:
         self._seen_topics.discard(topic)
@@ -405,7 +341,7 @@ class Follower:
         """Log a failed fetch once (until the partition fetches again): refused (EPERM), not on the leader (ENOENT,
         quietly: discovery sees deletions), another error of a leader that is up, or a leader that is down."""
         key = (topic, partition)
-        reachable = exc.errno not in _LEADER_DOWN or exc.errno == errno.EIO
+        reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
         if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
             reachable = await trio.to_thread.run_sync(
                 os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True

@@ -11,16 +11,14 @@ directly with responses they build.
   ``AbstractFetcherThread``, in this order: OFFSET_OUT_OF_RANGE (truncate to the leader's LEO below ours, or start
   over empty at the leader's log start above our LEO); a diverging epoch (truncate as ``logfs/follower/fetch.py``'s
   :func:`~logfs.follower.fetch.diverging_truncation` says; the next fetch goes on from there); otherwise append the
-  batches
-  as follower, rolling where the leader's segments start (``segment_bases``), then HW = min(leader HW, own LEO) and
-  the log start offset raised to the leader's (never past our HW), the segments below it deleted at once.
+  batches as follower, rolling where the leader's segments start (``segment_bases``), then HW = min(leader HW, own
+  LEO) and the log start offset raised to the leader's (never past our HW), the segments below it deleted at once.
 * A truncation always ends the log on a whole batch (:func:`truncate_at_batch`): ``Log.truncate_to`` removes the
   batch holding the target and says LEO = target, so a target inside a batch would leave offsets the next fetch
   cannot append at. Cutting at that batch's start instead costs a refetch of what the leader has there anyway.
 * ``.logfs-replica-state.json``: :func:`aggregate_replica_state` makes one store-wide state from what the fetches of
-  every partition said; ``logfs.core.replication.promotion`` reads and writes the file (``logfs mount`` reads it before
-  it makes
-  this store a leader).
+  every partition said; ``logfs.core.replication.promotion`` reads and writes the file (``logfs mount`` reads it
+  before it makes this store a leader).
 
 Threads: the functions on a Log are its writer's (one worker thread per partition at a time).
 """

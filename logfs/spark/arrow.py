@@ -4,7 +4,7 @@ An executor of the ``logfs`` source reads ``at/<start>-<end>.kafka`` (whole stor
 possibly holding records outside the range) in blocks of READ_BYTES, and turns the whole batches of each block into
 one ``pyarrow.RecordBatch``:
 
-* ``core.batch.record_columns`` decompresses and walks each batch once, giving every record's offset and timestamp
+* ``format.decode.record_columns`` decompresses and walks each batch once, giving every record's offset and timestamp
   deltas and the position and length of its key and value; control batches (transaction markers) are skipped, and
   records outside ``[start, end)`` are masked out;
 * the records sections of the block's batches are laid end to end in one buffer (uncompressed ones sliced from the
@@ -35,7 +35,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from logfs.core.errors import CorruptRecord
-from logfs.core.format.batch import RECORDS_OFFSET, TimestampType, iter_batch_positions, read_header, record_columns
+from logfs.core.format.batch import RECORDS_OFFSET, TimestampType, iter_batch_positions, read_header
+from logfs.core.format.decode import record_columns
 from logfs.spark.offsets import OffsetRange
 
 READ_BYTES = 4 * 1024 * 1024  # stored bytes per read and per Arrow batch (~40,000 records of 100 bytes)

@@ -4,17 +4,16 @@ Columns, as Spark's Kafka sink takes them (others are ignored): ``value`` (binar
 (binary or string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int), ``headers``
 (``array<struct<key: string, value: binary>>``). Strings are stored as their UTF-8 bytes.
 
-Theory of operation. Each Spark task (one ``write`` of the Spark writer) turns its rows into records with the
-append time as a CreateTime timestamp, as a Kafka producer does, and chooses each record's partition as Kafka's
-default partitioner does: the ``partition`` column when it is not null; else ``murmur2(key)`` for a non-null key
+Theory of operation. Each Spark task (one ``write`` of the Spark writer) turns its rows into records with the append
+time as a CreateTime timestamp, as a Kafka producer does, and chooses each record's partition as Kafka's default
+partitioner does: the ``partition`` column when it is not null; else ``murmur2(key)`` for a non-null key
 (``core/format/partitioner.py``); else, for null keys, one partition per incoming Arrow batch, in turn (the sticky
-rule).
-Records are encoded with ``core/format/batch.py`` into RecordBatch v2 batches (keys, headers and timestamps survive,
-which ``append.jsonl`` could not promise for binary data), kept below the topic's ``max.message.bytes``, and written
-to ``<topic>/<partition>/batches`` in writes of about WRITE_BYTES. Before the task reports success every handle is
-fsync'ed — acks=all: the records are on disk and replicated to the ISR — so a micro-batch Spark commits is durable.
-The produce responses of each handle (opened O_RDWR) give the offsets each task appended, which go back to the
-driver in the commit message.
+rule). Records are encoded with ``core/format/batch.py`` into RecordBatch v2 batches (keys, headers and timestamps
+survive, which ``append.jsonl`` could not promise for binary data), kept below the topic's ``max.message.bytes``, and
+written to ``<topic>/<partition>/batches`` in writes of about WRITE_BYTES. Before the task reports success every handle
+is fsync'ed — acks=all: the records are on disk and replicated to the ISR — so a micro-batch Spark commits is durable.
+The produce responses of each handle (opened O_RDWR) give the offsets each task appended, which go back to the driver in
+the commit message.
 
 A topic that does not exist is created with ``mkdir`` (the mount's ``num.partitions``), as a Kafka broker with
 ``auto.create.topics.enable`` does. Without ``exactlyOnce`` the sink is at-least-once: a task that fails after some
@@ -38,8 +37,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from logfs.core.format.batch import RECORD_BATCH_OVERHEAD, Header, Record, encode_batch
+from logfs.core.format.batch import RECORD_BATCH_OVERHEAD, Header, Record
 from logfs.core.format.compression import Compression
+from logfs.core.format.encode import encode_batch
 from logfs.core.format.partitioner import partition_for_key
 from logfs.spark.mount import list_partitions
 from logfs.spark.transactions import abort, new_transaction, transaction_dir

@@ -1,5 +1,5 @@
-"""The ``logfs`` Spark data source and sink (Python Data Source API, PySpark ≥ 4.2), and the Spark schema of the
-``.jsonl`` rendering (spec/spark.md §1, §2; user docs: docs/spark.md).
+"""The ``logfs`` Spark data source (Python Data Source API, PySpark ≥ 4.2): the format, its batch and stream
+readers, and the way to the sink's writers (spec/spark.md §1, §2; user docs: docs/spark.md).
 
 ::
 
@@ -8,7 +8,8 @@
     df = spark.read.format("logfs").option("subscribe", "orders").load("/mnt/logs")
     df.write.format("logfs").option("topic", "out").mode("append").save("/mnt/logs")
 
-This module is the thin glue between Spark and four modules that know nothing of Spark:
+This module is the thin glue between Spark and the modules that know nothing of Spark (``schema`` has the columns and
+``writer`` the sink's Spark side):
 
 * ``options``: the options, checked on the driver;
 * ``offsets``: offset-range arithmetic (pinning, minPartitions, maxOffsetsPerTrigger, failOnDataLoss);
@@ -26,15 +27,11 @@ path (each node mounts the log, or a follower of it). Streaming offsets are plai
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -42,7 +39,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -50,19 +46,8 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from logfs.spark import transactions as txn
 from logfs.spark.arrow import read_range
 from logfs.spark.mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
 from logfs.spark.offsets import (
@@ -80,32 +65,13 @@ from logfs.spark.offsets import (
     resolve_offsets,
     split_ranges,
 )
-from logfs.spark.options import OptionError, SinkOptions, SourceOptions, sink_options, source_options
-from logfs.spark.sink import Appended, MountWriter, summarize
+from logfs.spark.options import OptionError, SourceOptions, source_options
+from logfs.spark.schema import HEADERS_COLUMN, KAFKA_SCHEMA, check_read_schema
+from logfs.spark.writer import LogfsBatchWriter, LogfsStreamWriter, sink_for
 
-__all__ = ["JSONL_SCHEMA", "KAFKA_SCHEMA", "LogfsDataSource", "local_session", "register"]
+__all__ = ["LogfsDataSource", "local_session", "register"]
 
 _log = logging.getLogger(__name__)
-
-# Fault injection for the exactly-once tests (tests/spark/test_spark_exactly_once.py); unset in normal use.
-FAIL_TASK_ONCE_ENV = "LOGFS_SPARK_TEST_FAIL_TASK_ONCE"  # the first attempt of every write task fails after writing
-PAUSE_ENV = "LOGFS_SPARK_TEST_PAUSE"  # "<before-commit|after-commit>:<file>": create it, wait to be killed
-
-# The columns of Spark's Kafka source, names and types exactly (KafkaRecordToRowConverter).
-KAFKA_SCHEMA = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
-)
-HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-_HEADER_STRUCT = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-
-# The `.jsonl` rendering (spec/filesystem.md §4) as a Spark DDL schema, for spark.read.json(…, schema=JSONL_SCHEMA)
-# over `hw/` files without schema inference. `timestamp` is epoch milliseconds (timestamp_millis() converts it);
-# `key`, `value` and header values are text, or base64 when their `…Encoding` field says "base64".
-JSONL_SCHEMA = (
-    "topic STRING, `partition` INT, `offset` BIGINT, `timestamp` BIGINT, timestampType INT, "
-    "key STRING, keyEncoding STRING, value STRING, valueEncoding STRING, "
-    "headers ARRAY<STRUCT<key: STRING, value: STRING, valueEncoding: STRING>>"
-)
 
 
 def register(spark: Any) -> None:
@@ -119,8 +85,7 @@ def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
     ERROR; ``conf`` adds or overrides settings (``spark_driver_memory="2g"`` → ``spark.driver.memory``); ``master``
     ``"local[2,2]"`` retries a failed task once.
 
-    Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set) with PYTHONSAFEPATH=1: they start in
-    the driver's working directory, and in a logfs checkout its bare ``logfs/`` folder would shadow the package.
+    Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set).
     """
     import os
     import sys
@@ -128,7 +93,6 @@ def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONSAFEPATH"] = "1"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -159,19 +123,19 @@ class LogfsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = source_options(self.options, streaming=False)
-        _check_read_schema(schema, options)
+        check_read_schema(schema, options.include_headers)
         return LogfsBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = source_options(self.options, streaming=True)
-        _check_read_schema(schema, options)
+        check_read_schema(schema, options.include_headers)
         return LogfsStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        return LogfsBatchWriter(_sink(self.options, schema, overwrite))
+        return LogfsBatchWriter(sink_for(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
-        return LogfsStreamWriter(_sink(self.options, schema, overwrite))
+        return LogfsStreamWriter(sink_for(self.options, schema, overwrite))
 
 
 # --- reading ---------------------------------------------------------------------------------------------------------
@@ -335,168 +299,3 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # nothing to release: the mount keeps no consumer state
-
-
-def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
-    want = kafka_struct(options.include_headers)
-    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in want.fields]:
-        raise OptionError(f"the logfs source has a fixed schema ({want.simpleString()}); got {schema.simpleString()}")
-
-
-def kafka_struct(include_headers: bool) -> StructType:
-    """KAFKA_SCHEMA (and HEADERS_COLUMN) as a StructType, built without a SparkContext (workers have none)."""
-    fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-    if include_headers:
-        fields.append(StructField("headers", ArrayType(_HEADER_STRUCT)))
-    return StructType(fields)
-
-
-# --- writing ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LogfsCommitMessage(WriterCommitMessage):
-    """What one task appended, per partition; with exactlyOnce, its transaction and Spark partition id."""
-
-    appended: list[Appended]
-    transaction: str | None = None
-    task_partition: int = -1
-
-
-def _sink(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
-    """Check the options and the DataFrame's columns of a write (driver)."""
-    if overwrite:
-        raise OptionError("the logfs sink only appends: use mode('append') (a log is never overwritten)")
-    sink = sink_options(options)
-    types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
-    text_or_binary = (StringType(), BinaryType())
-    if "value" not in types:
-        raise OptionError("the logfs sink needs a value column (binary or string)")
-    for name in ("key", "value"):
-        if name in types and types[name] not in text_or_binary:
-            raise OptionError(f"column {name} must be binary or string, not {types[name].simpleString()}")
-    if sink.topic is None and "topic" not in types:
-        raise OptionError("the logfs sink needs a topic: the topic option or a topic column")
-    if "topic" in types and types["topic"] != StringType():
-        raise OptionError(f"column topic must be a string, not {types['topic'].simpleString()}")
-    if "partition" in types and types["partition"] != IntegerType():
-        raise OptionError(f"column partition must be an int, not {types['partition'].simpleString()}")
-    if "headers" in types:
-        h = types["headers"]
-        if not (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)) or [
-            (f.name, f.dataType) for f in h.elementType.fields
-        ] != [(f.name, f.dataType) for f in _HEADER_STRUCT.fields]:
-            raise OptionError(
-                f"column headers must be array<struct<key: string, value: binary>>, not {h.simpleString()}"
-            )
-    return sink
-
-
-def _write_task(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
-    writer = MountWriter(
-        Path(sink.path), topic=sink.topic, compression=sink.compression, transactional_id=sink.transactional_id
-    )
-    context = TaskContext.get()
-    try:
-        for batch in batches:
-            writer.write(batch)
-        appended = writer.close()
-        if os.environ.get(FAIL_TASK_ONCE_ENV) and context is not None and context.attemptNumber() == 0:
-            raise RuntimeError(f"{FAIL_TASK_ONCE_ENV}: this task attempt fails after writing (a test's fault)")
-        return LogfsCommitMessage(appended, writer.transaction, -1 if context is None else context.partitionId())
-    except BaseException:
-        writer.abort_transaction()
-        raise
-    finally:
-        writer.abort()
-
-
-def _commit_transactions(sink: SinkOptions, messages: list[Any], batch_id: int | None) -> None:
-    """Commit the tasks' transactions of a write (exactlyOnce), after aborting any other open transaction of the
-    query (an earlier run's). A streaming micro-batch's carry labels, so a replayed micro-batch whose transactions
-    were committed before aborts its new ones (no duplicate)."""
-    if sink.transactional_id is None:
-        return
-    _test_pause("before-commit")
-    mount = Path(sink.path)
-    ours = [m for m in messages if isinstance(m, LogfsCommitMessage) and m.transaction is not None]
-    # Micro-batches run one after another: any other open transaction of this query is a leftover (a killed
-    # driver's or executor's), which would hold the last stable offset until its timeout.
-    txn.abort_stale(mount, sink.transactional_id, keep={m.transaction for m in ours if m.transaction})
-    for m in ours:
-        assert m.transaction is not None
-        name = None if batch_id is None else txn.label(sink.transactional_id, batch_id, m.task_partition)
-        txn.commit(mount, m.transaction, name)
-    _test_pause("after-commit")
-
-
-def _abort_transactions(sink: SinkOptions, messages: list[Any]) -> None:
-    if sink.transactional_id is None:
-        return
-    for m in messages:
-        if isinstance(m, LogfsCommitMessage) and m.transaction is not None:
-            txn.abort(Path(sink.path), m.transaction)
-
-
-def _test_pause(point: str) -> None:
-    """A fault-injection point for the exactly-once tests: with ``LOGFS_SPARK_TEST_PAUSE=<point>:<file>`` set,
-    create ``<file>`` and wait there to be killed (kill -9 of the whole query at that moment)."""
-    wanted, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
-    if wanted == point and marker:
-        Path(marker).touch()
-        while True:
-            time.sleep(1)
-
-
-def _log_commit(messages: list[Any], what: str) -> None:
-    appended = [a for m in messages if isinstance(m, LogfsCommitMessage) for a in m.appended]
-    for (topic, partition), (records, first, last) in sorted(summarize(appended).items()):
-        _log.info(
-            "logfs: %s appended %d record(s) to %s-%d, offsets %d..%d", what, records, topic, partition, first, last
-        )
-
-
-class LogfsBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("logfs").mode("append")``: each task appends and fsyncs its rows."""
-
-    def __init__(self, sink: SinkOptions) -> None:
-        self.sink = sink
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
-        return _write_task(self.sink, iterator)
-
-    def commit(self, messages: list[Any]) -> None:
-        _commit_transactions(self.sink, messages, None)
-        _log_commit(messages, "write")
-
-    def abort(self, messages: list[Any]) -> None:
-        _abort_transactions(self.sink, messages)
-        if self.sink.transactional_id is None:
-            _log.warning("logfs: write aborted; rows appended by tasks that succeeded stay (no exactlyOnce)")
-
-
-class LogfsStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("logfs")``: each micro-batch's tasks append and fsync before Spark commits it."""
-
-    def __init__(self, sink: SinkOptions) -> None:
-        self.sink = sink
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
-        return _write_task(self.sink, iterator)
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        _commit_transactions(self.sink, messages, batchId)
-        _log_commit(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        _abort_transactions(self.sink, messages)
-        if self.sink.transactional_id is None:
-            _log.warning("logfs: micro-batch %d aborted; rows appended by its finished tasks stay", batchId)

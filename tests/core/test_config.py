@@ -9,14 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core import config
-from logfs.core.config import (
-    BROKER_SYNONYMS,
-    KAFKA_TOPIC_KEYS,
-    LOG_KEYS,
-    STORE_KEYS,
-    LogConfig,
-    StoreConfig,
+from logfs.core import config, configtext
+from logfs.core.config import BROKER_SYNONYMS, KAFKA_TOPIC_KEYS, LOG_KEYS, STORE_KEYS, LogConfig, StoreConfig
+from logfs.core.configtext import (
     apply_overrides,
     load_topic_overrides,
     parse_config_lines,
@@ -430,7 +425,7 @@ def test_unknown_and_misplaced_keys_refused(line: str, fragment: str) -> None:
 
 
 def test_oversized_config_write_refused() -> None:
-    text = "segment.ms=5\n" * (config.CONFIG_TEXT_BYTES_MAX // 13 + 1)
+    text = "segment.ms=5\n" * (configtext.CONFIG_TEXT_BYTES_MAX // 13 + 1)
     with pytest.raises(ConfigError, match="exceeds"):
         parse_config_lines(text, {})
 
@@ -474,7 +469,7 @@ def test_save_load_round_trip_and_bytes(tmp_path: Path) -> None:
     overrides = {"segment.bytes": "1048576", "cleanup.policy": "delete", "message.timestamp.type": "LogAppendTime"}
     save_topic_overrides(path, overrides)
     assert path.read_text() == (
-        f"{config.TOPIC_OVERRIDES_HEADER}\n"
+        f"{configtext.TOPIC_OVERRIDES_HEADER}\n"
         "cleanup.policy=delete\nmessage.timestamp.type=LogAppendTime\nsegment.bytes=1048576\n"
     )
     assert load_topic_overrides(path) == overrides
@@ -496,7 +491,7 @@ def test_full_disk_is_disk_full_and_keeps_the_old_file(tmp_path: Path, monkeypat
     def no_space(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(config.os, "fsync", no_space)
+    monkeypatch.setattr(configtext.os, "fsync", no_space)
     with pytest.raises(DiskFull, match="No space left"):
         save_topic_overrides(path, {"segment.ms": "6"})
     assert path.read_bytes() == before

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import Mount, finish_mount, start_mount
+from conftest import Mount, finish_mount, make_topic, start_mount
 from follower_procs import (
     append_lines,
     finish_follower,
@@ -34,14 +34,6 @@ SEED = 5005
 
 def leader(tmp_path: Path, *config: str, name: str = "L") -> Mount:
     return start_mount(tmp_path / name, tmp_path / f"{name}.mnt", *config)
-
-
-def make_topic(mount: Path, topic: str, partitions: int, **config: object) -> None:
-    os.mkdir(mount / topic)
-    for p in range(1, partitions):
-        os.mkdir(mount / topic / str(p))
-    if config:
-        (mount / topic / "config").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
 
 
 def produce(mount: Path, topic: str, partition: int, count: int, rng: random.Random, tag: str = "r") -> list[str]:

@@ -1,9 +1,9 @@
 """The follower's pieces without a mount: the fetch response parser (``logfs/follower/fetch.py``), Kafka's truncation
-rules,
-and one response applied to a real log (``logfs/replica.py``), against an in-process fake of the leader's fetch
-files (:func:`fake_fetch`, the contract of docs/replication.md computed from a leader ``Log``).
+rules, and one response applied to a real log (``logfs/follower/replica.py``), against an in-process fake of the
+leader's fetch files (:func:`fake_fetch`, the contract of docs/replication.md computed from a leader ``Log``).
 
-The real thing, leader and followers as processes with their mounts, is ``test_replication_follower.py``.
+The real thing, leader and followers as processes with their mounts, is ``tests/follower/test_follower.py`` (and
+``tests/follower/test_failover.py`` for a follower made leader).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from logfs.core.config import LogConfig, StoreConfig
-from logfs.core.format.batch import Record, decode_records, encode_batch, iter_batch_positions, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch
 from logfs.core.log.epoch import UNDEFINED_EPOCH_END_OFFSET, EpochEndOffset
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
@@ -327,12 +329,19 @@ def test_a_fetch_resumes_mid_segment_and_rolls_only_at_leader_bases(tmp_path: Pa
     assert log_files(follower) == log_files(leader)
 
 
-def test_the_leader_log_start_moves_the_follower_log_start_never_past_its_hw(tmp_path: Path) -> None:
+def leader_of_40_and_empty_follower(tmp_path: Path) -> tuple[Log, Log]:
+    """A leader log holding offsets 0..39 (20 batches of 2, segments of 300 bytes), all below its HW, and an empty
+    follower log with the same segment size."""
     leader = open_log(tmp_path / "L" / "t-0", segment_bytes=300)
     follower = open_log(tmp_path / "F" / "t-0", segment_bytes=300)
     for _ in range(20):
         leader.append_as_leader(bytearray(batch(0, 2, -1)), 0)
     leader.update_high_watermark(leader.log_end_offset)
+    return leader, follower
+
+
+def test_the_leader_log_start_moves_the_follower_log_start_never_past_its_hw(tmp_path: Path) -> None:
+    leader, follower = leader_of_40_and_empty_follower(tmp_path)
     replicate(leader, follower)
     leader.maybe_increment_log_start_offset(17)
     leader.delete_old_segments()
@@ -346,11 +355,7 @@ def test_behind_the_leader_log_start_the_follower_starts_over_there(tmp_path: Pa
     """fetchOffsetAndTruncate; with a log start inside a batch (31: delete-records), the empty log then starts at
     that batch's first offset and takes it (Partition.appendRecordsToFollowerOrFutureReplica), its log start the
     leader's again."""
-    leader = open_log(tmp_path / "L" / "t-0", segment_bytes=300)
-    follower = open_log(tmp_path / "F" / "t-0", segment_bytes=300)
-    for _ in range(20):
-        leader.append_as_leader(bytearray(batch(0, 2, -1)), 0)
-    leader.update_high_watermark(leader.log_end_offset)
+    leader, follower = leader_of_40_and_empty_follower(tmp_path)
     leader.maybe_increment_log_start_offset(start)
     leader.delete_old_segments()
     applied = apply_fetch(follower, 0, fake_fetch(leader, 0, -1))

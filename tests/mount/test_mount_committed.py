@@ -23,8 +23,9 @@ import pytest
 from conftest import Mount, finish_mount, sh, start_mount, state, write_all
 from kafka.record import MemoryRecords
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import Record, encode_batch, encode_values
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.batch import Record
+from logfs.core.format.encode import encode_batch, encode_values
 from logfs.core.log.log import Log
 from logfs.core.store import Store
 

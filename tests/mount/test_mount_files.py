@@ -16,11 +16,22 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS_LISTING, Mount, default_signals, errno_of, finish_mount, sh, start_mount, state, write_all
+from conftest import (
+    LOGFS_LISTING,
+    Mount,
+    default_signals,
+    errno_of,
+    finish_mount,
+    make_topic,
+    sh,
+    start_mount,
+    state,
+    write_all,
+)
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from logfs.core.format.batch import encode_values
+from logfs.core.format.encode import encode_values
 from logfs.core.store import Store
 
 
@@ -42,13 +53,6 @@ def kafka_batch(values: list[bytes], *, key: bytes | None = None, compression: i
 @pytest.fixture
 def mnt(shared_mount: Mount) -> Path:
     return shared_mount.path
-
-
-def make_topic(mnt: Path, name: str, partitions: int = 1) -> Path:
-    os.mkdir(mnt / name)
-    for p in range(1, partitions):
-        os.mkdir(mnt / name / str(p))
-    return mnt / name
 
 
 # --- appends and reads -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS, LOGFS_LISTING, Mount, finish_mount, start_mount
+from conftest import LOGFS, LOGFS_LISTING, Mount, finish_mount, running_mount, start_mount
 
 from logfs.core.format.batch import iter_batch_positions, read_header
 
@@ -31,12 +31,14 @@ FSYNC_EIO = r"fsync\(.*failed with EIO: (NotEnoughReplicasAfterAppend|Replicatio
 
 
 @contextlib.contextmanager
-def leader(tmp_path: Path, *config: str, name: str = "leader") -> Iterator[Mount]:
-    mount = start_mount(tmp_path / f"{name}-store", tmp_path / name, *config)
-    try:
+def leader(tmp_path: Path, *config: str, name: str = "leader", allow: tuple[str, ...] = ()) -> Iterator[Mount]:
+    """A leader mount with topic ``t`` (one partition) for the body of a ``with``; ``allow``: the WARNING/ERROR
+    lines it is expected to log."""
+    with running_mount(tmp_path / f"{name}-store", tmp_path / name, *config) as mount:
+        for pattern in allow:
+            mount.allow_log(pattern)
+        os.mkdir(mount.path / "t")
         yield mount
-    finally:
-        finish_mount(mount)
 
 
 def fetch(mnt: Path, replica: int, topic: str, offset: int, epoch: int = -1, partition: int = 0) -> tuple[dict, bytes]:  # type: ignore[type-arg]
@@ -162,7 +164,6 @@ def outcome(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, floa
 def test_a_fetch_file_is_a_json_line_then_the_stored_batches(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1", "segment.bytes=300") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         for i in range(6):
             append(mnt, "t", f"record-{i}-" + "x" * 60)
         path = mnt / ".logfs/fetch/1/t/0/0.-1"
@@ -184,7 +185,6 @@ def test_a_fetch_file_is_a_json_line_then_the_stored_batches(tmp_path: Path) -> 
 def test_fetches_by_unassigned_ids_are_eperm_and_unknown_names_enoent(tmp_path: Path) -> None:
     with leader(tmp_path, "node.id=1", "replica.ids=1,2,3") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         append(mnt, "t", "a")
         for replica in (1, 4, 0):  # the leader itself, and ids not in replica.ids
             with pytest.raises(PermissionError):
@@ -205,7 +205,6 @@ def test_fetches_by_unassigned_ids_are_eperm_and_unknown_names_enoent(tmp_path: 
 def test_a_fetch_at_the_log_end_long_polls_and_an_append_wakes_it(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         append(mnt, "t", "a")
         f = FakeFollower(mnt, 1, "t")
         f.catch_up()  # at the end, and told the current HW and ISR
@@ -246,7 +245,6 @@ def test_a_hw_move_that_answers_an_acks_all_fsync_is_held_briefly_for_the_next_b
     long poll. A HW move that answered no fsync is told at once (the previous test's first fetches)."""
     with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         f = FakeFollower(mnt, 1, "t")
         f.fetch()
         path = mnt / "t/0/append"
@@ -297,7 +295,6 @@ def test_out_of_range_and_diverging_fetches_through_the_mount(tmp_path: Path) ->
 def test_the_hw_stays_until_the_follower_fetches_past_it_then_moves(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         f = FakeFollower(mnt, 1, "t")
         assert f.fetch()["isr"] == [0, 1]  # at the HW (0) and the epoch's start (0): it joins
         follow = subprocess.Popen(["head", "-n", "2", str(mnt / "t/0/follow/0")], stdout=subprocess.PIPE)
@@ -321,7 +318,6 @@ def test_the_hw_stays_until_the_follower_fetches_past_it_then_moves(tmp_path: Pa
 def test_replication_factor_3_the_hw_is_the_smallest_leo_of_the_isr(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1,2") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         f1, f2 = FakeFollower(mnt, 1, "t"), FakeFollower(mnt, 2, "t")
         f1.fetch()
         f2.fetch()
@@ -339,7 +335,6 @@ def test_a_follower_leaves_the_isr_after_the_lag_time_and_rejoins_after_catching
     with leader(tmp_path, "replica.ids=0,1", "replica.lag.time.max.ms=1000") as m:
         m.allow_log(LEAVES_ISR)
         mnt = m.path
-        os.mkdir(mnt / "t")
         f = FakeFollower(mnt, 1, "t")
         f.catch_up()
         assert state(mnt, "t")["isr"] == [0, 1]
@@ -371,11 +366,8 @@ def test_min_isr_2_fsync_fails_with_eio_while_the_follower_is_down_and_succeeds_
     tmp_path: Path,
 ) -> None:
     config = ("replica.ids=0,1", "min.insync.replicas=2", "replica.lag.time.max.ms=1000")
-    with leader(tmp_path, *config) as m:
-        m.allow_log(FSYNC_EIO)
-        m.allow_log(LEAVES_ISR)
+    with leader(tmp_path, *config, allow=(FSYNC_EIO, LEAVES_ISR)) as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         word, seconds = outcome(writer(mnt, "t", "alone|"))
         assert word == "EIO" and seconds < 0.5  # at once: the ISR is the leader alone
         f = FakeFollower(mnt, 1, "t").start()
@@ -404,7 +396,6 @@ def test_fsync_waits_for_the_follower_and_fails_with_eio_after_request_timeout(t
     with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2", "request.timeout.ms=1000") as m:
         m.allow_log(FSYNC_EIO)
         mnt = m.path
-        os.mkdir(mnt / "t")
         f = FakeFollower(mnt, 1, "t")
         f.fetch()
         proc = writer(mnt, "t", "x|")
@@ -419,7 +410,6 @@ def test_fsync_waits_for_the_follower_and_fails_with_eio_after_request_timeout(t
 def test_o_sync_refuses_with_eagain_writing_nothing_and_otherwise_waits_like_fsync(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         fd = os.open(mnt / "t/0/append", os.O_WRONLY | os.O_DSYNC)
         try:
             with pytest.raises(BlockingIOError):  # EAGAIN: NOT_ENOUGH_REPLICAS, safe to retry
@@ -440,7 +430,6 @@ def test_o_sync_refuses_with_eagain_writing_nothing_and_otherwise_waits_like_fsy
 def test_a_waiting_fsync_does_not_stall_other_writers_of_the_partition(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         f = FakeFollower(mnt, 1, "t")
         f.fetch()
         waiting = writer(mnt, "t", "acked|")
@@ -461,11 +450,8 @@ def test_a_waiting_fsync_does_not_stall_other_writers_of_the_partition(tmp_path:
 def test_not_enough_replicas_after_a_broker_shutdown(tmp_path: Path) -> None:
     """ProducerFailureHandlingTest.testNotEnoughReplicasAfterBrokerShutdown, through the mount"""
     config = ("replica.ids=0,1,2", "min.insync.replicas=3", "replica.lag.time.max.ms=1000")
-    with leader(tmp_path, *config) as m:
-        m.allow_log(FSYNC_EIO)
-        m.allow_log(LEAVES_ISR)
+    with leader(tmp_path, *config, allow=(FSYNC_EIO, LEAVES_ISR)) as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         f1, f2 = FakeFollower(mnt, 1, "t").start(), FakeFollower(mnt, 2, "t").start()
         try:
             wait_for("a full ISR", lambda: state(mnt, "t")["isr"] == [0, 1, 2])
@@ -537,7 +523,6 @@ def test_mount_refuses_a_store_out_of_the_isr_unless_unclean(tmp_path: Path) -> 
 def test_state_of_a_leader_shows_its_epoch_isr_and_replicas(tmp_path: Path) -> None:
     with leader(tmp_path, "node.id=1", "replica.ids=1,2,3") as m:
         mnt = m.path
-        os.mkdir(mnt / "t")
         append(mnt, "t", "a", "b")
         before = time.time_ns() // 1_000_000
         FakeFollower(mnt, 2, "t").catch_up()
@@ -552,7 +537,6 @@ def test_state_of_a_leader_shows_its_epoch_isr_and_replicas(tmp_path: Path) -> N
 def test_without_followers_everything_is_as_before(tmp_path: Path) -> None:
     with leader(tmp_path, "min.insync.replicas=2") as m:  # capped at the one replica there is
         mnt = m.path
-        os.mkdir(mnt / "t")
         assert outcome(writer(mnt, "t", "a|b|"))[0] == "ok"
         assert outcome(writer(mnt, "t", "c|", sync=True, fsync=False))[0] == "ok"
         s = state(mnt, "t")

@@ -1,9 +1,10 @@
 """The rest of the mount's test list (issue 4), through a real mount with real tools.
 
-test_mount_basic.py and test_mount_concurrency.py hold most of the list; this file holds what they did not cover:
-`cat` of every `at/<offset>` (and kafka-python on every `.kafka`), `cp` of several `hw/` files, kafka-python
-batches read back field by field, Ctrl-C latency of blocked readers, hostile names, `rm -rf` over a whole mount,
-O_SYNC writes, a full disk (ENOSPC), retention under open readers, and `logfs umount` with files open.
+tests/mount/test_mount_files.py and tests/mount/test_mount_concurrency.py hold most of the list; this file holds
+what they did not cover: `cat` of every `at/<offset>` (and kafka-python on every `.kafka`), `cp` of several `hw/`
+files, kafka-python batches read back field by field, Ctrl-C latency of blocked readers, hostile names, `rm -rf`
+over a whole mount, O_SYNC writes, a full disk (ENOSPC), retention under open readers, and `logfs umount` with files
+open.
 
 Every mount is unmounted in a fixture or a ``finally`` (conftest.finish_mount); every blocking read runs in a
 subprocess.
@@ -87,19 +88,9 @@ def decoded(row: dict, field: str) -> bytes | None:  # type: ignore[type-arg]
     return value.encode()
 
 
-@pytest.fixture(scope="module")
-def contract_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
-    root = tmp_path_factory.mktemp("contract")
-    mount = start_mount(root / "store", root / "mnt", "num.partitions=1")
-    try:
-        yield mount
-    finally:
-        finish_mount(mount)
-
-
 @pytest.fixture
-def mnt(contract_mount: Mount) -> Path:
-    return contract_mount.path
+def mnt(shared_mount: Mount) -> Path:
+    return shared_mount.path
 
 
 # --- reading with the shell ---------------------------------------------------------------------------------------
@@ -239,8 +230,8 @@ def topic_files(store: Path) -> list[str]:
     return sorted(p.name for p in store.iterdir() if p.is_dir() or p.name.startswith(".logfs-topic."))
 
 
-def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(contract_mount: Mount) -> None:
-    store, mnt = contract_mount
+def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(shared_mount: Mount) -> None:
+    store, mnt = shared_mount
     os.mkdir(mnt / "victim")
     write_all(mnt / "victim/0/append", b"safe\n")
     before_store = topic_files(store)
@@ -287,8 +278,8 @@ def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(cont
     assert state(mnt, "victim")["log_start_offset"] == 0
 
 
-def test_a_topic_name_of_249_characters_works(contract_mount: Mount) -> None:
-    mnt = contract_mount.path
+def test_a_topic_name_of_249_characters_works(shared_mount: Mount) -> None:
+    mnt = shared_mount.path
     name = "L" * 249  # Kafka's longest topic name: its overrides file and its deletion's directory name are shortened
     os.mkdir(mnt / name)
     write_all(mnt / name / "0/append", b"long\n")

@@ -7,6 +7,7 @@ Batches with producer fields are built by kafka-python's ``DefaultRecordBatchBui
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -23,7 +24,9 @@ from conftest import Mount, errno_of, finish_mount, start_mount, state, write_al
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logfs.core.config import StoreConfig
-from logfs.core.format.batch import ControlType, encode_end_txn_marker, iter_batch_positions, read_header
+from logfs.core.format.batch import iter_batch_positions, read_header
+from logfs.core.format.control import ControlType
+from logfs.core.format.encode import encode_end_txn_marker
 from logfs.core.store import Store
 from logfs.mount.operations import Operations
 
@@ -164,34 +167,36 @@ def test_a_committed_transaction_end_to_end(mnt: Path) -> None:
     assert [b.base_sequence for b in batches[:2]] == [0, 2]  # the mount numbers the transaction's batches
 
 
-def test_an_aborted_transaction_is_marked_and_its_handles_are_fenced(mnt: Path) -> None:
+@contextlib.contextmanager
+def append_in_transaction(mnt: Path, txn: str) -> Iterator[int]:
+    """Topic ``t`` and transaction ``txn`` made; a write handle on the transaction's ``t/0/append``, always closed."""
     os.mkdir(mnt / "t")
-    os.mkdir(mnt / TXNS / "gone")
-    fd = os.open(mnt / TXNS / "gone/t/0/append", os.O_WRONLY)
+    os.mkdir(mnt / TXNS / txn)
+    fd = os.open(mnt / TXNS / txn / "t/0/append", os.O_WRONLY)
     try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_an_aborted_transaction_is_marked_and_its_handles_are_fenced(mnt: Path) -> None:
+    with append_in_transaction(mnt, "gone") as fd:
         os.write(fd, b"doomed\n")
         write_all(mnt / TXNS / "gone/control", b"abort\n")
         assert errno_of(os.write, fd, b"late\n") == errno.ESTALE  # the transaction ended under the handle
-    finally:
-        os.close(fd)
     assert markers(mnt, "t") == [(1, ControlType.ABORT)]
     assert values(mnt, "t") == ["doomed"]
     assert state(mnt, "t")["last_stable_offset"] == 2
 
 
 def test_a_new_holder_takes_over_with_abort_then_mkdir_and_fences_the_old_one(mnt: Path) -> None:
-    os.mkdir(mnt / "t")
-    os.mkdir(mnt / TXNS / "job")
-    old = os.open(mnt / TXNS / "job/t/0/append", os.O_WRONLY)
-    try:
+    with append_in_transaction(mnt, "job") as old:
         os.write(old, b"old holder\n")
         write_all(mnt / TXNS / "job/control", b"abort\n")  # the new holder: the stuck one is aborted
         os.mkdir(mnt / TXNS / "job")  # and begun again, in a new producer epoch
         write_all(mnt / TXNS / "job/t/0/append", b"new holder\n")
         assert errno_of(os.write, old, b"zombie\n") == errno.ESTALE
         write_all(mnt / TXNS / "job/control", b"commit\n")
-    finally:
-        os.close(old)
     assert values(mnt, "t") == ["old holder", "new holder"]
     assert [t for _, t in markers(mnt, "t")] == [ControlType.ABORT, ControlType.COMMIT]
 
@@ -358,7 +363,8 @@ def test_a_transaction_unknown_to_the_store_is_aborted_and_its_producer_id_never
     """A store whose log holds an open transaction of producer 5000 that its own transaction log never saw (a
     promoted follower's: the coordinator was the old leader's): the mount aborts it (nothing else could ever end
     it, and it would hold the LSO for good), and ``.logfs/producer-id`` answers above 5000 from then on."""
-    from logfs.core.format.batch import Record, encode_batch
+    from logfs.core.format.batch import Record
+    from logfs.core.format.encode import encode_batch
     from logfs.core.store import Store
 
     store = Store.open(tmp_path / "store")

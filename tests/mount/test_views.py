@@ -1,10 +1,9 @@
-"""The read files' contents (spec §4, §5) without FUSE: ``mount/views.py`` and ``mount/rendersize.py`` against an
-independent oracle.
+"""The read files' contents (spec §4, §5) without FUSE: ``mount/render/views.py`` and ``mount/render/rendersize.py``
+against an independent oracle.
 
-The oracle decodes every stored batch with ``core.batch.decode_records`` and renders records with ``json.dumps``
+The oracle decodes every stored batch with ``core.format.decode.decode_records`` and renders records with ``json.dumps``
 (not ``core/format/render.py``), so a view's size and bytes are checked against what the spec says they are: plain =
-each
-value and a newline, JSON lines = the spec's keys in the spec's order, ``.kafka`` = the stored batches unchanged.
+each value and a newline, JSON lines = the spec's keys in the spec's order, ``.kafka`` = the stored batches unchanged.
 Random tests are seeded and print their seed.
 """
 
@@ -22,36 +21,21 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import parse_store_config
+from logfs.core.configtext import parse_store_config
 from logfs.core.errors import OffsetOutOfRange, StorageError
-from logfs.core.format.batch import (
-    ControlType,
-    Header,
-    Record,
-    TimestampType,
-    decode_records,
-    encode_batch,
-    encode_end_txn_marker,
-    encode_values,
-    iter_batch_positions,
-    read_header,
-)
+from logfs.core.format.batch import Header, Record, TimestampType, iter_batch_positions, read_header
 from logfs.core.format.compression import Compression
+from logfs.core.format.control import ControlType
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch, encode_end_txn_marker, encode_values
 from logfs.core.log.log import Log
 from logfs.core.store import Store
-from logfs.mount import rendersize
-from logfs.mount.views import (
-    Format,
-    RangeView,
-    RenderCache,
-    hw_files,
-    open_range,
-    parse_range,
-    parse_view_name,
-    render_follow_chunk,
-    render_state,
-    resolve_start,
-)
+from logfs.mount.names import parse_range, parse_view_name
+from logfs.mount.render import rendersize, renderspan, segmentindex
+from logfs.mount.render.rangeview import RangeView, open_range
+from logfs.mount.render.rendersize import RenderCache
+from logfs.mount.render.renderspan import Format
+from logfs.mount.render.views import hw_files, render_follow_chunk, render_state, resolve_start
 
 SEED = 20250101
 TOPIC = "t"
@@ -184,10 +168,15 @@ def fill(log: Log, rng: random.Random, batches: int, *, big: bool = False) -> No
             log.append_as_leader(encode_batch(records, compression=rng.choice(list(Compression))), 0)
 
 
+def seeded(seed: int) -> random.Random:
+    """A Random of ``seed``, printed so that a failure can be replayed."""
+    print("seed", seed)
+    return random.Random(seed)
+
+
 @pytest.fixture(scope="module")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Log, list[StoredBatch]]]:
-    rng = random.Random(SEED)
-    print("seed", SEED)
+    rng = seeded(SEED)
     path = tmp_path_factory.mktemp("store")
     with Store.open(path, parse_store_config(["segment.bytes=8000"])) as store:
         store.create_topic(TOPIC, 1)
@@ -428,10 +417,11 @@ def test_views_span_several_segments(tmp_path: Path) -> None:
 
 
 def count_renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Batches sized and rendered (every size and rendering goes through these two, a span of batches a call)."""
+    """Batches sized and rendered (every size and rendering goes through the core's stored renderer and sizers, a span
+    of batches a call, under the names the mount imports them by)."""
     counts = {"size": 0, "render": 0}
-    size, render = rendersize.batches_rendered_size, rendersize.render_batches
-    sizes = rendersize.batch_sizes
+    size, render = renderspan.stored_size, renderspan.render_stored
+    sizes = segmentindex.stored_sizes
 
     def counting_size(buf: bytes, positions: list[int], *args: object, **kwargs: object) -> int:
         counts["size"] += len(positions)
@@ -445,9 +435,9 @@ def count_renders(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["size"] += len(positions)
         return sizes(buf, positions, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rendersize, "batches_rendered_size", counting_size)
-    monkeypatch.setattr(rendersize, "batch_sizes", counting_sizes)
-    monkeypatch.setattr(rendersize, "render_batches", counting_render)
+    monkeypatch.setattr(renderspan, "stored_size", counting_size)
+    monkeypatch.setattr(segmentindex, "stored_sizes", counting_sizes)  # the index sizes chunks through its own name
+    monkeypatch.setattr(renderspan, "render_stored", counting_render)
     return counts
 
 

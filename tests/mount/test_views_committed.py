@@ -1,11 +1,12 @@
-"""The ``committed/`` renderings (read_committed, spec §2, §5) without FUSE: ``mount/views.py``, ``mount/rendersize.py``
-and ``core/format/renderstored.py`` with an aborted-transaction filter, against two independent oracles.
+"""The ``committed/`` renderings (read_committed, spec §2, §5) without FUSE: ``mount/render/rangeview.py``,
+``mount/render/views.py``, ``mount/render/rendersize.py`` and ``core/format/renderstored.py`` with an
+aborted-transaction filter, against two independent oracles.
 
 The logs are built with the core (transactional batches of several producers, COMMIT and ABORT markers, plain
 batches, small segments). The first oracle is the test's own model of which transactions it aborted: a batch is kept
 iff it is not a control batch and not a transactional batch between its producer's first offset and ABORT marker; its
 records are rendered by ``test_views``' oracle (``json.dumps``, not ``core/format/render.py``). The second is Kafka's
-consumer filter (``core/txnfilter.committed_records``) over the stored bytes with the aborted transactions the model
+consumer filter (``tests/consumer_filter.py``) over the stored bytes with the aborted transactions the model
 knows: both must agree on the records. Random tests are seeded and print their seed.
 """
 
@@ -20,25 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_views import StoredBatch, json_line, read_all, stored_batches
+from consumer_filter import committed_records
+from test_views import StoredBatch, json_line, read_all, seeded, stored_batches
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import BatchHeader, Record, encode_batch, encode_values, read_header
-from logfs.core.format.renderstored import AbortedBatches
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.abortedbatches import AbortedBatches
+from logfs.core.format.batch import BatchHeader, Record, read_header
+from logfs.core.format.encode import encode_batch, encode_values
 from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.core.txn.index import AbortedTxn
-from logfs.core.txn.txnfilter import committed_records
-from logfs.mount import rendersize
-from logfs.mount.views import (
-    Format,
-    RenderCache,
-    hw_files,
-    open_range,
-    render_follow_chunk,
-    render_state,
-    resolve_start,
-)
+from logfs.mount.render import rendersize
+from logfs.mount.render.rangeview import open_range
+from logfs.mount.render.rendersize import RenderCache
+from logfs.mount.render.renderspan import Format
+from logfs.mount.render.views import hw_files, render_follow_chunk, render_state, resolve_start
 
 SEED = 20261122
 TOPIC = "t"
@@ -145,11 +142,8 @@ def kafka_filter_offsets(batches: list[StoredBatch], model: Model, end: int) -> 
 
 @pytest.fixture(scope="module")
 def txn_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Log, Model, list[StoredBatch]]]:
-    rng = random.Random(SEED)
-    print("seed", SEED)
-    path = tmp_path_factory.mktemp("store")
-    with Store.open(path, parse_store_config(["segment.bytes=4000"])) as store:
-        store.create_topic(TOPIC, 1)
+    rng = seeded(SEED)
+    with new_store(tmp_path_factory.mktemp("store"), "segment.bytes=4000") as store:
         log = store.log(TOPIC, 0)
         model = Model()
         fill(log, model, rng, 260)
@@ -270,8 +264,7 @@ def test_an_open_transaction_pins_the_lso_and_committed_views_stop_there(tmp_pat
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_committed_hw_files_only_grow_as_the_lso_moves_and_equal_the_model(tmp_path: Path, fmt: Format) -> None:
-    rng = random.Random(SEED + 1)
-    print("seed", SEED + 1)
+    rng = seeded(SEED + 1)
     with new_store(tmp_path, "segment.bytes=2500") as store:
         log = store.log(TOPIC, 0)
         model = Model()
@@ -369,8 +362,7 @@ def test_committed_views_opened_while_transactions_run_keep_their_promise(tmp_pa
     """Readers open committed views (every format, sharing one cache) at whatever LSO they find while a writer thread
     appends transactions, markers and plain batches and moves the HW. Below the LSO nothing changes, so each view
     must equal the final log's committed rendering of its range."""
-    rng = random.Random(SEED + 2)
-    print("seed", SEED + 2)
+    rng = seeded(SEED + 2)
     with new_store(tmp_path, "segment.bytes=3000") as store:
         log = store.log(TOPIC, 0)
         model = Model()

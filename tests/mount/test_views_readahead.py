@@ -1,7 +1,7 @@
-"""Sequential reads of ``at/`` and ``hw/`` views (``mount/views.py``): the read-ahead that renders the chunks after
-the one read in the same call, and ``RangeView.read_cached`` (answers from the shared LRU only, for the trio
+"""Sequential reads of ``at/`` and ``hw/`` views (``mount/render/views.py``): the read-ahead that renders the chunks
+after the one read in the same call, and ``RangeView.read_cached`` (answers from the shared LRU only, for the trio
 thread). Whatever the order and size of the reads, the bytes are the reference rendering of each stored batch
-(``core.render.render_plain`` / ``render_jsonl``), and read_cached answers those bytes or None, never others."""
+(``core.format.render.render_plain`` / ``render_jsonl``), and read_cached answers those bytes or None, never others."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import Record, encode_batch, encode_values, iter_batch_positions
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.batch import Record, iter_batch_positions
+from logfs.core.format.encode import encode_batch, encode_values
 from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.log.log import Log
 from logfs.core.store import Store
-from logfs.mount.views import Format, RenderCache, open_range
+from logfs.mount.render.rangeview import open_range
+from logfs.mount.render.rendersize import RenderCache
+from logfs.mount.render.renderspan import Format
 
 TOPIC = "t"
 TS = 1_700_000_000_000

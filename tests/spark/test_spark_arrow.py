@@ -14,16 +14,10 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from logfs.core.format.batch import (
-    Header,
-    Record,
-    TimestampType,
-    assign_offset_and_epoch,
-    encode_batch,
-    encode_end_txn_marker,
-)
+from logfs.core.format.batch import Header, Record, TimestampType, assign_offset_and_epoch
 from logfs.core.format.compression import Compression
 from logfs.core.format.control import ControlType
+from logfs.core.format.encode import encode_batch, encode_end_txn_marker
 from logfs.spark.arrow import decode_block, kafka_arrow_schema, read_range
 from logfs.spark.offsets import OffsetRange
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import Mount, finish_mount, start_mount, write_all
 
-from logfs.spark.source import FAIL_TASK_ONCE_ENV, PAUSE_ENV
+from logfs.spark.writer import FAIL_TASK_ONCE_ENV, PAUSE_ENV
 
 JOB = """
 import sys
@@ -59,7 +59,7 @@ def run_job(mnt: Path, checkpoint: Path, *, env: dict[str, str] | None = None, m
     """Run the query to its end (availableNow) and return its exit code; with ``kill_when``, kill -9 the driver's
     whole process group (JVM and Python workers) as soon as that file appears."""
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-c", JOB, str(mnt), str(checkpoint), master],
+        [sys.executable, "-c", JOB, str(mnt), str(checkpoint), master],
         env={**os.environ, **(env or {})}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip

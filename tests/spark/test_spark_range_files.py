@@ -1,7 +1,7 @@
 """An executor opening its pinned range (``logfs.spark.mount.open_range``): the failOnDataLoss rule and the wait for
 a mount that is behind (a lagging follower), on a directory laid out like a mount (no FUSE: a file exists where
 the mount would answer the lookup) with a fake clock. The same rules through a real mount and Spark are in
-test_spark.py.
+tests/spark/test_spark_source.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The sink's row handling (``logfs.spark.sink.MountWriter``) on a directory laid out like a mount: partitioning as
 Kafka's default partitioner, batches cut below ``max.message.bytes``, strings and headers, and the refusals. What
-the mount does with the batches (offsets, fsync, produce responses) is tested through a real mount in test_spark.py.
+the mount does with the batches (offsets, fsync, produce responses) is tested through a real mount in
+tests/spark/test_spark_source.py.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from logfs.core.format.batch import Header, decode_records, iter_batch_positions, read_header
+from logfs.core.format.batch import Header, iter_batch_positions, read_header
 from logfs.core.format.compression import Compression
+from logfs.core.format.decode import decode_records
 from logfs.core.format.partitioner import partition_for_key
 from logfs.spark.sink import MountWriter, SinkError
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Mount, finish_mount, start_mount, write_all
+from conftest import Mount, finish_mount, make_topic, running_mount, start_mount, write_all
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -38,22 +38,13 @@ Row = dict[str, Any]
 @pytest.fixture(scope="module")
 def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
     root = tmp_path_factory.mktemp("spark")
-    m = start_mount(root / "store", root / "mnt", "log.retention.check.interval.ms=100", "file.delete.delay.ms=0")
-    try:
+    with running_mount(
+        root / "store", root / "mnt", "log.retention.check.interval.ms=100", "file.delete.delay.ms=0"
+    ) as m:
         yield m
-    finally:
-        finish_mount(m)
 
 
 # --- writing and reading back without Spark --------------------------------------------------------------------------
-
-
-def make_topic(mnt: Path, topic: str, partitions: int, **config: object) -> None:
-    os.mkdir(mnt / topic)
-    for p in range(1, partitions):
-        os.mkdir(mnt / topic / str(p))
-    if config:
-        (mnt / topic / "config").write_text("".join(f"{k.replace('_', '.')}={v}\n" for k, v in config.items()))
 
 
 def kafka_python_batch(records: list[tuple[int, bytes | None, bytes | None, list[Any]]], codec: int) -> bytes:
@@ -164,7 +155,7 @@ def orders(mount: Mount) -> list[Row]:
 
 def test_spark_read_json_of_hw_files_returns_every_committed_record_once(spark: Any, mount: Mount) -> None:
     """Many small splits over several segments per partition; text, base64 values and headers; no _corrupt_record."""
-    from logfs.spark.source import JSONL_SCHEMA
+    from logfs.spark.schema import JSONL_SCHEMA
 
     mnt = mount.path
     make_topic(mnt, "pages", 3, segment_bytes=8192)
@@ -219,7 +210,7 @@ def test_spark_read_json_of_hw_files_returns_every_committed_record_once(spark: 
 
 
 def test_batch_read_returns_every_record_as_written(spark: Any, mount: Mount, orders: list[Row]) -> None:
-    from logfs.spark.source import HEADERS_COLUMN, KAFKA_SCHEMA
+    from logfs.spark.schema import HEADERS_COLUMN, KAFKA_SCHEMA
 
     df = read(spark, mount.path, subscribe="orders,payments", includeHeaders="true")
     assert (
@@ -455,7 +446,8 @@ def test_a_follower_mount_reads_the_same_and_a_follower_behind_is_waited_for(spa
     from logfs.spark.mount import MountBehind
     from logfs.spark.offsets import OffsetRange
     from logfs.spark.options import source_options
-    from logfs.spark.source import LogfsBatchReader, RangePartition, kafka_struct
+    from logfs.spark.schema import kafka_struct
+    from logfs.spark.source import LogfsBatchReader, RangePartition
 
     lead = start_mount(tmp_path / "L", tmp_path / "L.mnt", "node.id=1", "replica.ids=1,2")
     try:

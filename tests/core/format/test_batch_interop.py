@@ -30,19 +30,12 @@ from kafka.codec import (
 from kafka.record import MemoryRecords
 from kafka.record.default_records import ControlRecord, DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from logfs.core.format.batch import (
-    ControlType,
-    Header,
-    Record,
-    TimestampType,
-    decode_records,
-    encode_batch,
-    encode_end_txn_marker,
-    encode_values,
-    read_header,
-    validate_batch,
-)
+from logfs.core.format.batch import Header, Record, TimestampType, read_header
 from logfs.core.format.compression import LZ4_MAGIC, Compression, compress, decompress
+from logfs.core.format.control import ControlType
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch, encode_end_txn_marker, encode_values
+from logfs.core.format.validate import validate_batch
 
 CODECS = list(Compression)
 CODEC_IDS = [c.name.lower() for c in CODECS]

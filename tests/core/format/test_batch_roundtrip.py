@@ -24,22 +24,16 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from logfs.core.errors import InvalidRecord
-from logfs.core.format.batch import ControlType as CT
-from logfs.core.format.batch import (
-    Header,
-    Record,
-    TimestampType,
-    decode_records,
-    encode_batch,
-    encode_end_txn_marker,
-    encode_values,
-    read_header,
-    validate_batch,
-)
+from logfs.core.format.batch import Header, Record, TimestampType, read_header
 from logfs.core.format.compression import Compression
+from logfs.core.format.control import ControlType as CT
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch, encode_end_txn_marker, encode_values
+from logfs.core.format.numpywalk import walk_numpy
 from logfs.core.format.recordruns import record_runs
-from logfs.core.format.records import NUMPY_WALK_MIN_RECORDS, walk_numpy, walk_python, walk_runs
+from logfs.core.format.records import NUMPY_WALK_MIN_RECORDS, walk_python, walk_runs
 from logfs.core.format.render import render_jsonl, render_plain
+from logfs.core.format.validate import validate_batch
 from logfs.core.format.varint import INT64_MAX, INT64_MIN, decode_varint, encode_varint, size_of_varint
 
 SETTINGS = {

@@ -16,24 +16,12 @@ import pytest
 from kafka.record.util import decode_varint as kafka_decode_varint
 from kafka.record.util import encode_varint as kafka_encode_varint
 
-from logfs.core.errors import InvalidRecord
-from logfs.core.format.batch import (
-    END_TXN_MARKER_BATCH_BYTES,
-    HEADER,
-    ControlRecordNotAllowed,
-    ControlType,
-    Header,
-    Record,
-    TimestampType,
-    decode_records,
-    encode_batch,
-    encode_end_txn_marker,
-    encode_values,
-    iter_batch_positions,
-    parse_control_key,
-    read_header,
-    validate_batch,
-)
+from logfs.core.errors import ControlRecordNotAllowed, InvalidRecord
+from logfs.core.format.batch import HEADER, Header, Record, TimestampType, iter_batch_positions, read_header
+from logfs.core.format.control import ControlType, parse_control_key
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import END_TXN_MARKER_BATCH_BYTES, encode_batch, encode_end_txn_marker, encode_values
+from logfs.core.format.validate import validate_batch
 from logfs.core.format.varint import (
     INT32_MAX,
     INT32_MIN,

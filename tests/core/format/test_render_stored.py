@@ -16,22 +16,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logfs.core.format.batch import (
-    ControlType,
     Header,
     Record,
     TimestampType,
     assign_offset_and_epoch,
-    encode_batch,
-    encode_end_txn_marker,
-    encode_values,
     iter_batch_positions,
     read_header,
-    record_columns,
 )
 from logfs.core.format.compression import Compression
+from logfs.core.format.control import ControlType
+from logfs.core.format.decode import record_columns
+from logfs.core.format.encode import encode_batch, encode_end_txn_marker, encode_values
+from logfs.core.format.numpywalk import walk_stored
 from logfs.core.format.records import walk
 from logfs.core.format.render import render_jsonl, render_plain
-from logfs.core.format.renderstored import render_stored, stored_size, walk_stored
+from logfs.core.format.renderstored import render_stored
+from logfs.core.format.storedsize import stored_size
 
 TOPIC = "t"
 PARTITION = 3
@@ -124,18 +124,20 @@ def make_records(rng: random.Random, n: int, base: int, kind: str) -> list[Recor
     return records
 
 
+def txn_marker(control: ControlType, offset: int) -> bytes:
+    """A transaction marker of producer 1 at ``offset`` (a control batch: renders as nothing)."""
+    return encode_end_txn_marker(
+        control, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=TS, base_offset=offset
+    )
+
+
 def make_span(rng: random.Random, batches: int, max_records: int, kinds: list[str]) -> bytes:
     out = []
     offset = rng.choice([0, 5, 990, 99_990, 10**12 - 3])
     for _ in range(batches):
         roll = rng.random()
         if roll < 0.1:
-            out.append(
-                encode_end_txn_marker(
-                    ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=TS,
-                    base_offset=offset,
-                )
-            )  # fmt: skip
+            out.append(txn_marker(ControlType.COMMIT, offset))
             offset += 1
             continue
         n = rng.randint(1, max_records)
@@ -179,9 +181,7 @@ def test_a_large_uniform_batch_crossing_powers_of_ten() -> None:
 
 def test_an_empty_span_and_only_control_batches_render_nothing() -> None:
     assert render_stored(b"", [], True, TOPIC, PARTITION) == b""
-    marker = encode_end_txn_marker(
-        ControlType.ABORT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=TS
-    )
+    marker = txn_marker(ControlType.ABORT, 0)
     assert render_stored(marker, [0], False, TOPIC, PARTITION) == b""
     assert stored_size(marker, [0], True, TOPIC, PARTITION) == 0
 
@@ -213,12 +213,7 @@ def test_hypothesis_batches_render_as_the_reference(
     offset = 7
     for rows, codec, ts_type, marker in batches:
         if marker:
-            out.append(
-                encode_end_txn_marker(
-                    ControlType.ABORT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=TS,
-                    base_offset=offset,
-                )
-            )  # fmt: skip
+            out.append(txn_marker(ControlType.ABORT, offset))
             offset += 1
         records = [
             Record(offset + i, TS + d, k, v, tuple(Header(hk, hv) for hk, hv in h))

@@ -20,8 +20,7 @@ batch not touched by the damage byte-identical to what the writer stored (rebuil
 writer reported flushed before the damage still there, and indexes that answer every offset and timestamp.
 
 Replay: the master seed is printed; ``LOGFS_CRASH_SEED=<seed> pytest tests/core/log/test_crash.py -k 'iteration-7'``
-runs
-iteration 7 of that seed again (the seed fixes the records, the configs, the kill's flush count and delay, and the
+runs iteration 7 of that seed again (the seed fixes the records, the configs, the kill's flush count and delay, and the
 damage; the exact instant of the kill is the scheduler's). ``LOGFS_CRASH_ITERATIONS`` changes the count (30).
 A failing iteration's store stays in pytest's temporary directory, whose path the test prints.
 """
@@ -46,8 +45,10 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import decode_records, encode_values, read_header
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.batch import read_header
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_values
 from logfs.core.log.loader import LoadEvent
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import QUARANTINE_SUFFIX
@@ -162,7 +163,7 @@ def run_and_kill(store: Path, seed: int, rng: random.Random) -> list[int]:
     flushes = rng.randint(1, 12)
     delay_s = rng.uniform(0, 0.004)
     child = subprocess.Popen(
-        [sys.executable, "-P", "-u", str(WRITER), str(store), str(seed)],
+        [sys.executable, "-u", str(WRITER), str(store), str(seed)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=store.parent,
@@ -411,7 +412,7 @@ KILL_HOOKS = {
     # after the first segment behind the damage went to quarantine
     "later-segment": "import logfs.core.log.loader as m; target, name = m, '_quarantine_segment'",
     # after the damaged tail was copied to quarantine, before the .log was cut
-    "tail-copy": "from logfs.core.log.segment import LogSegment as m; target, name = m, 'quarantine_tail'",
+    "tail-copy": "import logfs.core.log.recovery as m; target, name = m, 'quarantine_tail'",
     # right after the .log was cut
     "cut": "from logfs.core.log.logfile import LogFile as m; target, name = m, 'truncate_to'",
 }
@@ -450,7 +451,7 @@ def test_crash_during_recovery_then_recovery_again_ends_as_one_recovery(tmp_path
 
     code = f"""
 import os, signal
-from logfs.core.config import parse_store_config
+from logfs.core.configtext import parse_store_config
 from logfs.core.store import Store
 {KILL_HOOKS[kill_point]}
 original = getattr(target, name)
@@ -460,7 +461,7 @@ def killed_after(*args, **kwargs):
 setattr(target, name, killed_after)
 Store.open({str(store_path)!r}, parse_store_config({RECOVERY_CONFIG!r}))
 """
-    child = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    child = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert child.returncode == -signal.SIGKILL, child.stderr
 
     with Store.open(store_path, parse_store_config(RECOVERY_CONFIG)) as store:

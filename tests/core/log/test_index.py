@@ -575,10 +575,15 @@ def test_last_offset_below_base_fails_sanity_check(tmp_path: Path) -> None:
     index = offset_index(tmp_path)
     index.append(50, 0)
     index.append(60, 10)
+    assert_damage_fails_sanity_check(index, OFFSET_INDEX_ENTRY_BYTES, struct.pack(">i", -1), "below the base offset")
+
+
+def assert_damage_fails_sanity_check(index: OffsetIndex | TimeIndex, position: int, data: bytes, match: str) -> None:
+    """Close ``index``, write ``data`` at byte ``position`` of its file: reopened, it fails its sanity check."""
     index.close()
-    overwrite(index.path, OFFSET_INDEX_ENTRY_BYTES, struct.pack(">i", -1))
-    with pytest.raises(CorruptIndex, match="below the base offset"):
-        OffsetIndex(index.path, BASE_OFFSET).sanity_check()
+    overwrite(index.path, position, data)
+    with pytest.raises(CorruptIndex, match=match):
+        type(index)(index.path, BASE_OFFSET).sanity_check()
 
 
 def test_time_running_backwards_fails_sanity_check(tmp_path: Path) -> None:
@@ -586,19 +591,16 @@ def test_time_running_backwards_fails_sanity_check(tmp_path: Path) -> None:
     index = time_index(tmp_path)
     append_time_entries(index, 5)
     index.sanity_check()
-    index.close()
-    overwrite(index.path, 4 * TIME_INDEX_ENTRY_BYTES, struct.pack(">q", 9))  # last timestamp below the first (10)
-    with pytest.raises(CorruptIndex, match="below the first"):
-        TimeIndex(index.path, BASE_OFFSET).sanity_check()
+    # the last timestamp below the first (10)
+    assert_damage_fails_sanity_check(index, 4 * TIME_INDEX_ENTRY_BYTES, struct.pack(">q", 9), "below the first")
 
 
 def test_time_index_last_offset_below_base_fails_sanity_check(tmp_path: Path) -> None:
     index = time_index(tmp_path)
     append_time_entries(index, 5)
-    index.close()
-    overwrite(index.path, 4 * TIME_INDEX_ENTRY_BYTES + 8, struct.pack(">i", -1))
-    with pytest.raises(CorruptIndex, match="below the base offset"):
-        TimeIndex(index.path, BASE_OFFSET).sanity_check()
+    assert_damage_fails_sanity_check(
+        index, 4 * TIME_INDEX_ENTRY_BYTES + 8, struct.pack(">i", -1), "below the base offset"
+    )
 
 
 # --- lookups against a model ---------------------------------------------------------------------------------------

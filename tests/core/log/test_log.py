@@ -25,8 +25,10 @@ from logfs.core.errors import (
     RecordBatchTooLarge,
     UnexpectedAppendOffset,
 )
-from logfs.core.format.batch import Record, decode_records, encode_batch, iter_batch_positions, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.compression import Compression
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import SEGMENT_INDEX_BYTES_DEFAULT, OffsetIndex

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from logfs.core.check import check_store
-from logfs.core.config import LogConfig, parse_store_config
-from logfs.core.errors import InvalidOffset
-from logfs.core.format.batch import encode_values
+from logfs.core.config import LogConfig
+from logfs.core.configtext import parse_store_config
+from logfs.core.errors import InvalidLeaderEpoch, StorageError
+from logfs.core.format.encode import encode_values
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
@@ -51,7 +52,7 @@ def test_a_refused_leader_epoch_writes_nothing_and_offsets_are_not_reused(tmp_pa
     log = new_log(tmp_path)
     append(log, 1)
     size = log.size_bytes
-    with pytest.raises(InvalidOffset, match="leader epoch -1"):
+    with pytest.raises(InvalidLeaderEpoch, match="leader epoch -1"):
         log.append_as_leader(encode_values([b"x"], 5), -1)
     assert log.size_bytes == size and log.log_end_offset == 1
     assert log.append_as_leader(encode_values([b"y"], 5), 0).first_offset == 1
@@ -61,10 +62,12 @@ def test_a_scan_racing_a_truncation_ends_instead_of_raising(tmp_path: Path) -> N
     log = new_log(tmp_path)
     for i in range(3):
         log.append_as_leader(encode_values([os.urandom(10_000).hex().encode()], 1000 + i), 0)
-    batches = log.batches_from(0)
-    next(batches)
-    log.truncate_to(1)
-    assert list(batches) == []
+    with log.scan(0, log.log_end_offset) as scan:
+        segment, _ = next(iter(scan))
+        batches = segment.batches()
+        next(batches)
+        log.truncate_to(1)
+        assert list(batches) == []
 
 
 def test_a_descriptor_reopened_during_a_lazy_scan_is_counted_by_the_handle_cache(tmp_path: Path) -> None:
@@ -143,8 +146,9 @@ def test_a_store_that_fails_to_load_gives_back_every_descriptor_and_its_lock(tmp
     checkpoint.mkdir()  # "b-0" (loaded after "a-0") cannot read its epochs: the load fails
     gc.collect()  # stores other tests dropped without closing give their descriptors back now, not mid-count
     before = len(os.listdir("/proc/self/fd"))
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError, match=r"cannot read checkpoint .*leader-epoch-checkpoint") as failure:
         Store.open(tmp_path, parse_store_config([]))
+    assert type(failure.value) is StorageError  # unreadable (a directory), not CorruptCheckpoint: nothing was parsed
     assert len(os.listdir("/proc/self/fd")) == before
     checkpoint.rmdir()
     Store.open(tmp_path, parse_store_config([])).close()  # and the lock was given back

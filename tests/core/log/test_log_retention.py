@@ -17,7 +17,9 @@ import pytest
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.errors import OffsetOutOfRange
-from logfs.core.format.batch import Record, decode_records, encode_batch, iter_batch_positions
+from logfs.core.format.batch import Record, iter_batch_positions
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
@@ -188,24 +190,22 @@ def test_delete_records_removes_only_segments_wholly_below_the_new_start(tmp_pat
     assert log.segments[0].base_offset == 10  # the active segment [10, 14] stays
 
 
-def test_size_retention_deletes_the_oldest_segment_beyond_retention_bytes(tmp_path: Path) -> None:
-    """UnifiedLogTest.shouldDeleteSizeBasedSegments"""
+@pytest.mark.parametrize(
+    ("retained_records", "deleted", "segments", "log_start"),
+    [
+        pytest.param(10, 1, 2, 5, id="deletes-the-oldest-segment-beyond-retention-bytes"),
+        pytest.param(15, 0, 3, 0, id="keeps-every-segment-under-retention-bytes"),
+    ],
+)
+def test_size_retention(tmp_path: Path, retained_records: int, deleted: int, segments: int, log_start: int) -> None:
+    """UnifiedLogTest.shouldDeleteSizeBasedSegments and shouldNotDeleteSizeBasedSegmentsWhenUnderRetentionSize: 15
+    records in segments of 5, retention.bytes of 10 or 15 records."""
     record_bytes = len(singleton(b"test"))
-    log = new_log(tmp_path, segment_bytes=record_bytes * 5, retention_bytes=record_bytes * 10)
+    log = new_log(tmp_path, segment_bytes=record_bytes * 5, retention_bytes=record_bytes * retained_records)
     append_singletons(log, 15)
     log.update_high_watermark(log.log_end_offset)
-    assert log.delete_old_segments() == 1
-    assert len(log.segments) == 2 and log.log_start_offset == 5
-
-
-def test_size_retention_keeps_every_segment_under_retention_bytes(tmp_path: Path) -> None:
-    """UnifiedLogTest.shouldNotDeleteSizeBasedSegmentsWhenUnderRetentionSize"""
-    record_bytes = len(singleton(b"test"))
-    log = new_log(tmp_path, segment_bytes=record_bytes * 5, retention_bytes=record_bytes * 15)
-    append_singletons(log, 15)
-    log.update_high_watermark(log.log_end_offset)
-    assert log.delete_old_segments() == 0
-    assert len(log.segments) == 3 and log.log_start_offset == 0
+    assert log.delete_old_segments() == deleted
+    assert len(log.segments) == segments and log.log_start_offset == log_start
 
 
 def test_time_retention_deletes_every_expired_segment_and_leaves_an_empty_one(tmp_path: Path) -> None:

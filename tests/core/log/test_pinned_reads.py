@@ -6,20 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import parse_store_config
+from logfs.core.configtext import parse_store_config
 from logfs.core.errors import StorageError
-from logfs.core.format.batch import decode_records, encode_values
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_values
+from logfs.core.log.log import Log
 from logfs.core.store import Store
+
+
+def filled_log(store: Store) -> Log:
+    """Topic ``t`` with 12 batches of three records ``record-NN`` in segments of 300 bytes, all below the HW."""
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    for i in range(12):
+        log.append_as_leader(encode_values([b"record-%02d" % i] * 3, 1000 + i), 0)
+    log.update_high_watermark(log.log_end_offset)
+    return log
 
 
 def test_a_reader_pinning_a_segment_keeps_reading_it_after_retention_unlinks_it(tmp_path: Path) -> None:
     config = parse_store_config(["segment.bytes=300", "file.delete.delay.ms=0", "retention.ms=-1"])
     with Store.open(tmp_path, config) as store:
-        store.create_topic("t", 1)
-        log = store.log("t", 0)
-        for i in range(12):
-            log.append_as_leader(encode_values([b"record-%02d" % i] * 3, 1000 + i), 0)
-        log.update_high_watermark(log.log_end_offset)
+        log = filled_log(store)
         first = log.segments[0]
         expected = first.log_file.read(0, first.size_bytes)
         with first.pin():
@@ -36,11 +44,7 @@ def test_a_reader_pinning_a_segment_keeps_reading_it_after_retention_unlinks_it(
 def test_an_unpinned_deleted_segment_is_gone(tmp_path: Path) -> None:
     config = parse_store_config(["segment.bytes=300", "file.delete.delay.ms=0"])
     with Store.open(tmp_path, config) as store:
-        store.create_topic("t", 1)
-        log = store.log("t", 0)
-        for i in range(12):
-            log.append_as_leader(encode_values([b"record-%02d" % i] * 3, 1000 + i), 0)
-        log.update_high_watermark(log.log_end_offset)
+        log = filled_log(store)
         first = log.segments[0]
         store.delete_records("t", 0, log.segments[2].base_offset)
         log.delete_expired_files(now_ms=2**62)

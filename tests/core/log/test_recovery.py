@@ -1,5 +1,5 @@
 """Recovery: Kafka's LogSegmentTest and LogLoaderTest recovery scenarios (reference §9, 40-48), ported to
-``LogSegment.recover`` and ``load_log`` with Kafka's numbers.
+``recover_segment`` and ``load_log`` with Kafka's numbers.
 
 Partition-level scenarios call :func:`~logfs.core.log.loader.load_log` directly, with the clean-shutdown flag, recovery
 point and log start offset that Kafka's ``createLog`` takes; the clean-shutdown marker is a store's, so scenario 47
@@ -25,11 +25,15 @@ import pytest
 
 from logfs.core.checkpoint import LeaderEpochCheckpointFile, OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
-from logfs.core.format.batch import Record, decode_records, encode_batch, iter_batch_positions, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch
+from logfs.core.log import loader
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import LoadEvent, load_log
 from logfs.core.log.log import Isolation, Log
+from logfs.core.log.recovery import recover_segment
 from logfs.core.log.segment import QUARANTINE_SUFFIX, LogSegment
 from logfs.core.store import RECOVERY_POINT_CHECKPOINT, Store
 
@@ -153,7 +157,7 @@ def test_recovery_keeps_exactly_the_batches_before_the_corrupt_one(tmp_path: Pat
     positions = [b.position for b in batches]
     damaged = segment.log_path.read_bytes()
 
-    result = segment.recover()
+    result = recover_segment(segment)
 
     assert [b.last_offset for b in segment.batches()] == list(range(corrupt)), f"seed {seed}"
     assert result.valid_bytes == positions[corrupt] and result.damaged_bytes == size - positions[corrupt]
@@ -176,7 +180,7 @@ def test_recovery_rebuilds_an_index_overwritten_with_garbage(tmp_path: Path) -> 
     segment.close_handler()
     overwrite(index_path, 5, rng.randbytes(length - 5))
 
-    result = segment.recover()
+    result = recover_segment(segment)
 
     assert result.damaged_bytes == 0 and segment.size_bytes == size
     assert segment.offset_index.entries() > 0
@@ -199,7 +203,7 @@ def test_recovery_rebuilds_the_epoch_cache_from_batch_leader_epochs(tmp_path: Pa
         )
         segment.append(base + 1, NO_TIMESTAMP, base, batch)
 
-    result = segment.recover(cache)
+    result = recover_segment(segment, cache)
 
     assert [(e.epoch, e.start_offset) for e in cache.epoch_entries()] == [(0, 104), (1, 106), (2, 110)]
     assert result.damaged_bytes == 0 and result.next_offset == 112
@@ -379,8 +383,8 @@ def test_clean_shutdown_marker_skips_recovery_even_from_recovery_point_zero(
             log.append_as_leader(singleton(b"test", t0), 0, now_ms=t0)
     OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).write({TopicPartition("topic", 0): 0})
     recovered: list[LogSegment] = []
-    recover = LogSegment.recover
-    monkeypatch.setattr(LogSegment, "recover", lambda self, *a, **kw: recovered.append(self) or recover(self, *a, **kw))
+    recover = loader.recover_segment
+    monkeypatch.setattr(loader, "recover_segment", lambda s, *a, **kw: recovered.append(s) or recover(s, *a, **kw))
 
     store = Store.open(tmp_path, config)
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import assign_offset_and_epoch, decode_records, encode_values
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.batch import assign_offset_and_epoch
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_values
 from logfs.core.log import logfile
 from logfs.core.log.log import Isolation
 from logfs.core.store import Store

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from logfs.core.errors import OffsetOverflow
-from logfs.core.format.batch import Record, decode_records, encode_batch
+from logfs.core.format.batch import Record
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_batch
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
-from logfs.core.log.segment import NO_TIMESTAMP, LogSegment
+from logfs.core.log.index import NO_TIMESTAMP
+from logfs.core.log.segment import LogSegment
 
 INDEX_INTERVAL_BYTES = 10  # LogTestUtils.createSegment's default
 MAX_INDEX_BYTES = 1000  # LogTestUtils.createSegment: LazyIndex.forOffset(..., 1000)

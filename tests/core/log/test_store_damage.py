@@ -22,11 +22,14 @@ from pathlib import Path
 
 import pytest
 
-import logfs.core.log.segment as segment_module
+import logfs.core.log.recovery as recovery_module
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LogConfig, StoreConfig, parse_store_config
+from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.configtext import parse_store_config
 from logfs.core.errors import ConfigError, StoreLocked
-from logfs.core.format.batch import RECORDS_OFFSET, decode_records, encode_values, iter_batch_positions, read_header
+from logfs.core.format.batch import RECORDS_OFFSET, iter_batch_positions, read_header
+from logfs.core.format.decode import decode_records
+from logfs.core.format.encode import encode_values
 from logfs.core.log.loader import LoadEvent
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import QUARANTINE_SUFFIX
@@ -84,6 +87,17 @@ def reopen(path: Path, config: StoreConfig = CONFIG) -> tuple[Store, Log, list[L
     events: list[LoadEvent] = []
     store = Store.open(path, config, on_event=events.append)
     return store, store.log(TOPIC, 0), events
+
+
+def reopen_cut_at(path: Path, end: int, cut: bytes) -> tuple[Store, Log, list[LoadEvent]]:
+    """Reopen the store at ``path``: its log ends at offset ``end`` with every record below it, and the ``cut`` bytes
+    (the rest of the last segment) are what was dropped, and quarantined."""
+    store, log, events = reopen(path)
+    assert log.log_end_offset == end
+    assert read_records(log) == expected_records()[:end]
+    assert dropped_bytes(events) == len(cut)
+    assert quarantined(path) == [cut]
+    return store, log, events
 
 
 def read_records(log: Log) -> list[tuple[int, bytes]]:
@@ -191,12 +205,9 @@ def test_torn_tail_loses_only_the_last_batch(tmp_path: Path) -> None:
     truncate(last_file, last.position + last.size - 5)
     cut = last_file.read_bytes()[last.position :]
 
-    store, log, events = reopen(tmp_path)
+    store, _, _ = reopen_cut_at(tmp_path, last.base_offset, cut)
 
-    assert log.log_end_offset == last.base_offset
-    assert read_records(log) == expected_records()[: last.base_offset]
-    assert dropped_bytes(events) == last.size - 5 == len(cut)
-    assert quarantined(tmp_path) == [cut]
+    assert len(cut) == last.size - 5
     store.close()
 
 
@@ -207,12 +218,8 @@ def test_zeroed_range_cuts_the_log_at_the_batch_holding_it(tmp_path: Path) -> No
     zero(last_file, victim.position + RECORDS_OFFSET, 16)
     cut = last_file.read_bytes()[victim.position :]
 
-    store, log, events = reopen(tmp_path)
+    store, _, _ = reopen_cut_at(tmp_path, victim.base_offset, cut)
 
-    assert log.log_end_offset == victim.base_offset
-    assert read_records(log) == expected_records()[: victim.base_offset]
-    assert dropped_bytes(events) == len(cut)
-    assert quarantined(tmp_path) == [cut]
     store.close()
 
 
@@ -225,12 +232,8 @@ def test_zeroed_base_offset_outside_the_crc_cuts_the_log_at_that_batch(tmp_path:
     zero(last_file, victim.position, 8)
     cut = last_file.read_bytes()[victim.position :]
 
-    store, log, events = reopen(tmp_path)
+    store, _, events = reopen_cut_at(tmp_path, victim.base_offset, cut)
 
-    assert log.log_end_offset == victim.base_offset
-    assert read_records(log) == expected_records()[: victim.base_offset]
-    assert dropped_bytes(events) == len(cut)
-    assert quarantined(tmp_path) == [cut]
     assert [e.kind for e in events if e.dropped_bytes] == ["truncated"]
     assert "offsets must ascend" in next(e.detail for e in events if e.kind == "truncated")
     store.close()
@@ -256,7 +259,7 @@ def test_second_cut_of_a_segment_within_one_millisecond_keeps_both_quarantine_fi
 ) -> None:
     """Quarantine files are named by the millisecond: a second one in the same millisecond takes the next name
     instead of overwriting the first or failing the load."""
-    monkeypatch.setattr(segment_module, "wall_clock_ms", lambda: T0)
+    monkeypatch.setattr(recovery_module, "wall_clock_ms", lambda: T0)
     write_store(tmp_path, shutdown="crashed")
     last_file = segment_files(tmp_path)[-1]
     cuts = []
@@ -309,12 +312,18 @@ def test_overwritten_index_after_a_clean_shutdown_is_rebuilt(tmp_path: Path) -> 
     before = index.read_bytes()
     index.write_bytes(b"  ")
 
-    store, log, events = reopen(tmp_path)
+    assert_index_rebuilt_as_before(tmp_path, index, before)
+
+
+def assert_index_rebuilt_as_before(path: Path, index: Path, before: bytes) -> None:
+    """Reopen the store at ``path``: the damaged ``index`` (whose bytes were ``before``) is the one event, rebuilt
+    byte for byte, and nothing else changed (every record there and readable, nothing dropped or quarantined)."""
+    store, log, events = reopen(path)
 
     assert [e.kind for e in events] == ["bad-index"]
     assert read_records(log) == expected_records()
     assert_every_offset_readable(log)
-    assert dropped_bytes(events) == 0 and quarantined(tmp_path) == []
+    assert dropped_bytes(events) == 0 and quarantined(path) == []
     assert index.read_bytes() == before
     store.close()
 
@@ -330,14 +339,7 @@ def test_damaged_index_below_the_recovery_point_is_rebuilt_after_a_crash(tmp_pat
     before = first_index.read_bytes()
     overwrite(first_index, len(before) - 8, (-1).to_bytes(4, "big", signed=True) + (12345).to_bytes(4, "big"))
 
-    store, log, events = reopen(tmp_path)
-
-    assert [e.kind for e in events] == ["bad-index"]
-    assert read_records(log) == expected_records()
-    assert_every_offset_readable(log)
-    assert dropped_bytes(events) == 0 and quarantined(tmp_path) == []
-    assert first_index.read_bytes() == before
-    store.close()
+    assert_index_rebuilt_as_before(tmp_path, first_index, before)
 
 
 def test_torn_segment_found_through_its_missing_index_ends_the_log_without_a_hole(tmp_path: Path) -> None:
@@ -431,7 +433,7 @@ def test_corrupt_leader_epoch_checkpoint_is_quarantined_and_rebuilt_from_the_bat
 def test_second_open_of_a_locked_store_fails_naming_the_holders_pid(tmp_path: Path) -> None:
     write_store(tmp_path, shutdown="closed")
     holder = subprocess.Popen(
-        [sys.executable, "-P", "-c", textwrap.dedent(f"""
+        [sys.executable, "-c", textwrap.dedent(f"""
             import sys
             from logfs.core.store import Store
             store = Store.open({str(tmp_path)!r})

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import parse_store_config
-from logfs.core.format.batch import encode_values
+from logfs.core.configtext import parse_store_config
+from logfs.core.format.encode import encode_values
 from logfs.core.store import MAX_FILE_NAME_BYTES, Store, overrides_file_name
 
 

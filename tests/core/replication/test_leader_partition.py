@@ -28,7 +28,8 @@ from logfs.core.errors import (
     PromotionRefused,
     UnknownReplica,
 )
-from logfs.core.format.batch import Record, encode_batch, iter_batch_positions, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
+from logfs.core.format.encode import encode_batch
 from logfs.core.log.epoch import EpochEndOffset
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log

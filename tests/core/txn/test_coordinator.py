@@ -39,7 +39,7 @@ from logfs.core.errors import (
 )
 from logfs.core.txn import coordinator as coordinator_module
 from logfs.core.txn import log as txnlog
-from logfs.core.txn.coordinator import TRANSACTIONAL_ID_EXPIRATION_MS, TRANSACTIONS_FILE, TransactionCoordinator
+from logfs.core.txn.coordinator import TRANSACTIONAL_ID_EXPIRATION_MS, TransactionCoordinator
 from logfs.core.txn.log import FRAME_HEADER_BYTES, MAGIC, frame, scan
 from logfs.core.txn.producerids import ProducerIdAllocator
 from logfs.core.txn.state import (
@@ -54,6 +54,7 @@ from logfs.core.txn.state import (
     decode_record,
     encode_record,
 )
+from logfs.core.txn.statemanager import TRANSACTIONS_FILE
 
 TIMEOUT_MS = 60_000
 T0 = 1_700_000_000_000
@@ -447,7 +448,7 @@ def test_a_disk_failure_while_expiring_leaves_the_fenced_ones_to_complete_pendin
 ) -> None:
     first = begin_with(coordinator, "a", ("x", 0))
     begin_with(coordinator, "b", ("x", 1))
-    log_file = coordinator._file
+    log_file = coordinator._state._file
     real = log_file.append
     calls: list[bytes] = []
 
@@ -872,7 +873,7 @@ _CHILD = textwrap.dedent(
 
 def run_child(root: Path, mode: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-P", "-u", "-c", _CHILD, str(root), mode, "0"],
+        [sys.executable, "-u", "-c", _CHILD, str(root), mode, "0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -926,7 +927,7 @@ def test_every_acknowledged_end_survives_kill_9_in_a_stream(tmp_path: Path) -> N
     rng = random.Random(seed)
     for _ in range(3):
         child = subprocess.Popen(
-            [sys.executable, "-P", "-u", "-c", _CHILD, str(tmp_path), "stream", "0"],
+            [sys.executable, "-u", "-c", _CHILD, str(tmp_path), "stream", "0"],
             stdout=subprocess.PIPE,
             text=True,
             cwd=tmp_path,

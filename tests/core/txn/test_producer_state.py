@@ -16,23 +16,20 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logfs.core.config import LogConfig
 from logfs.core.errors import CorruptSnapshot, InvalidTxnState, OutOfOrderSequence, ProducerFenced
-from logfs.core.format.batch import decode_records, read_header
+from logfs.core.format.batch import read_header
+from logfs.core.format.decode import decode_records
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Isolation, Log
+from logfs.core.txn.producerentry import BatchMetadata, ProducerStateEntry, decrement_sequence
 from logfs.core.txn.producersnapshot import (
     SnapshotEntry,
     decode_snapshot,
     encode_snapshot,
     snapshot_path,
 )
-from logfs.core.txn.producerstate import (
-    BatchMetadata,
-    ProducerStateEntry,
-    ProducerStateManager,
-    decrement_sequence,
-)
+from logfs.core.txn.producerstate import ProducerStateManager
 
 EPOCH = 0  # the leader epoch of every append
 

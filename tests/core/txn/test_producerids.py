@@ -1,6 +1,5 @@
 """Producer id allocation (core/txn/producerids.py): ids from 0, a block reserved on disk before any of its ids is
-handed
-out, never reused after a restart or a kill -9, typed errors for a damaged file.
+handed out, never reused after a restart or a kill -9, typed errors for a damaged file.
 
 Kafka's counterpart is ``ProducerIdManagerTest`` (ZooKeeper blocks of 1,000 ids); the crash test is logfs's own.
 """
@@ -194,7 +193,7 @@ def test_ids_acknowledged_before_a_kill_9_are_never_handed_out_again(tmp_path: P
         block_size = rng.choice([1, 7, 100, PRODUCER_ID_BLOCK_SIZE])
         wanted = rng.randint(1, 400)
         child = subprocess.Popen(
-            [sys.executable, "-P", "-u", "-c", _CHILD, str(tmp_path), str(block_size)],
+            [sys.executable, "-u", "-c", _CHILD, str(tmp_path), str(block_size)],
             stdout=subprocess.PIPE,
             cwd=tmp_path,
         )

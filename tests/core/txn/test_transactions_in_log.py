@@ -7,20 +7,22 @@ import logging
 from pathlib import Path
 
 import pytest
+from consumer_filter import committed_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logfs.core.config import LogConfig
 from logfs.core.errors import CoordinatorFenced, ProducerFenced
-from logfs.core.format.batch import Record, encode_batch, read_header
+from logfs.core.format.batch import Record, read_header
+from logfs.core.format.encode import encode_batch
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Isolation, Log
+from logfs.core.log.recovery import recover_segment
 from logfs.core.log.segment import LogSegment
 from logfs.core.txn.index import AbortedTxn
 from logfs.core.txn.producerstate import ProducerStateManager
-from logfs.core.txn.txnfilter import committed_records
 
 EPOCH = 0
 
@@ -167,8 +169,8 @@ def test_recover_transaction_index(tmp_path: Path) -> None:
         )  # fmt: skip
 
     def marker(pid: int, offset: int, commit: bool) -> bytes:
-        from logfs.core.format.batch import encode_end_txn_marker
         from logfs.core.format.control import ControlType
+        from logfs.core.format.encode import encode_end_txn_marker
 
         return encode_end_txn_marker(
             ControlType.COMMIT if commit else ControlType.ABORT, producer_id=pid, producer_epoch=0,
@@ -183,7 +185,7 @@ def test_recover_transaction_index(tmp_path: Path) -> None:
     segment.append(107, 10, 107, marker(1, 107, commit=True))
 
     state = ProducerStateManager(tmp_path, 100)
-    segment.recover(producer_state=state)
+    recover_segment(segment, producer_state=state)
     assert state.map_end_offset == 108
     assert segment.txn_index.entries() == (AbortedTxn(2, 102, 106, 100),)
 
@@ -191,7 +193,7 @@ def test_recover_transaction_index(tmp_path: Path) -> None:
     earlier = read_header(txn_batch(2, 75))
     state.apply(state.prepare_replicated_batch(earlier, 10))  # pid 2's transaction was already open at 75
     state.update_map_end_offset(100)
-    segment.recover(producer_state=state)
+    recover_segment(segment, producer_state=state)
     assert segment.txn_index.entries() == (AbortedTxn(2, 75, 106, 100),)
 
 
@@ -473,8 +475,8 @@ def test_truncation_of_a_log_without_producers_reads_nothing(tmp_path: Path) -> 
 def test_clients_cannot_write_markers(tmp_path: Path) -> None:
     """LogValidator: "Clients are not allowed to write control records" (reference §1.3); nothing is stored."""
     from logfs.core.errors import ControlRecordNotAllowed
-    from logfs.core.format.batch import encode_end_txn_marker
     from logfs.core.format.control import ControlType
+    from logfs.core.format.encode import encode_end_txn_marker
 
     log = open_log(tmp_path / "t-0")
     Appender(log).txn(1, 1)
@@ -572,7 +574,7 @@ def test_sigkill_mid_transactions_then_recovery_rebuilds_the_same_state(tmp_path
     print("seed", seed)
     directory = tmp_path / "t-0"
     child = subprocess.Popen(
-        [sys.executable, "-P", "-c", CHILD, str(directory), str(seed)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, str(directory), str(seed)], stdout=subprocess.PIPE, text=True
     )
     points = []
     assert child.stdout is not None

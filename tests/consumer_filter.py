@@ -1,4 +1,4 @@
-"""What a read_committed consumer keeps of a fetch: Kafka's ``CompletedFetch.nextFetchedRecord`` filter.
+"""Test oracle: what a read_committed consumer keeps of a fetch (Kafka's ``CompletedFetch.nextFetchedRecord`` filter).
 
 Input: the fetched batches (raw bytes, whole batches; a cut last batch is ignored) and the aborted transactions the
 fetch returned (``FetchDataInfo.aborted_transactions``). Rule, as Kafka's consumer applies it (reference §7):
@@ -9,8 +9,9 @@ fetch returned (``FetchDataInfo.aborted_transactions``). Rule, as Kafka's consum
 * a transactional batch whose producer is in the set is skipped;
 * control batches are never returned.
 
-Everything else (committed transactional records and plain records) is yielded in offset order. Pure: no I/O, any
-thread; the mount's ``committed/`` views use it.
+Everything else (committed transactional records and plain records) is yielded in offset order. Pure: no I/O. The
+product never filters records this way (its ``committed/`` views leave out whole batches:
+``core/format/abortedbatches.py``); the tests check the core's read_committed answers and those views against it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from logfs.core.format.batch import Record, decode_records, iter_batch_positions, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.control import ControlType
+from logfs.core.format.decode import decode_records
 from logfs.core.txn.index import AbortedTxn
-from logfs.core.txn.producerstate import read_marker
+from logfs.core.txn.producerentry import read_marker
 
 
 def committed_records(data: bytes | bytearray | memoryview, aborted: Iterable[AbortedTxn]) -> Iterator[Record]:

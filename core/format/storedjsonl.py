@@ -1,0 +1,233 @@
+"""JSON lines of the walked groups of stored batches (spec §4), byte for byte the reference's
+(``render.jsonl_from_columns``).
+
+Three paths, fastest first:
+
+* A block of records of one layout whose keys and values are all printable ASCII other than ``"`` and ``\\`` (their
+  JSON string is then the bytes in quotes) and whose timestamps are not negative becomes :class:`Rows`: one matrix
+  per digit width of the offsets and timestamps, constant text broadcast into its columns.
+* Other records whose keys and values need no escape are formatted per record with bytes formatting.
+* Anything else is encoded field by field as the reference does (UTF-8 text, escapes, base64).
+
+Any thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from json.encoder import encode_basestring  # the C string encoder that leaves non-ASCII as is
+
+import numpy as np
+import numpy.typing as npt
+
+from logfs.core.format.batch import TimestampType
+from logfs.core.format.columns import IntArray
+from logfs.core.format.render import json_bytes
+from logfs.core.format.storedgroups import BLOCK_MIN_RECORDS, Group, block_runs
+from logfs.core.format.storedparts import Part, Rows, strided
+
+# Printable ASCII that JSON writes as is (no escape): 0x20-0x7f less '"' and '\\'.
+_JSON_PLAIN_BYTES = bytes(b for b in range(0x20, 0x80) if b not in (0x22, 0x5C))
+_HIGH_BYTES = bytes(range(0x80, 0x100))  # UTF-8 beyond ASCII, written as is when valid
+POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
+# The constant text of a JSON line, less the lead (topic and partition), the timestamp type and the key and value.
+JSONL_MIDDLE = b',"timestamp":,"timestampType":0,"key":,"value":'
+JSONL_TAIL = b',"headers":[]}\n'
+
+
+def jsonl_group(g: Group, i0: int, i1: int, topic: str, partition: int, parts: list[Part]) -> None:
+    """Append the JSON lines of records ``i0…i1-1`` of ``g`` to ``parts``: blocks as :class:`Rows` where they
+    qualify, the records between them formatted one by one."""
+    lead = jsonl_lead(topic, partition)
+    pending = i0  # records [pending, lo) wait to be formatted one by one
+    for run, lo, hi, batch in block_runs(g, i0, i1):
+        block = None if run is None else _jsonl_block(g, batch, g.layout.run_step[run], lo, hi, lead)
+        if not isinstance(block, list):
+            continue
+        if pending < lo:
+            parts.append(_jsonl_records(g, pending, lo, lead))
+        parts.extend(block)
+        pending = hi
+    if pending < i1:
+        parts.append(_jsonl_records(g, pending, i1, lead))
+
+
+def jsonl_lead(topic: str, partition: int) -> bytes:
+    """The start of every JSON line of a partition, up to its offset."""
+    return ('{"topic":' + encode_basestring(topic) + ',"partition":' + str(partition) + ',"offset":').encode()
+
+
+def json_plain(g: Group, lo: int, hi: int, step: int | None) -> bool:
+    """Is every key and value of records ``lo…hi-1`` its JSON string text in quotes? ``step``: they form one block
+    of records that many bytes apart (checked through strided views, for plain ASCII only), else they are gathered
+    and checked (:func:`_unescaped`)."""
+    lay = g.layout
+    if step is not None:
+        arr = np.frombuffer(g.data, dtype=np.uint8)
+        n = hi - lo
+        kl, vl = int(lay.key_length[lo]), int(lay.value_length[lo])
+        return (kl < 0 or _plain_ascii(strided(arr, int(lay.key_position[lo]), n, kl, step))) and (
+            vl < 0 or _plain_ascii(strided(arr, int(lay.value_position[lo]), n, vl, step))
+        )
+    data = g.data
+    spans = [
+        (p, p + n)
+        for ps, ns in ((lay.key_position, lay.key_length), (lay.value_position, lay.value_length))
+        for p, n in zip(ps[lo:hi].tolist(), ns[lo:hi].tolist(), strict=True)
+        if n > 0
+    ]
+    return _unescaped([data[a:b] for a, b in spans])
+
+
+def _unescaped(texts: list[bytes]) -> bool:
+    """Is each of these keys and values its own JSON string text (in quotes)? True when no byte needs an escape
+    (none below 0x20, no ``"`` or ``\\``) and each is valid UTF-8: the reference then writes its bytes as they
+    are (``encode_basestring`` leaves non-ASCII text alone)."""
+    text = b"".join(texts)
+    rest = text.translate(None, _JSON_PLAIN_BYTES)  # what is not printable ASCII
+    if not rest:
+        return True
+    if rest.translate(None, _HIGH_BYTES):
+        return False  # control bytes, quotes or backslashes
+    try:
+        for t in texts:
+            t.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _plain_ascii(view: npt.NDArray[np.uint8]) -> bool:
+    """Are all these bytes JSON-plain (printable ASCII but ``"`` and ``\\``)? (A contiguous copy first: numpy's
+    reductions run several times faster on it than on a strided view.)"""
+    if view.size == 0:
+        return True
+    c = np.ascontiguousarray(view)
+    return bool(c.min() >= 0x20 and c.max() < 0x80 and not (c == 0x22).any() and not (c == 0x5C).any())
+
+
+def _jsonl_block(
+    g: Group, j: int, step: int, lo: int, hi: int, lead: bytes, *, size_only: bool = False
+) -> list[Rows] | int | None:
+    """Records ``lo…hi-1`` of batch ``j`` (one layout, ``step`` bytes each) as rows of one matrix per digit width
+    (or, ``size_only``, the size of those rows), or None when their keys or values need escaping or encoding, or a
+    timestamp is negative (the per-record paths handle those)."""
+    lay = g.layout
+    arr = np.frombuffer(g.data, dtype=np.uint8)
+    n = hi - lo
+    kl, vl = int(lay.key_length[lo]), int(lay.value_length[lo])
+    keys = strided(arr, int(lay.key_position[lo]), n, kl, step) if kl >= 0 else None
+    values = strided(arr, int(lay.value_position[lo]), n, vl, step) if vl >= 0 else None
+    if (keys is not None and not _plain_ascii(keys)) or (values is not None and not _plain_ascii(values)):
+        return None
+    offsets, timestamps = g.offsets[lo:hi], g.timestamps[lo:hi]
+    if int(timestamps.min()) < 0:
+        return None
+    w_off = np.maximum(np.searchsorted(POW10, offsets, side="right"), 1)
+    w_ts = np.maximum(np.searchsorted(POW10, timestamps, side="right"), 1)
+    ts_type = b"1" if g.headers[j].timestamp_type == TimestampType.LOG_APPEND_TIME else b"0"
+    # One row: lead, offset, ',"timestamp":', timestamp, ',"timestampType":T,"key":', key, ',"value":', value, tail.
+    pieces: list[bytes | IntArray | npt.NDArray[np.uint8]] = [
+        lead,
+        offsets,
+        b',"timestamp":',
+        timestamps,
+        b',"timestampType":' + ts_type + b',"key":',
+    ]
+    pieces += [b"null"] if keys is None else [b'"', keys, b'"']
+    pieces.append(b',"value":')
+    pieces += [b"null"] if values is None else [b'"', values, b'"']
+    pieces.append(b',"headers":[]}\n')
+    if size_only:
+        fixed = sum(
+            len(p) if isinstance(p, bytes) else p.shape[1] for p in pieces if isinstance(p, bytes) or p.ndim == 2
+        )
+        return n * fixed + int(w_off.sum()) + int(w_ts.sum())
+    cuts = [0, *(np.flatnonzero(np.diff(w_off * 32 + w_ts)) + 1).tolist(), n]
+    if len(cuts) > 2 + n // BLOCK_MIN_RECORDS:
+        return None
+    return [
+        _rows([p if isinstance(p, bytes) else p[a:b] for p in pieces], int(w_off[a]), int(w_ts[a]))
+        for a, b in itertools.pairwise(cuts)
+    ]
+
+
+def _rows(pieces: list[bytes | IntArray | npt.NDArray[np.uint8]], *widths: int) -> Rows:
+    """One row per record from constant ``bytes`` pieces, numbers (1-D, one per row, each as many digits as the next
+    of ``widths``) and byte matrices (2-D, one row per record), side by side."""
+    template = bytearray()
+    fills: list[tuple[int, IntArray | npt.NDArray[np.uint8], int]] = []
+    digit_widths = iter(widths)
+    n = 0
+    for p in pieces:
+        if isinstance(p, bytes):
+            template += p
+            continue
+        n = len(p)
+        if p.ndim == 2:
+            fills.append((len(template), p, -1))
+            template += bytes(p.shape[1])
+            continue
+        width = next(digit_widths)
+        low, high = int(p.min()), int(p.max())
+        k = 0  # the last k digits differ between the numbers; the others are the same for all
+        while k < width and low // 10**k != high // 10**k:
+            k += 1
+        head = low // 10**k
+        if k < width:
+            template += str(head).encode()
+        fills.append((len(template), p - head * 10**k if k else p, k))
+        template += bytes(k)
+    return Rows(bytes(template), fills, n)
+
+
+def _jsonl_records(g: Group, lo: int, hi: int, lead: bytes) -> bytes:
+    """Records ``lo…hi-1`` of ``g`` formatted one by one: bytes formatting when no key or value needs escaping or
+    base64 (:func:`_unescaped`), else the reference's per-field encoding."""
+    lay = g.layout
+    data = g.data
+    kps, kls = lay.key_position[lo:hi].tolist(), lay.key_length[lo:hi].tolist()
+    vps, vls = lay.value_position[lo:hi].tolist(), lay.value_length[lo:hi].tolist()
+    keys = [None if n < 0 else data[p : p + n] for p, n in zip(kps, kls, strict=True)]
+    values = [None if n < 0 else data[p : p + n] for p, n in zip(vps, vls, strict=True)]
+    offsets, timestamps = g.offsets[lo:hi].tolist(), g.timestamps[lo:hi].tolist()
+    types = []
+    for j, a, b in _batch_ranges(g, lo, hi):
+        t = b"1" if g.headers[j].timestamp_type == TimestampType.LOG_APPEND_TIME else b"0"
+        types += [t] * (b - a)
+    if _unescaped([k for k in keys if k] + [v for v in values if v]):
+        keys_j = [b"null" if k is None else b'"' + k + b'"' for k in keys]
+        values_j = [b"null" if v is None else b'"' + v + b'"' for v in values]
+        return b"".join(
+            [
+                b'%b%d,"timestamp":%d,"timestampType":%b,"key":%b,"value":%b,"headers":[]}\n' % fields
+                for fields in zip(
+                    itertools.repeat(lead, hi - lo), offsets, timestamps, types, keys_j, values_j, strict=False
+                )
+            ]
+        )
+    lead_s = lead.decode()
+    lines = [
+        lead_s
+        + str(o)
+        + ',"timestamp":'
+        + str(t)
+        + ',"timestampType":'
+        + tt.decode()
+        + ',"key":'
+        + json_bytes(k, "key")
+        + ',"value":'
+        + json_bytes(v, "value")
+        + ',"headers":[]}\n'
+        for o, t, tt, k, v in zip(offsets, timestamps, types, keys, values, strict=True)
+    ]
+    return "".join(lines).encode("utf-8")
+
+
+def _batch_ranges(g: Group, i0: int, i1: int) -> Iterator[tuple[int, int, int]]:
+    """``(batch number, lo, hi)`` of each batch's records within ``[i0, i1)``, in order."""
+    for j in range(len(g.headers)):
+        lo, hi = max(g.first[j], i0), min(g.first[j + 1], i1)
+        if lo < hi:
+            yield j, lo, hi

@@ -1,0 +1,93 @@
+"""What the follower learns from the leader's root, and the topics it makes here to match.
+
+Discovery lists the leader's mount: its topics (the names not starting with ``.``), each topic's partitions (the
+digit names under ``<topic>/``, the count being the highest plus one) and its ``config`` text (:func:`list_leader`).
+Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, and the leader's config
+as this store's topic overrides whenever the text changed. A topic deleted between the listing of the root and of
+the topic is skipped, not an error: the next round sees the truth.
+
+A leader that is not there answers with one of :data:`LEADER_DOWN`'s errors (a dead FUSE mount, an sshfs without its
+server, an unmounted mount point) or :class:`LeaderUnavailable` (a mount point with no ``.logfs``); the daemon
+retries those with backoff.
+
+Threads: both functions block (on the leader's mount, on this store's disk): worker threads only.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from logfs.core.configtext import parse_config_lines
+from logfs.core.errors import ConfigError
+from logfs.core.store import Store
+
+_log = logging.getLogger(__name__)
+
+LOGFS_DIR = ".logfs"
+
+# Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
+# server, an unmounted mount point.
+LEADER_DOWN = frozenset({
+    errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTDOWN, errno.EHOSTUNREACH,
+    errno.ENETUNREACH, errno.ETIMEDOUT, errno.EIO, errno.ESTALE, errno.ENODEV, errno.EPIPE,
+})  # fmt: skip
+
+
+class LeaderUnavailable(OSError):
+    """The leader's mount point is there but holds no logfs mount (no ``.logfs``): the leader is not mounted."""
+
+
+@dataclass
+class Listing:
+    """The leader's root as discovery saw it: topic → (partition count, config text or None)."""
+
+    topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+
+
+def list_leader(leader: Path) -> Listing:
+    """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount)."""
+    names = os.listdir(leader)
+    if LOGFS_DIR not in names:
+        raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {leader}: the leader is not mounted")
+    listing = Listing()
+    for topic in sorted(n for n in names if not n.startswith(".")):
+        try:
+            partitions = [int(n) for n in os.listdir(leader / topic) if n.isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # deleted since the root was listed
+        try:
+            config: str | None = (leader / topic / "config").read_text()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno in LEADER_DOWN:
+                raise
+            _log.error("cannot read %s: %s", leader / topic / "config", exc)
+            config = None
+        if partitions:
+            listing.topics[topic] = (max(partitions) + 1, config)
+    return listing
+
+
+def ensure_topic(store: Store, topic: str, count: int, config: str | None, copied_config: str | None) -> None:
+    """Create ``topic`` in ``store`` with ``count`` partitions (or add the missing ones) and take the leader's
+    ``config`` when it differs from ``copied_config``, the text last taken. Worker thread."""
+    overrides = None
+    if config is not None and config != copied_config:
+        try:
+            overrides = parse_config_lines(config, {})
+        except ConfigError as exc:
+            _log.error("topic %s: this store cannot take the leader's config (%s): keeping its own", topic, exc)
+    if not store.has_topic(topic):
+        store.create_topic(topic, count, overrides or None)
+        _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
+    elif overrides is not None and overrides != store.topic_overrides(topic):
+        store.set_topic_overrides(topic, overrides)
+        _log.info("topic %s: took the leader's config", topic)
+    for p in range(len(store.partitions(topic)), count):
+        store.add_partition(topic, p)
+        _log.info("topic %s: added partition %d", topic, p)

@@ -1,0 +1,93 @@
+"""The refusals the mount makes on its own, as typed errors (the core's are in ``logfs.core.errors``).
+
+A handler raises one of these, or lets a core error rise; ``mount/errno.py`` maps both to errno in its one table,
+so no module of the mount names an errno. These are the rules of the filesystem itself (names, modes, the
+read-only follower mount, signals), not of the log: a refusal whose reason is the log's (an offset out of range, a
+topic that exists, a record too large) stays the core's error.
+
+::
+
+    MountRefusal
+    ├── NoEntry                 an unknown or vanished name, an offset outside the log (ENOENT)
+    ├── NotPermitted            what an ordinary command must never do here: unlink, rename, chmod … (EPERM)
+    ├── ReadOnlyMount           a change on a follower's mount (EROFS)
+    ├── BadFileHandle           an unknown handle, or one not open for that request (EBADF)
+    ├── NotADirectory           opendir of a file (ENOTDIR)
+    ├── IsADirectory            open of a directory (EISDIR)
+    ├── WrongAccessMode         a write file opened for reading, or a read file for writing (EACCES)
+    ├── TooManyReaders          one follow/ reader beyond max.follow.readers (EMFILE)
+    ├── Interrupted             a waiting follow/ read whose opener got a signal (EINTR)
+    ├── InvalidName             mkdir of a name that cannot be one (undecodable, not a partition number) (EINVAL)
+    ├── InvalidCommand          a command-file line that is not one (EINVAL)
+    ├── UnfinishedBatch         close of a ``batches`` handle holding part of a batch (EBADMSG)
+    └── BrokenFraming           a write handle whose framing an earlier write lost (EBADMSG) …
+        └── BrokenByTooLarge    … to a line or batch too large (EFBIG)
+
+Threads: any (plain exceptions).
+"""
+
+from __future__ import annotations
+
+
+class MountRefusal(Exception):
+    """Base of every refusal the mount makes on its own."""
+
+
+class NoEntry(MountRefusal):
+    """No such name (now): unknown, hidden, vanished, or an offset the log does not hold."""
+
+
+class NotPermitted(MountRefusal):
+    """An operation nothing here allows (it could destroy data), or a fetch by an id that is not a follower."""
+
+
+class ReadOnlyMount(MountRefusal):
+    """A change on a follower's mount."""
+
+
+class BadFileHandle(MountRefusal):
+    """A handle the mount does not know, or one whose mode does not allow the request."""
+
+
+class NotADirectory(MountRefusal):
+    """opendir of a file."""
+
+
+class IsADirectory(MountRefusal):
+    """open of a directory."""
+
+
+class WrongAccessMode(MountRefusal):
+    """A write-only file opened for reading, or a read-only file for writing."""
+
+
+class TooManyReaders(MountRefusal):
+    """One ``follow/`` reader more than ``max.follow.readers`` (each may hold a pyfuse3 task while it waits)."""
+
+
+class Interrupted(MountRefusal):
+    """A waiting ``follow/`` read whose opener has a deliverable signal pending (pyfuse3 drops the kernel's
+    interrupt, so the mount looks for itself)."""
+
+
+class InvalidName(MountRefusal):
+    """A name mkdir cannot create: not UTF-8, or not a canonical partition number."""
+
+
+class InvalidCommand(MountRefusal):
+    """A line written to a command file (``.logfs/delete-records``, a transaction's ``control``) that is not a
+    command."""
+
+
+class UnfinishedBatch(MountRefusal):
+    """close(2) of a ``batches`` handle with part of a batch written: that part is not stored."""
+
+
+class BrokenFraming(MountRefusal):
+    """A write handle whose framing an earlier write lost (a corrupt batch): it refuses every further write, since
+    what follows is no longer at a record boundary."""
+
+
+class BrokenByTooLarge(BrokenFraming):
+    """As :class:`BrokenFraming`, lost to a line or batch too large (the rest of that line would otherwise become a
+    record of its own)."""

@@ -1,0 +1,173 @@
+"""``follow/`` readers: streams that wait at the end of a partition (spec §4), and the one place that owns them.
+
+* **Open.** A reader starts at the offset its name resolves to (``earliest``, ``<offset>``, ``@<ms>``,
+  ``latest``); one reader beyond ``max.follow.readers`` is refused (EMFILE): each may hold a pyfuse3 task while it
+  waits, and the server sizes its task limit by that number.
+* **Read.** Each read renders whole records from the reader's offset up to the HW (the LSO under ``committed/``)
+  in a worker thread, at least ``FOLLOW_CHUNK_BYTES_MIN`` at a time (the rest waits in the handle). With nothing
+  to return it waits on the partition's event: one fresh ``trio.Event`` per HW advance, or under ``committed/``
+  per change of the partition (the LSO moves with markers too), at most ``FOLLOW_WAIT_S`` before it looks again.
+* **Signals.** pyfuse3 drops the kernel's interrupt, so one watcher task (:meth:`FollowReaders.watch_signals`)
+  checks the openers of all waiting reads every ``signals.CHECK_INTERVAL_S`` and cancels the wait of a reader
+  whose opener has a deliverable signal pending; that read answers EINTR.
+* **Shutdown.** :meth:`FollowReaders.begin_shutdown` wakes every waiting reader (each then answers EOF) and waits
+  on an event that the last one to stop waiting sets: no polling.
+* **poll(2)** A reader is ready when it has bytes to return; otherwise its poll handle is notified at the next HW
+  move (``PartitionState.notify``).
+
+Threads: the trio thread only; renders and the start lookup (a time index read) run in worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from typing import Any
+
+import trio
+
+from logfs.core.log.log import Log
+from logfs.core.store import Store
+from logfs.mount import signals
+from logfs.mount.errors import Interrupted, NoEntry, TooManyReaders
+from logfs.mount.handles import FollowHandle, Handle, Partitions
+from logfs.mount.metrics import Metrics
+from logfs.mount.names import parse_follow_name
+from logfs.mount.nodes import Node
+from logfs.mount.render.views import RenderCache, render_follow_chunk, resolve_start, view_end
+from logfs.mount.runner import Runner
+from logfs.mount.tree import Entry
+
+_log = logging.getLogger(__name__)
+
+
+FOLLOW_CHUNK_BYTES_MIN = 64 * 1024  # what one follow/ render asks for at least (the rest waits in the handle)
+FOLLOW_WAIT_S = 1.0  # the longest a follow/ read waits before looking again (the HW event normally wakes it)
+
+POLL_READY = select.POLLIN | select.POLLRDNORM
+POLL_WRITABLE = select.POLLOUT | select.POLLWRNORM
+
+
+class FollowReaders:
+    """Every open ``follow/`` handle of one mount: how many, which wait, and whether the mount is closing. Trio
+    thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        partitions: Partitions,
+        metrics: Metrics,
+        cache: RenderCache,
+        *,
+        read_thread: Runner,
+        max_readers: int,
+    ) -> None:
+        self.store = store
+        self.partitions = partitions
+        self.metrics = metrics
+        self.cache = cache
+        self.max_readers = max_readers
+        self.count = 0  # open follow/ handles (``logfs_follow_readers``)
+        self._read_thread = read_thread
+        self._waiting: dict[FollowHandle, trio.CancelScope] = {}
+        self._closing = False
+        self._drained = trio.Event()  # set once closing and no read waits
+
+    def _log(self, node: Node) -> Log:
+        return self.store.log(node.topic, node.partition)
+
+    async def open(self, entry: Entry, pid: int) -> FollowHandle:
+        """A reader of ``entry`` opened by process ``pid`` (whose signals interrupt its waits)."""
+        if self.count >= self.max_readers:
+            _log.info("refused a follow/ reader: max.follow.readers=%d are open", self.max_readers)
+            raise TooManyReaders(f"max.follow.readers={self.max_readers} are open")
+        node = entry.node
+        name = parse_follow_name(node.name)
+        log = self._log(node)
+        try:
+            position = await self._read_thread(resolve_start, log, name.stem, node.committed)
+        except ValueError:
+            raise NoEntry(str(node)) from None
+        if not log.log_start_offset <= position <= log.log_end_offset:
+            raise NoEntry(f"{node}: offset {position} is outside the log")
+        self.count += 1
+        return FollowHandle(entry, name.fmt, position, signals.SignalProbe(pid))
+
+    def release(self, fh: int, h: FollowHandle) -> None:
+        self.count -= 1
+        if h.probe is not None:
+            h.probe.close()
+        state = self.partitions.maybe_get(h.node.topic, h.node.partition)
+        if state is not None:
+            state.poll_handles.pop(fh, None)
+
+    async def read(self, h: FollowHandle, size: int) -> bytes:
+        """Up to ``size`` bytes of whole records from ``h``'s offset; waits while there are none; EOF once the
+        mount closes; Interrupted when the opener got a signal while it waited."""
+        node = h.node
+        key = (node.topic, node.partition)
+        async with h.lock:
+            while True:
+                if h.pending:
+                    data, h.pending = h.pending[:size], h.pending[size:]
+                    self.metrics.fetched(key, len(data))
+                    return data
+                if self._closing:
+                    return b""
+                log = self._log(node)
+                state = self.partitions.get(*key)
+                # Under committed/ the bound is the LSO, which moves with the HW and with markers: such a reader
+                # wakes on any change of the partition (appends too) and looks at the LSO again each time.
+                moved = state.changed if node.committed else state.hw_moved
+                hw = view_end(log, node.committed)
+                if h.position < hw:
+                    before = h.position
+                    data, h.position = await self._read_thread(
+                        render_follow_chunk, log, self.cache, node.topic, node.partition, h.fmt, h.position, hw,
+                        max(size, FOLLOW_CHUNK_BYTES_MIN), node.committed,
+                    )  # fmt: skip
+                    h.pending = data
+                    if data or h.position > before:
+                        continue
+                with trio.move_on_after(FOLLOW_WAIT_S) as scope:  # bounded: the loop re-checks everything
+                    self._waiting[h] = scope
+                    try:
+                        await moved.wait()
+                    finally:
+                        self._waiting.pop(h, None)
+                        if self._closing and not self._waiting:
+                            self._drained.set()
+                if h.interrupted:
+                    h.interrupted = False
+                    raise Interrupted(f"{node}: the reader got a signal")
+
+    def poll(self, fh: int, h: Handle | None, poll_handle: Any) -> int:
+        """poll(2) of an open file: a follow/ stream is ready when it has bytes to return (or the mount closes),
+        else ``poll_handle`` is notified at the next HW move. Every other file is always ready."""
+        if not isinstance(h, FollowHandle):
+            return POLL_READY | POLL_WRITABLE
+        node = h.node
+        if h.pending or self._closing or h.position < view_end(self._log(node), node.committed):
+            return POLL_READY
+        if poll_handle is not None:
+            self.partitions.get(node.topic, node.partition).poll_handles[fh] = poll_handle
+        return 0
+
+    async def begin_shutdown(self, timeout_s: float) -> None:
+        """Wake every waiting reader (each answers EOF) and wait, up to ``timeout_s``, until none waits."""
+        self._closing = True
+        self.partitions.notify_all()
+        if self._waiting:
+            with trio.move_on_after(timeout_s):
+                await self._drained.wait()
+
+    async def watch_signals(self) -> None:
+        """Every ``CHECK_INTERVAL_S``, wake with EINTR each waiting reader whose opener has a deliverable signal
+        pending. One task for all readers: an idle reader costs one /proc read per interval (~9 µs), not a wake-up
+        of its own. Runs until cancelled."""
+        while True:
+            await trio.sleep(signals.CHECK_INTERVAL_S)
+            for h, scope in list(self._waiting.items()):
+                if h.probe is not None and h.probe.pending():
+                    h.interrupted = True
+                    scope.cancel()

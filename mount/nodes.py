@@ -1,0 +1,258 @@
+"""The tree under the mount point (spec §2) as node kinds: what each path is, by its parts, and its parent.
+
+Paths::
+
+    /                                   ROOT
+    /.logfs/                            LOGFS_DIR
+        metrics                         METRICS            r   Prometheus text
+        delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
+        producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
+        labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
+        transactions/                   TXN_DIR            lists the open transactions; mkdir <id> begins one
+            <id>/                       TXN                while transaction <id> is open
+                control                 TXN_CONTROL        w   "commit [<label>]" or "abort"
+                <topic>/<partition>/    TXN_TOPIC, TXN_PARTITION
+                    append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (Node.txn = <id>)   w
+        fetch/                          FETCH_DIR          the replication fetch files (docs/replication.md); looked up,
+            <replica id>/               FETCH_REPLICA      never listed: every directory below lists nothing
+                <topic>/                FETCH_TOPIC
+                    <partition>/        FETCH_PARTITION
+                        <offset>.<epoch>    FETCH_FILE     r   a follower's fetch: a snapshot fixed at lookup
+    /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
+        append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
+        config                          CONFIG             rw  key=value lines
+        <partition>/                    PARTITION          0 … N-1, written without leading zeros
+            append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES   w
+            state                       STATE              r   JSON
+            at/                         AT_DIR             lists nothing; <offset>, earliest, @<ms>, <a>-<b>
+                <name>                  AT_FILE            r   a snapshot fixed at lookup
+            follow/                     FOLLOW_DIR         lists nothing; <offset>, earliest, @<ms>, latest
+                <name>                  FOLLOW_FILE        r   a stream
+            hw/                         HW_DIR             one <20-digit base offset>.jsonl per segment
+                <file>                  HW_FILE            r   committed records of that segment
+            committed/                  COMMITTED          at/, follow/ and hw/ again, bounded by the last stable
+                                                           offset, aborted transactions and markers left out
+
+A :class:`Node` is a name, not an object: equal paths are equal nodes, and nothing here looks at the store (which
+names exist is ``mount/tree.py``'s question; how a name parses is ``mount/names.py``'s).
+
+Threads: any (immutable values and pure functions).
+"""
+
+from __future__ import annotations
+
+import enum
+import stat
+from dataclasses import dataclass
+
+LOGFS_DIR_NAME = ".logfs"
+
+
+@enum.unique
+class Kind(enum.Enum):
+    """What a node is. The value: (a unique name, is a directory, permission bits, fresh inode per lookup); the
+    name keeps members with equal properties distinct (Enum makes members with equal values aliases)."""
+
+    ROOT = ("root", True, 0o755, False)
+    LOGFS_DIR = ("logfs_dir", True, 0o555, False)
+    METRICS = ("metrics", False, 0o444, False)
+    DELETE_TOPIC = ("delete_topic", False, 0o220, False)
+    DELETE_RECORDS = ("delete_records", False, 0o220, False)
+    TOPIC = ("topic", True, 0o755, False)
+    TOPIC_APPEND = ("topic_append", False, 0o660, True)
+    TOPIC_APPEND_JSONL = ("topic_append_jsonl", False, 0o660, True)
+    CONFIG = ("config", False, 0o644, False)
+    PARTITION = ("partition", True, 0o555, False)
+    APPEND = ("append", False, 0o660, True)
+    APPEND_JSONL = ("append_jsonl", False, 0o660, True)
+    BATCHES = ("batches", False, 0o660, True)
+    STATE = ("state", False, 0o444, False)
+    COMMITTED = ("committed", True, 0o555, False)
+    AT_DIR = ("at_dir", True, 0o555, False)
+    FOLLOW_DIR = ("follow_dir", True, 0o555, False)
+    HW_DIR = ("hw_dir", True, 0o555, False)
+    AT_FILE = ("at_file", False, 0o444, True)
+    FOLLOW_FILE = ("follow_file", False, 0o444, True)
+    HW_FILE = ("hw_file", False, 0o444, False)
+    FETCH_DIR = ("fetch_dir", True, 0o555, False)
+    FETCH_REPLICA = ("fetch_replica", True, 0o555, False)
+    FETCH_TOPIC = ("fetch_topic", True, 0o555, False)
+    FETCH_PARTITION = ("fetch_partition", True, 0o555, False)
+    FETCH_FILE = ("fetch_file", False, 0o444, True)
+    PRODUCER_ID = ("producer_id", False, 0o444, False)
+    LABELS_DIR = ("labels_dir", True, 0o555, False)
+    LABEL = ("label", False, 0o444, True)
+    TXN_DIR = ("txn_dir", True, 0o755, False)
+    TXN = ("txn", True, 0o755, False)
+    TXN_CONTROL = ("txn_control", False, 0o220, False)
+    TXN_TOPIC = ("txn_topic", True, 0o555, False)
+    TXN_PARTITION = ("txn_partition", True, 0o555, False)
+
+    @property
+    def is_dir(self) -> bool:
+        return bool(self.value[1])
+
+    @property
+    def permissions(self) -> int:
+        return int(self.value[2])
+
+    @property
+    def mode(self) -> int:
+        return (stat.S_IFDIR if self.is_dir else stat.S_IFREG) | self.permissions
+
+    @property
+    def fresh(self) -> bool:
+        return bool(self.value[3])
+
+    @property
+    def write_only(self) -> bool:
+        """A write file: an O_RDONLY open is refused (EACCES); O_RDWR reads produce responses."""
+        return self in WRITE_KINDS
+
+    @property
+    def read_only(self) -> bool:
+        return not self.is_dir and self.permissions & 0o222 == 0
+
+    @property
+    def is_fetch(self) -> bool:
+        """Under ``.logfs/fetch/``: served only by a leader's mount."""
+        return self in FETCH_KINDS
+
+
+_APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
+WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
+TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
+FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name, (under
+    ``.logfs/fetch/``) replica id and (under ``.logfs/transactions/``) transactional id it needs."""
+
+    kind: Kind
+    topic: str = ""
+    partition: int = -1
+    committed: bool = False
+    name: str = ""
+    replica: int = -1
+    txn: str = ""
+
+    def __str__(self) -> str:
+        if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
+            return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
+        if self.txn or self.kind is Kind.TXN_DIR:
+            parts = [LOGFS_DIR_NAME, TXN_DIR_NAME, self.txn, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [] if self.kind in TXN_KINDS and self.kind is not Kind.TXN_CONTROL else [_NAMES[self.kind]]
+            return "/" + "/".join(p for p in parts if p)
+        if self.kind.is_fetch:
+            fetch = [LOGFS_DIR_NAME, "fetch", *([str(self.replica)] if self.replica >= 0 else [])]
+            fetch += [self.topic] if self.topic else []
+            fetch += [str(self.partition)] if self.partition >= 0 else []
+            return "/" + "/".join([*fetch, *([self.name] if self.name else [])])
+        parts = [self.topic] if self.topic else []
+        if self.partition >= 0:
+            parts.append(str(self.partition))
+        if self.committed:
+            parts.append("committed")
+        parts.append(_NAMES.get(self.kind, self.name))
+        return "/" + "/".join(p for p in parts if p)
+
+
+_NAMES = {
+    Kind.ROOT: "",
+    Kind.LOGFS_DIR: LOGFS_DIR_NAME,
+    Kind.TOPIC: "",
+    Kind.PARTITION: "",
+    Kind.COMMITTED: "",
+    Kind.METRICS: ".logfs/metrics",
+    Kind.DELETE_TOPIC: ".logfs/delete-topic",
+    Kind.DELETE_RECORDS: ".logfs/delete-records",
+    Kind.TOPIC_APPEND: "append",
+    Kind.TOPIC_APPEND_JSONL: "append.jsonl",
+    Kind.CONFIG: "config",
+    Kind.APPEND: "append",
+    Kind.APPEND_JSONL: "append.jsonl",
+    Kind.BATCHES: "batches",
+    Kind.STATE: "state",
+    Kind.AT_DIR: "at",
+    Kind.FOLLOW_DIR: "follow",
+    Kind.HW_DIR: "hw",
+    Kind.TXN_CONTROL: "control",
+}
+
+# Children with fixed names, per directory kind.
+TXN_DIR_NAME = "transactions"
+LABELS_DIR_NAME = "labels"
+LOGFS_CHILDREN = {
+    "metrics": Kind.METRICS,
+    "delete-topic": Kind.DELETE_TOPIC,
+    "delete-records": Kind.DELETE_RECORDS,
+    "producer-id": Kind.PRODUCER_ID,
+    TXN_DIR_NAME: Kind.TXN_DIR,
+    LABELS_DIR_NAME: Kind.LABELS_DIR,
+}
+TXN_PARTITION_CHILDREN = {"append": Kind.APPEND, "append.jsonl": Kind.APPEND_JSONL, "batches": Kind.BATCHES}
+TOPIC_CHILDREN = {"append": Kind.TOPIC_APPEND, "append.jsonl": Kind.TOPIC_APPEND_JSONL, "config": Kind.CONFIG}
+PARTITION_CHILDREN = {
+    "append": Kind.APPEND,
+    "append.jsonl": Kind.APPEND_JSONL,
+    "batches": Kind.BATCHES,
+    "state": Kind.STATE,
+    "at": Kind.AT_DIR,
+    "follow": Kind.FOLLOW_DIR,
+    "hw": Kind.HW_DIR,
+    "committed": Kind.COMMITTED,
+}
+COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.HW_DIR}
+
+
+FETCH_DIR_NAME = "fetch"
+
+
+def parent_of(node: Node) -> Node:
+    """The directory holding ``node`` (the root's parent is the root)."""
+    k = node.kind
+    if k in (Kind.ROOT, Kind.LOGFS_DIR, Kind.TOPIC):
+        return Node(Kind.ROOT)
+    if k.is_fetch:
+        return _fetch_parent(node)
+    if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.PRODUCER_ID, Kind.TXN_DIR, Kind.LABELS_DIR):
+        return Node(Kind.LOGFS_DIR)
+    if k is Kind.LABEL:
+        return Node(Kind.LABELS_DIR)
+    if node.txn:
+        return _txn_parent(node)
+    if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
+        return Node(Kind.TOPIC, node.topic)
+    if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):
+        dir_kind = {Kind.AT_FILE: Kind.AT_DIR, Kind.FOLLOW_FILE: Kind.FOLLOW_DIR, Kind.HW_FILE: Kind.HW_DIR}[k]
+        return Node(dir_kind, node.topic, node.partition, node.committed)
+    if node.committed and k in (Kind.AT_DIR, Kind.FOLLOW_DIR, Kind.HW_DIR):
+        return Node(Kind.COMMITTED, node.topic, node.partition)
+    return Node(Kind.PARTITION, node.topic, node.partition)
+
+
+def _txn_parent(node: Node) -> Node:
+    k = node.kind
+    if k is Kind.TXN:
+        return Node(Kind.TXN_DIR)
+    if k in (Kind.TXN_CONTROL, Kind.TXN_TOPIC):
+        return Node(Kind.TXN, txn=node.txn)
+    if k is Kind.TXN_PARTITION:
+        return Node(Kind.TXN_TOPIC, node.topic, txn=node.txn)
+    return Node(Kind.TXN_PARTITION, node.topic, node.partition, txn=node.txn)  # the write files
+
+
+def _fetch_parent(node: Node) -> Node:
+    k = node.kind
+    if k is Kind.FETCH_DIR:
+        return Node(Kind.LOGFS_DIR)
+    if k is Kind.FETCH_REPLICA:
+        return Node(Kind.FETCH_DIR)
+    if k is Kind.FETCH_TOPIC:
+        return Node(Kind.FETCH_REPLICA, replica=node.replica)
+    if k is Kind.FETCH_PARTITION:
+        return Node(Kind.FETCH_TOPIC, node.topic, replica=node.replica)
+    return Node(Kind.FETCH_PARTITION, node.topic, node.partition, replica=node.replica)

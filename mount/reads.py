@@ -1,0 +1,470 @@
+"""The read path of the mount: lookups, attributes, opens, reads and polls of the read files (spec §2, §4, §5).
+
+``Operations`` resolves inodes and hands the read files to :class:`Reader`, as it hands writes to
+``mount/writes.py``; the bytes come from ``mount/render/views.py`` (``at/``, ``hw/``, ``follow/``, ``committed/``,
+``state``) and ``mount/replication.py`` (a follower's fetch answers).
+
+* **at/** A lookup fixes a snapshot (:func:`~logfs.mount.render.views.open_range` from the name's start to the HW, or
+  the LSO under ``committed/``) as the payload of a fresh inode; getattr answers its exact size with a long
+  attribute timeout; opens share it and keep the kernel's page cache.
+* **hw/** One file per segment. Its size is remembered per (log, range), with its segment's mtime: the kernel asks
+  getattr before every read of a file it may not cache, and the range's size never changes. An open holds a view
+  from the file's start, extended (prefix-stable) when a read reaches its end after the HW moved. A file gone
+  from ``hw/`` while open keeps the attributes of what its handles hold (retention never pulls data from under an
+  open reader).
+* **follow/** A lookup checks the name (and a plain offset against the log); opens, reads and polls are
+  ``mount/follow.py``'s.
+* **state, config, .logfs/metrics, .logfs/producer-id** Rendered at open (and per getattr, for the size), served
+  from the rendered bytes with ``direct_io``.
+* **Fetch files** (``.logfs/fetch/…``) A lookup is a fetch (``mount/replication.py``); its answer is the payload of
+  a fresh inode, served like an ``at/`` snapshot.
+
+Threads: every method runs on the trio thread and never blocks on the disk: views open, render and read in worker
+threads under the mount's read limiter; index work (a time index lookup, a segment's newest timestamp) too.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import pyfuse3
+
+from logfs.core.configtext import render_config
+from logfs.core.log.log import Log
+from logfs.core.store import Store
+from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMount
+from logfs.mount.follow import FollowReaders
+from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
+from logfs.mount.metrics import Metrics, PartitionGauges, render
+from logfs.mount.names import parse_at_name, parse_follow_name
+from logfs.mount.nodes import Kind, Node, parent_of
+from logfs.mount.render.rangeview import RangeView, open_range
+from logfs.mount.render.views import (
+    Format,
+    RenderCache,
+    hw_files,
+    render_state,
+    resolve_start,
+    view_end,
+)
+from logfs.mount.replication import FetchSnapshot, LeaderReplication
+from logfs.mount.runner import Runner
+from logfs.mount.tree import Entry, Tree
+
+_log = logging.getLogger(__name__)
+
+
+# A follower mount's source of what its ``state`` shows: (topic, partition) → (leader epoch, ISR) as the follower's
+# last fetch of that partition told it ((-1, ()) before any).
+ReplicaView = Callable[[str, int], tuple[int, Sequence[int]]]
+
+# Attribute and entry cache lifetimes (seconds) handed to the kernel.
+STABLE_TIMEOUT_S = 1.0  # directories and fixed names: their inode never changes; a topic deletion invalidates
+IMMUTABLE_TIMEOUT_S = 3600.0  # an at/ snapshot's attributes never change (its inode is its own)
+MOVING_TIMEOUT_S = 0.0  # sizes that move (hw/, state, config, metrics) and fresh inodes (looked up on every open)
+HW_SIZES_MAX = 100_000  # remembered sizes of hw/ files by range (forgotten all at once beyond)
+
+READ_BLKSIZE = 128 * 1024  # st_blksize of read files: coreutils read in max(128 KiB, st_blksize) pieces
+WRITE_BLKSIZE = 1024 * 1024  # st_blksize of write files: cp and cat then write 1 MiB requests (FUSE's max_write)
+
+
+class Reader:
+    """The read path for one mount. Trio thread. See the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        tree: Tree,
+        partitions: Partitions,
+        metrics: Metrics,
+        handles: Mapping[int, Handle],
+        follows: FollowReaders,
+        cache: RenderCache,
+        *,
+        read_thread: Runner,
+        write_thread: Runner,
+        replication: LeaderReplication | None,
+        follower: ReplicaView | None,
+    ) -> None:
+        """``handles``: the mount's open handles (read here, owned by ``Operations``); ``follows``: its follow/
+        readers; ``cache``: its rendering cache. ``follower``: a follower's mount (``state`` shows what its last
+        fetch told it); else ``replication`` is the leader's."""
+        self.store = store
+        self.tree = tree
+        self.partitions = partitions
+        self.metrics = metrics
+        self.follows = follows
+        self.cache = cache
+        self.replication = replication
+        self.follower = follower
+        self._handles = handles
+        self._read_thread = read_thread
+        self._write_thread = write_thread
+        # (id of the log, committed, start, end) → (size, mtime) of that hw/ file (see _hw_attributes)
+        self._hw_sizes: dict[tuple[int, bool, int, int], tuple[int, int | None]] = {}
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+        self._mounted_ns = time.time_ns()
+
+    # --- attributes -----------------------------------------------------------------------------------------------
+
+    def _attr(
+        self,
+        inode: int,
+        node: Node,
+        *,
+        size: int = 0,
+        mtime_ns: int | None = None,
+        attr_timeout: float = STABLE_TIMEOUT_S,
+        entry_timeout: float = STABLE_TIMEOUT_S,
+    ) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = inode
+        a.generation = 0
+        a.st_mode = node.kind.mode
+        a.st_nlink = 2 if node.kind.is_dir else 1
+        a.st_uid = self._uid
+        a.st_gid = self._gid
+        a.st_rdev = 0
+        a.st_size = size
+        a.st_blksize = WRITE_BLKSIZE if node.kind.write_only else READ_BLKSIZE
+        a.st_blocks = (size + 511) // 512
+        t = self._mounted_ns if mtime_ns is None else mtime_ns
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = t
+        a.attr_timeout = attr_timeout
+        a.entry_timeout = entry_timeout
+        return a
+
+    async def attributes(self, entry: Entry) -> pyfuse3.EntryAttributes:
+        """The attributes of ``entry`` now (sizes exact); NoEntry when its topic or partition is gone."""
+        node, inode = entry.node, entry.inode
+        kind = node.kind
+        self.check_exists(node)
+        if kind.is_dir:
+            return self._attr(inode, node)
+        if kind is Kind.AT_FILE:
+            view: RangeView = entry.payload
+            return self._attr(inode, node, size=view.size, mtime_ns=entry.created_ns,
+                             attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind is Kind.FETCH_FILE:  # a snapshot, as an at/ file
+            snapshot: FetchSnapshot = entry.payload
+            return self._attr(inode, node, size=len(snapshot.data), mtime_ns=entry.created_ns,
+                             attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind.fresh:  # write files and follow/ streams: size 0, looked up again on every open
+            return self._attr(inode, node, mtime_ns=entry.created_ns or None,
+                             attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind is Kind.HW_FILE:
+            timeout = MOVING_TIMEOUT_S
+            try:
+                size, mtime_ns, closed = await self._hw_attributes(node)
+                if closed:  # its bytes no longer change (only delete-records or retention can end it)
+                    timeout = STABLE_TIMEOUT_S
+            except MountRefusal:
+                held = self._held_hw_attr(entry) if entry.opens else None
+                if held is None:
+                    raise
+                size, mtime_ns = held
+            return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=timeout)
+        if kind is Kind.STATE:
+            data = await self.render_state(node)
+            return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.CONFIG:
+            data = self.render_config(node.topic)
+            return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.METRICS:
+            data = self.render_metrics()
+            return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
+        return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
+
+    def check_exists(self, node: Node) -> None:
+        """NoEntry when the transaction, topic or partition ``node`` lies in is gone."""
+        if node.txn and not self.tree.open_transaction(node.txn):
+            raise NoEntry(f"transaction {node.txn!r} ended")  # its directory is gone
+        if node.topic and not self.store.has_topic(node.topic):
+            raise NoEntry(f"no topic {node.topic!r}")
+        if node.partition >= 0 and node.partition not in self.store.partitions(node.topic):
+            raise NoEntry(f"no partition {node.partition} of {node.topic!r}")
+
+    def _log(self, node: Node) -> Log:
+        return self.store.log(node.topic, node.partition)
+
+    # --- lookups of fresh names -----------------------------------------------------------------------------------
+
+    async def lookup_fresh(self, node: Node) -> Entry:
+        """A new inode for one lookup of a fresh node: an ``at/`` snapshot or a fetch answer fixed now, a
+        ``follow/`` name whose offset the log holds, a write file."""
+        self.check_exists(node)
+        now = time.time_ns()
+        if node.kind is Kind.FETCH_FILE:
+            assert self.replication is not None  # Operations checks the fetch first
+            return self.tree.add_fresh(node, await self.replication.fetch(node), created_ns=now)
+        if node.kind is Kind.AT_FILE:
+            view = await self._open_at(node)
+            return self.tree.add_fresh(node, view, created_ns=now)
+        if node.kind is Kind.FOLLOW_FILE:
+            name = parse_follow_name(node.name)
+            log = self._log(node)
+            if name.stem.isdigit():
+                offset = int(name.stem)
+                if not log.log_start_offset <= offset <= log.log_end_offset:
+                    raise NoEntry(f"{node}: offset {offset} is outside the log")
+            return self.tree.add_fresh(node, name, created_ns=now)
+        return self.tree.add_fresh(node, None, created_ns=now)
+
+    async def _open_at(self, node: Node) -> RangeView:
+        """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, where aborted
+        transactions and control batches are left out)."""
+        name = parse_at_name(node.name)
+        log = self._log(node)
+        hw = view_end(log, node.committed)
+        if name.range is not None:
+            start, end = name.range
+            if end > hw or start > end:
+                raise NoEntry(f"{node}: not a range below the end {hw}")
+        else:
+            try:
+                start = await self._read_thread(resolve_start, log, name.stem, node.committed)
+            except ValueError:
+                raise NoEntry(str(node)) from None
+            end = hw
+        return await self._read_thread(open_range, log, self.cache, node.topic, node.partition, name.fmt, start, end,
+                                       node.committed)  # fmt: skip
+
+    # --- hw/ ------------------------------------------------------------------------------------------------------
+
+    def hw_names(self, node: Node) -> list[str]:
+        """What ``hw/`` lists now."""
+        return [name for name, _, _ in hw_files(self._log(node), node.committed)]
+
+    def hw_file(self, node: Node) -> tuple[int, int, bool]:
+        """(start, end, closed) of an ``hw/`` file (under ``committed/`` bounded by the LSO); NoEntry when the
+        segment holds no committed record (now). Closed: its end is the next segment's base, so its bytes no longer
+        change (a rolled segment whose end the HW, or an open transaction's LSO, has not reached yet still grows)."""
+        log = self._log(node)
+        for name, start, end in hw_files(log, node.committed):
+            if name == node.name:
+                next_base = log.segment_snapshot.next_base(start)
+                return start, end, next_base is not None and end >= next_base
+        raise NoEntry(f"{node}: no committed record in that segment")
+
+    async def _hw_attributes(self, node: Node) -> tuple[int, int | None, bool]:
+        """(size, mtime, closed) of an ``hw/`` file. The size of the records [start, end) of a log never changes
+        (they are below the HW, or the LSO), so it is remembered for that range, the active segment's too: the
+        kernel asks getattr before every read of a file whose attributes it may not cache (an active segment's, 0 s),
+        and opening a view for each of those cost ~0.7 ms per 128 KiB read. A new HW is a new range. The mtime is
+        remembered with it: it reads the segment's time index, which is worker-thread work."""
+        start, end, closed = self.hw_file(node)
+        log = self._log(node)
+        key = (id(log), node.committed, start, end)  # id(log): a topic deleted and made again is another log
+        known = self._hw_sizes.get(key)
+        if known is None:
+            view, mtime_ns = await self._read_thread(_open_hw_view, log, self.cache, node, start, end)
+            try:
+                known = (view.size, mtime_ns)
+            finally:
+                view.close()
+            if len(self._hw_sizes) >= HW_SIZES_MAX:
+                self._hw_sizes.clear()
+            self._hw_sizes[key] = known
+        return known[0], known[1], closed
+
+    def _held_hw_attr(self, entry: Entry) -> tuple[int, int | None] | None:
+        """(size, mtime) of an ``hw/`` file that is gone (retention deleted its segment, or delete-records moved the
+        log start past it) while handles on it are open: what they hold and keep reading (spec §5: retention never
+        pulls data from under an open reader). The kernel asks getattr before reading a file with attr_timeout 0,
+        and a NoEntry there would fail the read. None when no handle on it is open."""
+        held = [(h.view.size, h.mtime_ns) for h in self._handles.values()
+                if isinstance(h, HwHandle) and h.entry is entry and h.view is not None]  # fmt: skip
+        return max(held, key=lambda size_mtime: size_mtime[0]) if held else None
+
+    # --- opens ----------------------------------------------------------------------------------------------------
+
+    async def open(self, entry: Entry, pid: int) -> tuple[Handle, pyfuse3.FileInfo]:
+        """The handle of a read file opened by process ``pid``, and how the kernel should cache it (the caller
+        gives it its number, ``info.fh``)."""
+        node = entry.node
+        kind = node.kind
+        if kind is Kind.AT_FILE:
+            return ViewHandle(entry, entry.payload), pyfuse3.FileInfo(keep_cache=True)
+        if kind is Kind.HW_FILE:
+            start, end, closed = self.hw_file(node)
+            view, mtime_ns = await self._read_thread(_open_hw_view, self._log(node), self.cache, node, start, end)
+            return HwHandle(entry, start, view, mtime_ns=mtime_ns), pyfuse3.FileInfo(keep_cache=closed)
+        if kind is Kind.FOLLOW_FILE:
+            # Seekable, though reads ignore the offset: `head -n` seeks back over what it read past its last line
+            # (lseek SEEK_CUR) and fails with ESPIPE on a nonseekable file.
+            return await self.follows.open(entry, pid), pyfuse3.FileInfo(direct_io=True)
+        if kind is Kind.FETCH_FILE:
+            snapshot: FetchSnapshot = entry.payload
+            assert self.replication is not None
+            self.replication.opened(snapshot)
+            # Drop the kernel's dentry of this name now (the open file keeps its inode): a follower at the log end
+            # looks the same name up again, and a cached dentry would first be revalidated by a lookup of its own,
+            # one more fetch and long poll whose answer the kernel throws away.
+            parent = self.tree.stable_inode(parent_of(node))
+            pyfuse3.invalidate_entry_async(parent, node.name.encode(), ignore_enoent=True)
+            # direct_io: a follower reads its answer once, whole; through the page cache the kernel would cut that
+            # read into 128 KiB requests and copy every page in (a 1 MiB answer: ~1.5 ms against ~1.0 ms).
+            return SnapshotHandle(entry, snapshot.data), pyfuse3.FileInfo(direct_io=True)
+        if kind is Kind.PRODUCER_ID:
+            data = await self._new_producer_id()
+        elif kind is Kind.LABEL:
+            data = b""  # its existence is the answer
+        elif kind is Kind.STATE:
+            data = await self.render_state(node)
+        elif kind is Kind.CONFIG:
+            data = self.render_config(node.topic)
+        else:
+            data = self.render_metrics()
+        return SnapshotHandle(entry, data), pyfuse3.FileInfo(direct_io=True)
+
+    async def _new_producer_id(self) -> bytes:
+        """``.logfs/producer-id``: a producer id never handed out before (the allocator reserves blocks durably, in
+        a worker thread), at epoch 0, for an idempotent producer's batches."""
+        if self.replication is None:
+            raise ReadOnlyMount("a follower's mount hands out no producer id")
+        allocator = self.store.producer_ids
+        assert allocator is not None
+        producer_id = await self._write_thread(allocator.allocate)
+        return f"{producer_id} 0\n".encode()
+
+    def release(self, fh: int, h: Handle) -> None:
+        """A read handle closed (or dropped at unmount): release what it holds."""
+        if isinstance(h, HwHandle) and h.view is not None:
+            h.view.close()
+        elif isinstance(h, FollowHandle):
+            self.follows.release(fh, h)
+
+    # --- reads ----------------------------------------------------------------------------------------------------
+
+    async def read(self, h: Handle, off: int, size: int) -> bytes:
+        """``size`` bytes at ``off`` of the file ``h`` has open (a follow/ stream ignores ``off``)."""
+        if isinstance(h, ViewHandle):
+            assert h.view is not None
+            data = await self._read_view(h.view, off, size)
+            self.metrics.fetched((h.node.topic, h.node.partition), len(data))
+            return data
+        if isinstance(h, HwHandle):
+            return await self._read_hw(h, off, size)
+        if isinstance(h, FollowHandle):
+            return await self.follows.read(h, size)
+        if isinstance(h, SnapshotHandle):
+            # pyfuse3 replies from any contiguous buffer (PyObject_GetBuffer): a fetch answer's view is not copied
+            return cast(bytes, h.data[off : off + size])
+        if isinstance(h, WriteHandle):
+            if not h.read_write:
+                raise BadFileHandle(f"{h.node}: open for writing only")
+            if h.node.kind is Kind.CONFIG:
+                return bytes(h.responses[off : off + size])
+            data = bytes(h.responses[:size])  # produce responses: the read offset is ignored
+            del h.responses[:size]
+            return data
+        raise BadFileHandle(f"{h.node}: not readable")
+
+    async def _read_hw(self, h: HwHandle, off: int, size: int) -> bytes:
+        async with h.lock:
+            view = h.view
+            assert view is not None
+            if off + size > view.size:  # the file may have grown since open: extend the view (prefix-stable)
+                try:
+                    start, end, _ = self.hw_file(h.node)
+                except MountRefusal:
+                    start, end = h.start, view.end_offset
+                if start == h.start and end > view.end_offset:
+                    node = h.node
+                    grown = await self._read_thread(open_range, self._log(node), self.cache, node.topic,
+                                                    node.partition, Format.JSONL, start, end,
+                                                    node.committed)  # fmt: skip
+                    view.close()
+                    h.view = view = grown
+        data = await self._read_view(view, off, size)
+        self.metrics.fetched((h.node.topic, h.node.partition), len(data))
+        return data
+
+    async def _read_view(self, view: RangeView, off: int, size: int) -> bytes:
+        """A view's bytes: from the rendering cache on the trio thread when they are all there (a sequential
+        reader's next chunks usually are), else rendered in a worker thread."""
+        data = view.read_cached(off, size)
+        if data is None:
+            data = await self._read_thread(view.read, off, size)
+        return data
+
+    # --- renderings -----------------------------------------------------------------------------------------------
+
+    def render_config(self, topic: str) -> bytes:
+        return render_config(self.store.topic_config(topic), self.store.topic_overrides(topic)).encode()
+
+    async def render_state(self, node: Node) -> bytes:
+        """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
+        as its fetches left it), or what a follower's last fetch told it."""
+        log = self._log(node)
+        if self.follower is not None:  # a follower's mount: the leader's epoch and ISR as its last fetch told
+            epoch, isr = self.follower(node.topic, node.partition)
+            follower_job = functools.partial(render_state, log, node.topic, node.partition, role="follower",
+                                             leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
+            return cast(bytes, await self._read_thread(follower_job))
+        assert self.replication is not None
+        leader = self.replication.partition(node.topic, node.partition)
+        job = functools.partial(render_state, log, node.topic, node.partition, leader_epoch=leader.leader_epoch,
+                                isr=leader.isr, replicas=leader.replicas_view())  # fmt: skip
+        return cast(bytes, await self._read_thread(job))
+
+    def _replication_gauges(self, topic: str, partition: int) -> dict[str, Any]:
+        """The ISR and the followers' LEOs of one partition, for ``.logfs/metrics``."""
+        if self.follower is not None:
+            _, isr = self.follower(topic, partition)
+            return {"isr": tuple(isr)}
+        assert self.replication is not None
+        leader = self.replication.partition(topic, partition)
+        return {
+            "isr": leader.isr,
+            "under_min_isr": leader.under_min_isr,
+            "replicas": {r: leader.replica_state(r).log_end_offset for r in leader.followers},
+        }
+
+    def render_metrics(self) -> bytes:
+        gauges = {
+            (tp.topic, tp.partition): PartitionGauges(
+                log.log_start_offset,
+                log.high_watermark,
+                log.log_end_offset,
+                log.size_bytes,
+                len(log.segments),
+                log.recovery_point,
+                log.durable_offset,
+                **self._replication_gauges(tp.topic, tp.partition),
+            )
+            for tp, log in self.store.logs()
+        }
+        cache = self.cache.statistics()
+        stats = self.metrics.statistics(
+            gauges,
+            follow_readers=self.follows.count,
+            fresh_inodes=self.tree.fresh_entries,
+            render_cache={
+                "segment_indexes": cache.segment_indexes,
+                "entries": cache.entries,
+                "rendered_bytes": cache.rendered_bytes,
+                "hits": cache.rendered_hits,
+                "misses": cache.rendered_misses,
+            },
+        )
+        return render(stats)
+
+
+def _open_hw_view(log: Log, cache: RenderCache, node: Node, start: int, end: int) -> tuple[RangeView, int | None]:
+    """An ``hw/`` file's view of ``[start, end)`` and its mtime: its segment's newest timestamp (None when it has
+    none: the mount time). Worker thread: both read the disk (the time index under its lock)."""
+    view = open_range(log, cache, node.topic, node.partition, Format.JSONL, start, end, node.committed)
+    try:
+        segment = log.segment_for(start)
+        ts = segment.max_timestamp_so_far if segment is not None else -1
+    except BaseException:
+        view.close()
+        raise
+    return view, ts * 1_000_000 if ts > 0 else None

@@ -1,0 +1,435 @@
+"""The ``at/``, ``hw/`` and ``committed/`` files of a partition: :func:`open_range` plans a :class:`RangeView`, an
+immutable rendering of offsets ``[start, end)`` in one format whose exact size is known at open (spec §2, §4, §5). No
+pyfuse3, no trio. Where a view starts and ends, and the ``follow/`` and ``state`` files, are
+``mount/render/views.py``'s.
+
+How a view is built. The range ``[start, end)`` is asked of the core as one scan (``Log.scan``, ``core/log/scan.py``),
+which cuts it at segment boundaries; in each segment it is the batches from the one holding ``start`` to the last one
+with a base offset below ``end`` (both found by the offset index: ``core/log/scan.py``'s ``batch_at``). For ``.kafka``
+that is a byte span of the ``.log`` (whole batches, unchanged). For plain and JSON lines a segment's part becomes up to
+three pieces: a *head* span holding the batch cut by ``start`` (and what precedes the first indexed chunk), a slice of
+whole chunks from the segment's rendered-size index (``mount/render/rendersize.py``), and a *tail* span holding the
+batch cut by ``end`` (and what follows the last whole chunk). The view's size is the sum of its pieces; a read bisects
+the pieces, then the chunk prefix sums, and renders only the chunks it touches (shared, recently rendered chunks come
+from the cache). Opening costs O(segments covered + log n) once the index is warm, plus rendering at most about one
+chunk and two batches per end; a cold index walks each batch once (``format.storedsize.stored_sizes``: sizes from the
+record columns, nothing rendered, for plain text always and for JSON lines whose keys and values need no escaping).
+
+Sequential readers. A read that starts near where the view's previous read ended (``cat``, and the kernel's readahead,
+which sends 128-256 KiB requests a few at a time, not always in order) renders the chunk it misses and the chunks after
+it, up to READ_AHEAD_BYTES (1 MiB) of stored bytes, in one ``render_stored`` call (``core/format/renderstored.py``; one
+vectorised walk of all their records), and keeps each chunk in the shared LRU: the reads that follow find their chunks
+there. One render runs at a time per view, so concurrent requests of one reader wait for the render that covers them
+instead of rendering the same chunks again. :meth:`RangeView.read_cached` answers a read from the LRU alone (never the
+disk), so the mount can serve those reads on the trio thread without the hop to a worker thread.
+
+Read committed (``committed/``, spec §2). ``open_range(..., committed=True)`` (``committed/at/`` and ``committed/hw/``)
+is bounded by the caller at the last stable offset (``mount/render/views.py``'s ``view_end``) and leaves out the batches
+a read_committed consumer skips: control batches (which plain and JSON lines never show anyway) and transactional
+batches of aborted transactions (``core.format.abortedbatches.AbortedBatches``, from one
+``Log.collect_aborted_transactions`` call per open). Below the LSO every transaction is decided, so committed views keep
+the HW views' promises: exact sizes, snapshots that never change, ``hw/`` files that only grow. A segment with no
+aborted transaction in range is planned exactly as for the HW views (same index, same cached chunks); one with aborts
+uses a committed index (``mount/render/rendersize.py``); ``.kafka`` cuts the left-out batches out of its byte spans.
+
+Retention (spec §5). A view pins every segment it covers (the scan keeps the pins in the view's ExitStack) until
+:meth:`RangeView.close`, so a segment deleted meanwhile stays readable through it. Each pin keeps one descriptor open: a
+view over thousands of segments holds thousands of descriptors.
+
+Threads: :func:`open_range` and :meth:`RangeView.read` may be called from any thread and do blocking disk I/O (call them
+from a worker thread, never the trio thread); :meth:`RangeView.read_cached` any thread may call. A view may be read from
+several threads at once.
+
+Known limitations:
+
+* The first open of a range learns its size by walking every record once: about 0.1 s per million 100-byte
+  records as plain text, 0.25 s as JSON lines (scripts/bench_views.py; JSON lines whose keys or values need
+  escaping, base64 or headers are rendered instead, several times slower); later opens of any range in the same
+  segments use the index, which lives in memory only (a new mount walks again).
+* A segment truncated below an open view's end (a follower's truncation below its HW) makes the view's reads fail
+  with StorageError; views opened afterwards are right.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import functools
+import threading
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from logfs.core.errors import OffsetOutOfRange, StorageError
+from logfs.core.format.abortedbatches import AbortedBatches
+from logfs.core.log.log import Log
+from logfs.core.log.scan import RangeScan, StoredBatch, batch_at
+from logfs.core.log.segment import LogSegment
+from logfs.mount.render.rendersize import READ_AHEAD_BYTES, RenderCache
+from logfs.mount.render.renderspan import Format, render_span
+from logfs.mount.render.segmentindex import RunSlice, SegmentIndex
+
+
+class _Raw(NamedTuple):
+    """Stored bytes ``[lo, hi)`` of a segment's ``.log`` (``.kafka`` views)."""
+
+    segment: LogSegment
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+class _Span(NamedTuple):
+    """The rendering of the batches in ``[lo, hi)``, cut to ``[from_offset, until_offset)``; its size known."""
+
+    seg_index: SegmentIndex
+    token: int
+    lo: int
+    hi: int
+    from_offset: int | None
+    until_offset: int | None
+    size: int
+
+
+class _Chunks(NamedTuple):
+    """Whole chunks of a segment index: a run slice."""
+
+    seg_index: SegmentIndex
+    token: int
+    run: RunSlice
+
+    @property
+    def size(self) -> int:
+        return self.run.size
+
+
+_Piece = _Raw | _Span | _Chunks
+
+
+class RangeView:
+    """An immutable rendering of offsets ``[start_offset, end_offset)`` of one partition in one format, fixed when
+    opened (by :func:`open_range`). Holds pins on the segments it covers until :meth:`close`.
+
+    Threads: :meth:`read` from any thread, concurrently; it does blocking disk I/O.
+    """
+
+    def __init__(
+        self,
+        cache: RenderCache,
+        topic: str,
+        partition: int,
+        fmt: Format,
+        start_offset: int,
+        end_offset: int,
+        pieces: Sequence[_Piece] = (),
+        pins: contextlib.ExitStack | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.fmt = fmt
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self._cache = cache
+        self._pieces = [p for p in pieces if p.size > 0]
+        self._starts: list[int] = []
+        total = 0
+        for p in self._pieces:
+            self._starts.append(total)
+            total += p.size
+        self._size = total
+        self._pins = pins
+        self._lock = threading.Lock()
+        self._next = -1  # where the last read ended (racy across threads, and only a hint)
+        self._render_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"RangeView({self.topic!r}, {self.partition}, {self.fmt.name}, [{self.start_offset}, {self.end_offset}), "
+            f"size={self._size}, pieces={len(self._pieces)})"
+        )
+
+    @property
+    def size(self) -> int:
+        """The exact byte length, known at open."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._pins is None
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from byte ``position`` (fewer only at the end). Blocking disk I/O; any thread.
+
+        StorageError when the stored bytes no longer render as they did at open (a truncation under the view).
+        """
+        data = self._read(position, size, cached_only=False)
+        assert data is not None
+        return data
+
+    def read_cached(self, position: int, size: int) -> bytes | None:
+        """What :meth:`read` answers, when every rendering it needs is already kept in the shared LRU (a sequential
+        reader's next reads usually are: see :meth:`_chunk`), else None. Never touches the disk and takes only the
+        LRU's lock for short moments, so the trio thread may call it and save the hop to a worker thread; on None,
+        call :meth:`read` in a worker thread. ``.kafka`` views always answer None."""
+        try:
+            return self._read(position, size, cached_only=True)
+        except _NotKept:
+            return None
+
+    def _read(self, position: int, size: int, *, cached_only: bool) -> bytes | None:
+        if position < 0 or size < 0:
+            raise ValueError(f"negative position {position} or size {size}")
+        end = min(self._size, position + size)
+        if position >= end:
+            return b""
+        parts: list[bytes | memoryview] = []
+        i = bisect.bisect_right(self._starts, position) - 1
+        pos = position
+        # A read near where the last one ended is taken for a sequential reader's (the kernel's readahead sends a
+        # few at once, not always in order).
+        ahead = self._next >= 0 and abs(position - self._next) <= 4 * size
+        while pos < end:
+            piece, base = self._pieces[i], self._starts[i]
+            want = min(end, base + piece.size) - pos
+            self._read_piece(piece, pos - base, want, parts, ahead, cached_only)
+            pos += want
+            i += 1
+        self._next = end
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    def _read_piece(
+        self,
+        piece: _Piece,
+        rel: int,
+        want: int,
+        parts: list[bytes | memoryview],
+        ahead: bool = False,
+        cached_only: bool = False,
+    ) -> None:
+        data: bytes | memoryview
+        if isinstance(piece, _Raw):
+            if cached_only:
+                raise _NotKept
+            data = piece.segment.log_file.read(piece.lo + rel, want)
+            if len(data) != want:
+                raise StorageError(f"{piece.segment.log_path}: {want} bytes at {piece.lo + rel} are not there")
+            parts.append(data)
+        elif isinstance(piece, _Span):
+            key = (piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset)
+            kept = self._cache.get(key) if cached_only else None
+            if cached_only and kept is None:
+                raise _NotKept
+            data = kept if kept is not None else self._rendered(piece.seg_index, *key)
+            if len(data) != piece.size:
+                raise _changed(piece.seg_index, piece.lo, piece.size, len(data))
+            parts.append(memoryview(data)[rel : rel + want])
+        else:
+            run = piece.run
+            k = run.chunk_at(rel)
+            inner = run.cum[run.k0] + rel - run.cum[k]
+            while want > 0:
+                expected = run.cum[k + 1] - run.cum[k]
+                data = self._chunk(piece, k, ahead, cached_only)
+                take = min(want, expected - inner)
+                parts.append(memoryview(data)[inner : inner + take])
+                want -= take
+                inner = 0
+                k += 1
+
+    def _chunk(self, piece: _Chunks, k: int, ahead: bool, cached_only: bool = False) -> bytes | memoryview:
+        """The rendering of chunk ``k`` of a run slice: from the shared LRU, or rendered now. For a sequential
+        reader (``ahead``) the chunks after it, up to READ_AHEAD_BYTES of stored bytes, are rendered in the same call
+        and kept in the LRU for the reads that follow (one walk of all their records instead of one a chunk)."""
+        key = _chunk_key(piece, k)
+        data = self._cache.get(key)
+        if data is None and cached_only:
+            raise _NotKept
+        if data is None:
+            # One render at a time per view: a read that needs a chunk another read is rendering waits for it instead
+            # of rendering it again (rendering holds the GIL most of the time anyway).
+            with self._render_lock:
+                data = self._cache.get(key)
+                if data is None:
+                    data = self._render_chunks(piece, k, READ_AHEAD_BYTES if ahead else 0)
+        return data
+
+    def _render_chunks(self, piece: _Chunks, k: int, ahead_bytes: int) -> memoryview:
+        """Render chunk ``k`` and the chunks after it not yet kept, up to ``ahead_bytes`` of stored bytes, in one
+        call; keep each in the LRU; return chunk ``k``'s. Caller holds ``_render_lock``."""
+        run, index = piece.run, piece.seg_index
+        lo = run.bounds[k]
+        k2 = k + 1
+        while k2 < run.k1 and run.bounds[k2 + 1] - lo <= ahead_bytes and not self._cache.holds(_chunk_key(piece, k2)):
+            k2 += 1
+        rendered = render_span(
+            index.segment.log_file, lo, run.bounds[k2], self.fmt, self.topic, self.partition, aborted=index.aborted
+        )
+        expected = run.cum[k2] - run.cum[k]
+        if len(rendered) != expected:
+            raise _changed(index, lo, expected, len(rendered))
+        whole = memoryview(rendered)
+        for j in range(k, k2):
+            a, b = run.cum[j] - run.cum[k], run.cum[j + 1] - run.cum[k]
+            if a < b and whole[b - 1] != 0x0A:  # every chunk's rendering ends a line: the cut is where it was
+                raise StorageError(
+                    f"{index.segment.log_path}: the batches at byte {run.bounds[j]} no longer render as they did when "
+                    "the view was opened (the segment was truncated under an open view)"
+                )
+        for j in range(k + 1, k2):
+            self._cache.put(_chunk_key(piece, j), whole[run.cum[j] - run.cum[k] : run.cum[j + 1] - run.cum[k]])
+        first = whole[: run.cum[k + 1] - run.cum[k]]
+        self._cache.put(_chunk_key(piece, k), first)
+        return first
+
+    def _rendered(
+        self, index: SegmentIndex, token: int, lo: int, hi: int, from_offset: int | None, until_offset: int | None
+    ) -> bytes | memoryview:
+        render = functools.partial(render_span, index.segment.log_file, lo, hi, self.fmt, self.topic, self.partition,
+                                   from_offset, until_offset, index.aborted)  # fmt: skip
+        return self._cache.rendered((token, lo, hi, from_offset, until_offset), render)
+
+    def close(self) -> None:
+        """Release the pins (retention may then remove the segments). Idempotent; any thread."""
+        with self._lock:
+            pins, self._pins = self._pins, None
+        if pins is not None:
+            pins.close()
+
+    def __enter__(self) -> RangeView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _NotKept(Exception):
+    """A read_cached() needs a rendering the LRU does not hold."""
+
+
+def _chunk_key(piece: _Chunks, k: int) -> tuple[object, ...]:
+    """The LRU key of chunk ``k``'s rendering (that of a span of whole batches: see RangeView._rendered)."""
+    return (piece.token, piece.run.bounds[k], piece.run.bounds[k + 1], None, None)
+
+
+def _changed(index: SegmentIndex, lo: int, expected: int, got: int) -> StorageError:
+    return StorageError(
+        f"{index.segment.log_path}: the batches at byte {lo} render as {got} bytes where the view was opened with "
+        f"{expected} (the segment was truncated under an open view)"
+    )
+
+
+def open_range(
+    log: Log,
+    cache: RenderCache,
+    topic: str,
+    partition: int,
+    fmt: Format,
+    start_offset: int,
+    end_offset: int,
+    committed: bool = False,
+) -> RangeView:
+    """A view of offsets ``[start_offset, end_offset)`` of ``log`` in ``fmt``. Blocking disk I/O; any thread.
+
+    ``start_offset`` below the log start or above the LEO → OffsetOutOfRange (the mount answers ENOENT); so is an
+    ``end_offset`` above the LEO (callers bound it by the HW, or the LSO). ``end_offset <= start_offset`` → an empty
+    view. Plain and JSON lines start exactly at ``start_offset`` even inside a batch and end before ``end_offset``
+    even inside one; control batches render as nothing. ``.kafka`` gives the whole stored batches that hold offsets
+    in the range (the first may hold records before it, the last records after it), control batches included.
+
+    ``committed`` (read_committed, ``committed/``; ``end_offset`` must then be at most the LSO): the batches of
+    aborted transactions are left out too, and ``.kafka`` leaves out control batches and those of aborted
+    transactions (whole batches). Segments with no aborted transaction in the range render as without it.
+    """
+    log_start, leo = log.log_start_offset, log.log_end_offset
+    if start_offset < log_start or start_offset > leo:
+        raise OffsetOutOfRange(start_offset, log_start, leo)
+    if end_offset <= start_offset:
+        return RangeView(cache, topic, partition, fmt, start_offset, end_offset)
+    if end_offset > leo:
+        raise OffsetOutOfRange(end_offset, log_start, leo, what="range end")
+    pins = contextlib.ExitStack()
+    try:
+        # The pins outlive the scan: the view holds them until it is closed. Retention removing the start while we
+        # open is OffsetOutOfRange (the scan's rule).
+        with log.scan(start_offset, end_offset, pins=pins) as scan:
+            pieces = _plan(log, scan, cache, topic, partition, fmt, committed)
+    except BaseException:
+        pins.close()
+        raise
+    return RangeView(cache, topic, partition, fmt, start_offset, end_offset, pieces, pins)
+
+
+def _plan(
+    log: Log, scan: RangeScan, cache: RenderCache, topic: str, partition: int, fmt: Format, committed: bool = False
+) -> list[_Piece]:
+    """The pieces of the scan's ``[start, end)``, segment by segment (the scan pins each). ``committed``: see
+    open_range."""
+    start, end = scan.start, scan.end
+    pieces: list[_Piece] = []
+    # One collection for the whole view, from its first segment's base (a committed index's filter must be right for
+    # every batch of its segment below the bound, not only from start on): a partition without aborted transactions
+    # finds none and renders as the HW views do. One filter serves every segment: holding more aborted transactions
+    # than a segment needs changes nothing (each one covers only its own producer's batches), holding all it needs is
+    # what matters.
+    aborted = None
+    for segment, nxt in scan:
+        if committed and aborted is None:
+            aborted = AbortedBatches(log.collect_aborted_transactions(segment.base_offset, end))
+        # The first batch: the one holding start (which may hold records before it), or the segment's first.
+        head: StoredBatch | None = None
+        if start > segment.base_offset:
+            head = batch_at(segment, start)
+            if head is None:
+                continue  # start lies after this segment's last batch
+            lo = head.position
+        else:
+            lo = 0
+        # The end: after the last batch with a base offset below end; `straddle` is that batch if it holds end.
+        straddle: StoredBatch | None = None
+        if nxt is not None and nxt <= end:
+            hi = segment.size_bytes  # a closed segment, wholly below end
+        else:
+            last = batch_at(segment, end - 1)
+            if last is None:
+                hi = segment.size_bytes  # not the active segment: it holds the LEO's batch
+            elif last.base_offset >= end:
+                hi = last.position
+            else:
+                hi = last.position + last.size
+                straddle = last if last.last_offset >= end else None
+        if hi <= lo:
+            continue
+        filter_until = min(end, nxt) if nxt is not None else end
+        if fmt is Format.KAFKA:
+            if aborted is not None:  # control batches and aborted transactions' batches cut out
+                kept = cache.left_out(segment).kept(lo, hi, aborted, filter_until)
+                pieces.extend(_Raw(segment, a, b) for a, b in kept)
+            else:
+                pieces.append(_Raw(segment, lo, hi))
+            continue
+        from_offset = start if head is not None and head.base_offset < start else None
+        until_offset = end if straddle is not None else None
+        full_lo = lo + head.size if head is not None and from_offset is not None else lo
+        full_hi = straddle.position if straddle is not None else hi
+        if aborted is not None and aborted.touches(segment.base_offset, filter_until):
+            # Aborted transactions here: the committed index (their batches sized and rendered as nothing).
+            index = cache.segment_index(segment, fmt, topic, partition, committed=True)
+            cache.admit(index, aborted, filter_until)
+        else:
+            index = cache.segment_index(segment, fmt, topic, partition)
+        run = cache.cover(index, full_lo, full_hi, closed=nxt is not None) if full_lo < full_hi else None
+        token = index.token
+        if run is None:
+            size = index.piece_size(lo, hi, from_offset, until_offset)
+            pieces.append(_Span(index, token, lo, hi, from_offset, until_offset, size))
+            continue
+        if run.lo > lo:
+            size = index.piece_size(lo, run.lo, from_offset, None)
+            pieces.append(_Span(index, token, lo, run.lo, from_offset, None, size))
+        pieces.append(_Chunks(index, token, run))
+        if hi > run.hi:
+            size = index.piece_size(run.hi, hi, None, until_offset)
+            pieces.append(_Span(index, token, run.hi, hi, None, until_offset, size))
+    return pieces

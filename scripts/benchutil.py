@@ -1,0 +1,59 @@
+"""What the benchmark scripts share: timing a call, a ``logfs mount`` started and stopped around a measurement, and
+the printing of a result table (aligned text, or Markdown for the docs).
+
+Imported as ``benchutil``: the benchmarks run as ``python scripts/bench_<x>.py``, so scripts/ is ``sys.path[0]``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+LOGFS = str(Path(sys.executable).with_name("logfs"))
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def mount(store: Path, mnt: Path, *config: str) -> subprocess.Popen[bytes]:
+    """``logfs mount`` of ``store`` at ``mnt`` (each of ``config`` a ``--config key=value``), once it is mounted."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    args = [LOGFS, "mount", str(store), str(mnt)]
+    for pair in config:
+        args += ["--config", pair]
+    proc = subprocess.Popen(args)
+    while not os.path.ismount(mnt):
+        if proc.poll() is not None:
+            raise SystemExit(f"logfs mount exited {proc.returncode}")
+        time.sleep(0.02)
+    return proc
+
+
+def unmount(proc: subprocess.Popen[bytes], mnt: Path) -> None:
+    subprocess.run([LOGFS, "umount", str(mnt)], check=False)
+    proc.wait(60)
+
+
+def print_rows(
+    head: Sequence[str], lines: Sequence[Sequence[object]], *, markdown: bool, right: Callable[[int], bool]
+) -> None:
+    """The rows ``lines`` under ``head``: a Markdown table, or text columns (column ``i`` right-aligned when
+    ``right(i)``: the numbers)."""
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for line in lines:
+            print("| " + " | ".join(str(c) for c in line) + " |")
+        return
+    widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
+    for line in [head, *lines]:
+        cells = zip(line, widths, strict=True)
+        print("  ".join(str(c).rjust(w) if right(i) else str(c).ljust(w) for i, (c, w) in enumerate(cells)))
