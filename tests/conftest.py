@@ -122,10 +122,12 @@ def spawn_logfs(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 def wait_started(started: _Started, ready: Callable[[], bool], what: str, timeout: float) -> None:
     """Poll ``ready`` until true; pytest.fail (with the log) when the process exits first or it takes longer than
-    ``timeout`` seconds (then the process is stopped first)."""
+    ``timeout`` seconds. Either way the process is stopped first: a mount that crashed after mounting leaves a stale
+    mount point, which ``stop`` unmounts."""
     deadline = time.monotonic() + timeout
     while not ready():
         if started.proc.poll() is not None:
+            started.stop()
             pytest.fail(f"{what} exited {started.proc.returncode} before it was up:\n{started.log_text()}")
         if time.monotonic() > deadline:
             started.stop()
