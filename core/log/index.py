@@ -163,17 +163,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         """Raise CorruptIndex if the file cannot be a valid offset index; the loader then rebuilds it. Any thread."""
         with self._lock:
             self._load()
-            if self._entries and self._last_offset < self._base_offset:
-                raise CorruptIndex(
-                    str(self._path),
-                    f"{self._entries} entries but the last offset {self._last_offset} is below the base offset "
-                    f"{self._base_offset}",
-                )
-            if self._length_bytes % OFFSET_INDEX_ENTRY_BYTES:
-                raise CorruptIndex(
-                    str(self._path),
-                    f"length {self._length_bytes} is not a multiple of {OFFSET_INDEX_ENTRY_BYTES} bytes",
-                )
+            self._check_shape(self._last_offset)
 
 
 class TimeIndex(AbstractIndex[TimestampOffset]):
@@ -270,13 +260,4 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                 raise CorruptIndex(
                     str(self._path), f"the last timestamp {last.timestamp} is below the first {first.timestamp}"
                 )
-            if self._entries and last.offset < self._base_offset:
-                raise CorruptIndex(
-                    str(self._path),
-                    f"{self._entries} entries but the last offset {last.offset} is below the base offset "
-                    f"{self._base_offset}",
-                )
-            if self._length_bytes % TIME_INDEX_ENTRY_BYTES:
-                raise CorruptIndex(
-                    str(self._path), f"length {self._length_bytes} is not a multiple of {TIME_INDEX_ENTRY_BYTES} bytes"
-                )
+            self._check_shape(last.offset)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
-from logfs.core.errors import ConfigError, IndexFull, OffsetOverflow, StorageError
+from logfs.core.errors import ConfigError, CorruptIndex, IndexFull, OffsetOverflow, StorageError
 from logfs.core.format.varint import INT32_MAX
 
 OFFSET_INDEX_ENTRY_BYTES = 8
@@ -412,6 +412,20 @@ class AbstractIndex(Generic[_Entry]):
         return -1 if low == self._entries - 1 else low + 1
 
     # --- the file and its mapping (every caller holds the lock) -------------------------------------------------------
+
+    def _check_shape(self, last_offset: int) -> None:
+        """The checks both kinds' ``sanity_check`` share: the last entry's offset is not below the base offset, and
+        the file holds whole entries. Caller holds ``_lock`` with the file loaded."""
+        if self._entries and last_offset < self._base_offset:
+            raise CorruptIndex(
+                str(self._path),
+                f"{self._entries} entries but the last offset {last_offset} is below the base offset "
+                f"{self._base_offset}",
+            )
+        if self._length_bytes % self.ENTRY_BYTES:
+            raise CorruptIndex(
+                str(self._path), f"length {self._length_bytes} is not a multiple of {self.ENTRY_BYTES} bytes"
+            )
 
     def _load(self) -> None:
         """Learn the file's state the first time it is needed; an absent file is an empty index, not yet created."""
