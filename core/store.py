@@ -149,6 +149,7 @@ class Store:
         self.config = config
         self.handles = handles
         self.had_clean_shutdown = had_clean_shutdown
+        self.created = False  # Store.open found no store there (an absent or empty directory) and made one
         self._lock_fd = lock_fd
         self._on_event = on_event
         self._lock = threading.RLock()
@@ -176,6 +177,7 @@ class Store:
         """Lock and load the store at ``path`` (created if missing). StoreLocked if another process owns it."""
         root = Path(path)
         config = config or StoreConfig()
+        created = not root.is_dir() or next(root.iterdir(), None) is None  # nothing to recover: not "unclean"
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = lock_store(root)
         try:
@@ -190,9 +192,10 @@ class Store:
                 config,
                 lock_fd,
                 handles=HandleCache(max_open_segments),
-                had_clean_shutdown=clean,
+                had_clean_shutdown=clean or created,
                 on_event=on_event,
             )
+            store.created = created
         except BaseException:
             os.close(lock_fd)
             raise
@@ -230,8 +233,9 @@ class Store:
                 on_event=self._on_event,
             )
         _log.info(
-            "opened store %s: %d partitions, %s shutdown",
-            self.path, len(self._logs), "clean" if self.had_clean_shutdown else "unclean",
+            "opened store %s: %d partitions, %s",
+            self.path, len(self._logs),
+            "a new store" if self.created else "clean shutdown" if self.had_clean_shutdown else "unclean shutdown",
         )  # fmt: skip
 
     # --- topics and partitions -------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Rules:
 
 - One click group, ``main``; each subcommand is one function below with a docstring that becomes its ``--help``.
 - Exit codes: 0 success, 1 failure, 2 bad usage. Click gives 2 for usage errors by itself; a ``LogfsError`` or an
-  ``OSError`` escaping a subcommand becomes one line on stderr and exit 1 (``_Group.invoke``), never a traceback.
-  Run with ``--log-level debug`` to see the traceback in the log.
+  ``OSError`` escaping a subcommand becomes one line on stderr and exit 1 (``_Group.invoke``), never a traceback:
+  ``Error: <message>``, the message a user reads, without the exception's class. Run with ``--log-level debug`` to
+  see the class and the traceback in the log.
 - Logging goes to stderr, one line per event (a traceback is folded onto its event's line), so that a daemon's log
   can be grepped and a subcommand's stdout stays clean for its output.
 - This module is the only one that configures logging; library modules only call ``logging.getLogger(__name__)``.
@@ -16,10 +17,11 @@ Rules:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -36,6 +38,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -71,8 +75,16 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except (LogfsError, OSError) as exc:
-            _log.debug("command failed", exc_info=True)
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+            _log.debug("command failed: %s: %s", type(exc).__name__, exc, exc_info=True)
+            raise click.ClickException(_message(exc)) from exc
+
+
+def _message(exc: Exception) -> str:
+    """What a user reads about a failure: its message, without the exception's class (``--log-level debug`` logs
+    that, with the traceback); an OSError as ``<file>: <strerror>``, as shell tools print it."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 _HELP = """\
@@ -203,8 +215,9 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
     STORE is the leader of every partition, in a new leader epoch; followers (`logfs follow`) fetch through
     MOUNTPOINT/.logfs/fetch/ when --config replica.ids lists them. Shuts down cleanly (flush, checkpoints,
     clean-shutdown marker, unmount) and exits 0. A stale mount left at MOUNTPOINT by a process that died is cleared
-    first. Exits 1 when the store is in use by another process, the mount point cannot be used, or STORE was out
-    of the ISR at its last fetch as a follower (unless --unclean); 2 for a bad --config.
+    first. STORE is created when missing, but only once the mount point is known to be usable. Exits 1 when the
+    store is in use by another process, the mount point cannot be used (missing, not a directory, already a mount
+    point), or STORE was out of the ISR at its last fetch as a follower (unless --unclean); 2 for a bad --config.
     """
     from logfs.core.configtext import parse_store_config
     from logfs.core.errors import ConfigError
@@ -279,18 +292,115 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0.
 
     While files under the mount are open (or a shell's working directory is inside it) the unmount fails with
-    "Device or resource busy"; --lazy detaches the mount point at once, and the `logfs mount` process shuts down
-    when the last of those files is closed.
+    "Device or resource busy" and names the processes holding it (from /proc/*/fd, cwd and root). --lazy detaches
+    the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process shuts down
+    cleanly once their files are closed (at most 10 s later, whatever else is still open).
     """
+    from logfs.mount.holders import holders
     from logfs.mount.server import unmount
 
+    _check_mounted(mountpoint)
     done = unmount(mountpoint, lazy=lazy)
     if done.returncode != 0:
         message = done.stderr.strip() or f"fusermount3 -u {mountpoint} failed"
         if not lazy and ("busy" in message.lower() or "EBUSY" in message):
+            held = "".join(f"\n  {holder}" for holder in holders(mountpoint))
             message += (
-                f"\nfiles under {mountpoint} are still open (or a process has its working directory there): close"
-                f" them, or `logfs umount --lazy {mountpoint}` to detach it now (the mount shuts down cleanly once"
-                " the last of them is closed)"
+                f"\nfiles under {mountpoint} are still open (or a process has its working directory there):"
+                f"{held or ' (by no process of this user)'}\nclose them, or `logfs umount --lazy {mountpoint}` to"
+                " detach it now (follow/ readers then read end of file, and the mount shuts down cleanly)"
             )
         raise click.ClickException(message)
+
+
+def _check_mounted(mountpoint: Path) -> None:
+    """A clear message for a mount point with nothing mounted (fusermount3 says "Invalid argument" or "not found in
+    /etc/mtab"). A stale mount (its process died: stat fails with ENOTCONN) is still unmounted."""
+    try:
+        os.stat(mountpoint)
+    except FileNotFoundError:
+        raise click.ClickException(f"{mountpoint} does not exist") from None
+    except OSError:
+        return  # stale: fusermount3 -u clears it
+    if not os.path.ismount(mountpoint):
+        raise click.ClickException(f"{mountpoint} is not mounted")
+
+
+# --- commands on a running mount (logfs/admin.py) -------------------------------------------------------------
+
+
+def _admin(action: Callable[[], T]) -> T:
+    """Run an admin action: BadArgument exits 2, AdminError 1, each with its one-line message."""
+    from logfs.admin import AdminError, BadArgument
+
+    try:
+        return action()
+    except BadArgument as exc:
+        raise click.UsageError(str(exc)) from None
+    except AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+_MOUNT_ARG = click.Path(file_okay=False, path_type=Path)
+
+
+@main.command("create-topic")
+@click.argument("mountpoint", type=_MOUNT_ARG)
+@click.argument("topic")
+@click.option(
+    "--partitions", type=click.IntRange(min=1), default=None, metavar="N",
+    help="Partitions 0 … N-1 (default: the mount's num.partitions).",
+)  # fmt: skip
+@click.option(
+    "--config", "config_lines", multiple=True, metavar="KEY=VALUE",
+    help="A topic config override (retention.ms, cleanup.policy …; docs/config.md); repeatable.",
+)  # fmt: skip
+def create_topic(mountpoint: Path, topic: str, partitions: int | None, config_lines: tuple[str, ...]) -> None:
+    """Create TOPIC with N partitions and config overrides in the mount at MOUNTPOINT.
+
+    Does what `mkdir MOUNTPOINT/TOPIC`, `mkdir MOUNTPOINT/TOPIC/<p>` for each further partition and one write of
+    the --config lines to MOUNTPOINT/TOPIC/config do. Whole or nothing: when a step fails the topic is removed again
+    (rmdir: it holds no record yet) and nothing stays, unless another process wrote into it meanwhile (then the
+    message says it was left). A mount's mkdir makes its num.partitions partitions at once and partitions cannot be
+    removed, so N below that fails. Exits 1 when the topic exists, MOUNTPOINT is not a logfs mount or the mount
+    refuses (a follower's mount is read-only); 2 for a bad topic name or --config line.
+    """
+    from logfs.admin import create_topic as create
+
+    made = _admin(lambda: create(mountpoint, topic, partitions, list(config_lines)))
+    click.echo(f"created topic {topic} with {made} partition(s)")
+
+
+@main.command("delete-topic")
+@click.argument("mountpoint", type=_MOUNT_ARG)
+@click.argument("topic")
+def delete_topic(mountpoint: Path, topic: str) -> None:
+    """Delete TOPIC and all its records from the mount at MOUNTPOINT (writes TOPIC to .logfs/delete-topic).
+
+    The records are gone for good: there is no undo. Readers of the topic see end of file. Exits 1 when there is no
+    such topic, MOUNTPOINT is not a logfs mount or the mount refuses (a follower's mount is read-only).
+    """
+    from logfs.admin import delete_topic as delete
+
+    _admin(lambda: delete(mountpoint, topic))
+    click.echo(f"deleted topic {topic}")
+
+
+@main.command()
+@click.argument("mountpoint", type=_MOUNT_ARG)
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON lines of .logfs/errors.")
+def errors(mountpoint: Path, as_json: bool) -> None:
+    """Print the last refusals of the mount at MOUNTPOINT, oldest first: why a write, an open for writing, a mkdir,
+    an rmdir or a config change failed.
+
+    One line each: local time, errno, what was refused, the path under the mount, and the reason. The mount keeps
+    the last 100 (MOUNTPOINT/.logfs/errors, JSON lines with time, op, path, errno and reason) and logs each at
+    WARNING too (rate-limited). Prints nothing when there were none. Exits 1 when MOUNTPOINT is not a logfs mount.
+    """
+    from logfs.admin import format_refusal, read_refusals, refusals_text
+
+    if as_json:
+        click.echo(_admin(lambda: refusals_text(mountpoint)), nl=False)
+        return
+    for refusal in _admin(lambda: read_refusals(mountpoint)):
+        click.echo(format_refusal(refusal))

@@ -10,6 +10,11 @@ Rules:
 * Each row also says how loud the event is: a refusal the user caused (a bad batch, an unknown offset) is logged at
   INFO, one line; a failure of logfs or its disk at ERROR; the mount's routine refusals (a name that does not
   exist, which shells and Spark probe all the time) and those already logged where they are raised at DEBUG.
+* A refusal of a change the user asked for (a write, flush or fsync of a write file, an open for writing, a mkdir,
+  an rmdir) is louder than its row: ``mount/refusals.py`` logs it at WARNING, rate-limited, with its reason (the
+  exception's message) and keeps it in ``.logfs/errors``; its row's level is then only used when that level is
+  ERROR (the ERROR line stays, the refusal is kept without a second line). ``Operations.refusal_target`` says what
+  a failed request refused; lookups, reads and opens for reading never count.
 * :func:`handler` wraps every ``Operations`` method. A mapped error becomes ``FUSEError(errno)`` with its one-line
   log message; an ``OSError`` from the disk keeps ENOSPC/EDQUOT as ENOSPC
   and otherwise counts as EIO; anything else is a logfs bug and answers EIO with the traceback logged. So no
@@ -28,6 +33,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -139,17 +145,20 @@ def handler(fn: F) -> F:
                 _log.debug("%s: %s (dropped: no reply)", name, exc)
                 return None
             _count(self, exc.errno)
-            if _log.isEnabledFor(logging.DEBUG):
+            refused = _refused(self, name, args, exc.errno, os.strerror(exc.errno), logged=False)
+            if not refused and _log.isEnabledFor(logging.DEBUG):
                 _log.debug("%s%s: %s", name, _brief(args), errno_name(exc.errno))
             raise
         except Exception as exc:
             code, level, traceback = _classify(exc)
-            if level >= logging.WARNING or traceback:
+            loud = level >= logging.WARNING or traceback
+            if loud:
                 _log.log(
                     ERROR, "%s%s failed with %s: %s: %s", name, _brief(args), errno_name(code), type(exc).__name__,
                     exc, exc_info=traceback,
                 )  # fmt: skip
-            elif _log.isEnabledFor(level):  # a failed lookup is routine: no argument formatting unless shown
+            refused = not no_reply and _refused(self, name, args, code, _reason(exc, traceback), logged=loud)
+            if not refused and not loud and _log.isEnabledFor(level):  # a lookup: no formatting unless shown
                 _log.log(level, "%s%s: %s (%s)", name, _brief(args), exc, errno_name(code))
             if no_reply:
                 return None
@@ -167,6 +176,29 @@ def _classify(exc: Exception) -> tuple[int, int, bool]:
     if found is None:
         return errno.EIO, ERROR, True  # a logfs bug: say where
     return found[0], found[1], False
+
+
+def _refused(ops: Any, name: str, args: tuple[Any, ...], code: int, reason: str, *, logged: bool) -> bool:
+    """Record a refusal of a change the user asked for (``mount/refusals.py``); False when the request was none."""
+    target = getattr(ops, "refusal_target", None)
+    if target is None:
+        return False
+    try:  # nothing but FUSEError may leave a handler, this bookkeeping's own bug included
+        where = target(name, args)
+        if where is not None:
+            ops.metrics.refusals.refused(where[0], where[1], errno_name(code), reason, logged=logged)
+    except Exception:
+        _log.exception("recording a refusal of %s failed", name)
+        return False
+    return where is not None
+
+
+def _reason(exc: Exception, bug: bool) -> str:
+    """What a user reads about a refusal: the error's message (its type only when it has none, or is a bug)."""
+    text = str(exc)
+    if bug or not text:
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
 
 
 def _brief(args: tuple[Any, ...]) -> str:

@@ -23,6 +23,10 @@ topic that exists, a record too large) stays the core's error.
     └── BrokenFraming           a write handle whose framing an earlier write lost (EBADMSG) …
         └── BrokenByTooLarge    … to a line or batch too large (EFBIG)
 
+Each is raised with a message a user can act on ("/t/0/state is for reading", "no topic 'x'"): for a refused
+change it is the reason the WARNING line and ``.logfs/errors`` show (``mount/refusals.py``), so say what was wrong,
+not only what failed.
+
 Threads: any (plain exceptions).
 """
 

@@ -1,8 +1,18 @@
 """``follow/`` readers: streams that wait at the end of a partition (spec §4), and the one place that owns them.
 
-* **Open.** A reader starts at the offset its name resolves to (``earliest``, ``<offset>``, ``@<ms>``,
-  ``latest``); one reader beyond ``max.follow.readers`` is refused (EMFILE): each may hold a pyfuse3 task while it
-  waits, and the server sizes its task limit by that number.
+* **Lookup.** A name's start offset is fixed when it is looked up (``earliest``, ``<offset>``, ``@<ms>``,
+  ``latest``: :meth:`FollowReaders.lookup`, the payload of the fresh inode): one lookup is one stream, and the
+  file's size is what has been committed since: the rendered bytes of ``[start, HW)`` (the LSO under
+  ``committed/``), answered with attribute timeout 0 (:meth:`FollowReaders.size`, remembered per range).
+* **Open.** A reader starts at its inode's start offset; one reader beyond ``max.follow.readers`` is refused
+  (EMFILE): each may hold a pyfuse3 task while it waits, and the server sizes its task limit by that number.
+* **tail.** GNU ``tail`` opens, fstats, seeks to the end (which FUSE never sees) and, when the size is 0 (an
+  idle ``follow/latest``), reads until EOF before it starts polling st_size; a ``cat`` does exactly the same
+  requests and must block. They cannot be told apart by what they send (pyfuse3's read has neither the caller nor
+  the file flags), so they are told apart by who opened the file: a process named in :data:`SIZE_POLLING_READERS`
+  (``/proc/<pid>/comm``) gets a *sized* handle, an ``hw/``-like view of ``[start, HW)`` read at its offsets,
+  extended when a read reaches its end after the HW moved, and EOF at the end instead of a wait. tail then polls
+  the size once a second (``-s``) and reads exactly the bytes it grew by.
 * **Read.** Each read renders whole records from the reader's offset up to the HW (the LSO under ``committed/``)
   in a worker thread, at least ``FOLLOW_CHUNK_BYTES_MIN`` at a time (the rest waits in the handle). With nothing
   to return it waits on the partition's event: one fresh ``trio.Event`` per HW advance, or under ``committed/``
@@ -22,10 +32,12 @@ from __future__ import annotations
 
 import logging
 import select
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from logfs.core.errors import OffsetOutOfRange
 from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.mount import signals
@@ -34,6 +46,8 @@ from logfs.mount.handles import FollowHandle, Handle, Partitions
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import parse_follow_name
 from logfs.mount.nodes import Node
+from logfs.mount.render.rangeview import RangeView, open_range
+from logfs.mount.render.renderspan import Format
 from logfs.mount.render.views import RenderCache, render_follow_chunk, resolve_start, view_end
 from logfs.mount.runner import Runner
 from logfs.mount.tree import Entry
@@ -44,8 +58,34 @@ _log = logging.getLogger(__name__)
 FOLLOW_CHUNK_BYTES_MIN = 64 * 1024  # what one follow/ render asks for at least (the rest waits in the handle)
 FOLLOW_WAIT_S = 1.0  # the longest a follow/ read waits before looking again (the HW event normally wakes it)
 
+FOLLOW_SIZES_MAX = 10_000  # remembered sizes of follow/ ranges (forgotten all at once beyond)
+# Processes that read a growing file by its size and need EOF at its end: GNU (and busybox) tail -f polls st_size
+# on FUSE, which coreutils counts as remote, and reads st_size minus what it has read.
+SIZE_POLLING_READERS = frozenset({"tail"})
+
 POLL_READY = select.POLLIN | select.POLLRDNORM
 POLL_WRITABLE = select.POLLOUT | select.POLLWRNORM
+
+
+@dataclass(slots=True)
+class FollowStart:
+    """A looked-up ``follow/`` name (the payload of its fresh inode): its format, the offset its stream starts at
+    (fixed at lookup), and the size its getattr last answered (kept for when the range cannot be measured any
+    more: retention took its start)."""
+
+    fmt: Format
+    start: int
+    size: int = 0
+
+
+def polls_size(pid: int) -> bool:
+    """Whether process ``pid`` is one of :data:`SIZE_POLLING_READERS` (its ``/proc/<pid>/comm``; procfs, no disk:
+    the trio thread may call it). False when unknown."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().strip().decode(errors="replace") in SIZE_POLLING_READERS
+    except OSError:
+        return False
 
 
 class FollowReaders:
@@ -72,16 +112,15 @@ class FollowReaders:
         self._waiting: dict[FollowHandle, trio.CancelScope] = {}
         self._closing = False
         self._drained = trio.Event()  # set once closing and no read waits
+        # (id of the log, committed, format, start, end) → rendered size of that range (see size)
+        self._sizes: dict[tuple[int, bool, Format, int, int], int] = {}
 
     def _log(self, node: Node) -> Log:
         return self.store.log(node.topic, node.partition)
 
-    async def open(self, entry: Entry, pid: int) -> FollowHandle:
-        """A reader of ``entry`` opened by process ``pid`` (whose signals interrupt its waits)."""
-        if self.count >= self.max_readers:
-            _log.info("refused a follow/ reader: max.follow.readers=%d are open", self.max_readers)
-            raise TooManyReaders(f"max.follow.readers={self.max_readers} are open")
-        node = entry.node
+    async def lookup(self, node: Node) -> FollowStart:
+        """Where a lookup of the ``follow/`` name ``node`` starts its stream (now); NoEntry for a name that does not
+        parse or an offset outside the log."""
         name = parse_follow_name(node.name)
         log = self._log(node)
         try:
@@ -90,20 +129,74 @@ class FollowReaders:
             raise NoEntry(str(node)) from None
         if not log.log_start_offset <= position <= log.log_end_offset:
             raise NoEntry(f"{node}: offset {position} is outside the log")
+        return FollowStart(name.fmt, position)
+
+    async def size(self, entry: Entry) -> int:
+        """The size of a ``follow/`` file now: its format's bytes of ``[start, HW)`` (the LSO under committed/).
+        A range's size never changes, so it is remembered; a new HW is a new range. When the start has left the
+        log (retention), the last size answered."""
+        node, spec = entry.node, entry.payload
+        assert isinstance(spec, FollowStart)
+        log = self._log(node)
+        end = view_end(log, node.committed)
+        key = (id(log), node.committed, spec.fmt, spec.start, end)
+        known = self._sizes.get(key)
+        if known is None:
+            try:
+                view = await self._read_thread(self._open_view, node, spec, end)
+            except OffsetOutOfRange:
+                return spec.size
+            known = view.size
+            view.close()
+            if len(self._sizes) >= FOLLOW_SIZES_MAX:
+                self._sizes.clear()
+            self._sizes[key] = known
+        spec.size = known
+        return known
+
+    def _open_view(self, node: Node, spec: FollowStart, end: int) -> RangeView:
+        """``[start, end)`` of a follow/ file as a view. Worker thread."""
+        return open_range(self._log(node), self.cache, node.topic, node.partition, spec.fmt, spec.start, end,
+                          node.committed)  # fmt: skip
+
+    async def open(self, entry: Entry, pid: int) -> FollowHandle:
+        """A reader of ``entry`` opened by process ``pid``: a stream whose reads wait at the end (interrupted by
+        ``pid``'s signals), or a sized handle when ``pid`` polls sizes (tail: see the module docstring)."""
+        if self.count >= self.max_readers:
+            _log.info("refused a follow/ reader: max.follow.readers=%d are open", self.max_readers)
+            raise TooManyReaders(f"max.follow.readers={self.max_readers} are open")
+        node, spec = entry.node, entry.payload
+        assert isinstance(spec, FollowStart)
+        log = self._log(node)
+        if not log.log_start_offset <= spec.start <= log.log_end_offset:
+            raise NoEntry(f"{node}: offset {spec.start} is outside the log")
+        view = None
+        if polls_size(pid):
+            try:
+                view = await self._read_thread(self._open_view, node, spec, view_end(log, node.committed))
+            except OffsetOutOfRange:
+                raise NoEntry(f"{node}: offset {spec.start} is outside the log") from None
         self.count += 1
-        return FollowHandle(entry, name.fmt, position, signals.SignalProbe(pid))
+        if view is not None:
+            return FollowHandle(entry, spec.fmt, spec.start, None, view=view)
+        return FollowHandle(entry, spec.fmt, spec.start, signals.SignalProbe(pid))
 
     def release(self, fh: int, h: FollowHandle) -> None:
         self.count -= 1
         if h.probe is not None:
             h.probe.close()
+        if h.view is not None:
+            h.view.close()
         state = self.partitions.maybe_get(h.node.topic, h.node.partition)
         if state is not None:
             state.poll_handles.pop(fh, None)
 
-    async def read(self, h: FollowHandle, size: int) -> bytes:
+    async def read(self, h: FollowHandle, off: int, size: int) -> bytes:
         """Up to ``size`` bytes of whole records from ``h``'s offset; waits while there are none; EOF once the
-        mount closes; Interrupted when the opener got a signal while it waited."""
+        mount closes; Interrupted when the opener got a signal while it waited. A sized handle (tail) reads at
+        ``off`` instead and answers EOF at the end."""
+        if h.view is not None:
+            return await self._read_sized(h, off, size)
         node = h.node
         key = (node.topic, node.partition)
         async with h.lock:
@@ -141,13 +234,36 @@ class FollowReaders:
                     h.interrupted = False
                     raise Interrupted(f"{node}: the reader got a signal")
 
+    async def _read_sized(self, h: FollowHandle, off: int, size: int) -> bytes:
+        """``size`` bytes at ``off`` of a sized handle's view of ``[start, HW)``, extended first when the read
+        reaches its end and the HW has moved (the bytes below never change)."""
+        node = h.node
+        async with h.lock:
+            view = h.view
+            assert view is not None
+            end = view_end(self._log(node), node.committed)
+            if off + size > view.size and end > view.end_offset and not self._closing:
+                spec = FollowStart(h.fmt, view.start_offset)
+                try:
+                    grown = await self._read_thread(self._open_view, node, spec, end)
+                except OffsetOutOfRange:
+                    grown = None  # retention took the start: keep reading what the view holds
+                if grown is not None:
+                    view.close()
+                    h.view = view = grown
+        data = view.read_cached(off, size)
+        if data is None:
+            data = await self._read_thread(view.read, off, size)
+        self.metrics.fetched((node.topic, node.partition), len(data))
+        return data
+
     def poll(self, fh: int, h: Handle | None, poll_handle: Any) -> int:
         """poll(2) of an open file: a follow/ stream is ready when it has bytes to return (or the mount closes),
         else ``poll_handle`` is notified at the next HW move. Every other file is always ready."""
         if not isinstance(h, FollowHandle):
             return POLL_READY | POLL_WRITABLE
         node = h.node
-        if h.pending or self._closing or h.position < view_end(self._log(node), node.committed):
+        if h.view is not None or h.pending or self._closing or h.position < view_end(self._log(node), node.committed):
             return POLL_READY
         if poll_handle is not None:
             self.partitions.get(node.topic, node.partition).poll_handles[fh] = poll_handle

@@ -6,7 +6,7 @@
 * :class:`HwHandle` — an ``hw/`` file: a RangeView from the file's start, reopened further when the HW has moved
   and a read reaches its end (the file only grows at its end, so earlier bytes never change).
 * :class:`FollowHandle` — a ``follow/`` stream: the next offset, bytes rendered but not yet returned, a probe of the
-  opener's pending signals for the EINTR check.
+  opener's pending signals for the EINTR check; or, opened by ``tail``, a view read at offsets (``mount/follow.py``).
 * :class:`WriteHandle` — ``append``, ``append.jsonl``, ``batches`` (partition or topic level), ``config`` opened for
   writing and ``.logfs/delete-*``: its framer, the produce responses not yet read (O_RDWR), the error that broke its
   framing, and a lock that keeps its requests in arrival order.
@@ -69,6 +69,7 @@ class FollowHandle(Handle):
     pending: bytes = b""
     interrupted: bool = False  # set by the signal watcher before it cancels the wait
     lock: trio.Lock = field(default_factory=trio.Lock)
+    view: RangeView | None = None  # a sized handle (tail): [start, HW) read at offsets, EOF at its end
 
 
 @dataclass(eq=False)

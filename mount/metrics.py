@@ -5,6 +5,9 @@ Prometheus expects of a counter). Gauges (offsets, HW lag, open readers) are rea
 rendered. :meth:`Metrics.statistics` gives a frozen snapshot; :func:`render` turns a snapshot into the exposition
 format (version 0.0.4): ``# HELP`` and ``# TYPE`` lines, then one sample per label set, sorted.
 
+The mount's refusal log (``mount/refusals.py``: the ring behind ``.logfs/errors``) lives here too, as
+:attr:`Metrics.refusals`: it is what the mount reports about the requests it answered, as ``logfs_errors_total`` is.
+
 Threads: the trio thread updates and renders (worker threads report back through it); no lock.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from logfs.mount.refusals import RefusalLog
 
 TopicPartitionKey = tuple[str, int]
 
@@ -57,6 +62,7 @@ class Metrics:
         self.fetched_bytes: Counter[TopicPartitionKey] = Counter()
         self.fetches: Counter[TopicPartitionKey] = Counter()
         self.errors: Counter[str] = Counter()
+        self.refusals = RefusalLog()
 
     def appended(self, key: TopicPartitionKey, records: int, size_bytes: int, batches: int = 1) -> None:
         self.appended_records[key] += records

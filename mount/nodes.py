@@ -5,6 +5,7 @@ Paths::
     /                                   ROOT
     /.logfs/                            LOGFS_DIR
         metrics                         METRICS            r   Prometheus text
+        errors                          ERRORS             r   the last refusals, JSON lines (mount/refusals.py)
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
         producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
         labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
@@ -56,6 +57,7 @@ class Kind(enum.Enum):
     ROOT = ("root", True, 0o755, False)
     LOGFS_DIR = ("logfs_dir", True, 0o555, False)
     METRICS = ("metrics", False, 0o444, False)
+    ERRORS = ("errors", False, 0o444, False)
     DELETE_TOPIC = ("delete_topic", False, 0o220, False)
     DELETE_RECORDS = ("delete_records", False, 0o220, False)
     TOPIC = ("topic", True, 0o755, False)
@@ -167,6 +169,7 @@ _NAMES = {
     Kind.PARTITION: "",
     Kind.COMMITTED: "",
     Kind.METRICS: ".logfs/metrics",
+    Kind.ERRORS: ".logfs/errors",
     Kind.DELETE_TOPIC: ".logfs/delete-topic",
     Kind.DELETE_RECORDS: ".logfs/delete-records",
     Kind.TOPIC_APPEND: "append",
@@ -187,6 +190,7 @@ TXN_DIR_NAME = "transactions"
 LABELS_DIR_NAME = "labels"
 LOGFS_CHILDREN = {
     "metrics": Kind.METRICS,
+    "errors": Kind.ERRORS,
     "delete-topic": Kind.DELETE_TOPIC,
     "delete-records": Kind.DELETE_RECORDS,
     "producer-id": Kind.PRODUCER_ID,
@@ -211,6 +215,9 @@ COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.H
 FETCH_DIR_NAME = "fetch"
 
 
+_LOGFS_DIR_CHILDREN = frozenset(LOGFS_CHILDREN.values())
+
+
 def parent_of(node: Node) -> Node:
     """The directory holding ``node`` (the root's parent is the root)."""
     k = node.kind
@@ -218,7 +225,7 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.ROOT)
     if k.is_fetch:
         return _fetch_parent(node)
-    if k in (Kind.METRICS, Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.PRODUCER_ID, Kind.TXN_DIR, Kind.LABELS_DIR):
+    if k in _LOGFS_DIR_CHILDREN:
         return Node(Kind.LOGFS_DIR)
     if k is Kind.LABEL:
         return Node(Kind.LABELS_DIR)

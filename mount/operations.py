@@ -80,6 +80,7 @@ from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name, parse_partition_name
 from logfs.mount.nodes import Kind, Node, parent_of
 from logfs.mount.reads import Reader, ReplicaView
+from logfs.mount.refusals import refusal_target
 from logfs.mount.render.rangeview import RangeView
 from logfs.mount.render.views import RenderCache
 from logfs.mount.replication import LeaderReplication
@@ -182,6 +183,10 @@ class Operations(pyfuse3.Operations):
         """Called by ``@handler`` for every errno answered (``logfs_errors_total``)."""
         self.metrics.error(errno_name(code))
 
+    def refusal_target(self, handler: str, args: tuple[Any, ...]) -> tuple[str, str] | None:
+        """What a failed request refused, for ``@handler``'s refusal log and ``.logfs/errors`` (mount/refusals.py)."""
+        return refusal_target(handler, args, self._handles, self.tree)
+
     def _release_entry(self, entry: Entry) -> None:
         if isinstance(entry.payload, RangeView):
             entry.payload.close()
@@ -231,6 +236,7 @@ class Operations(pyfuse3.Operations):
             self.reader.release(fh, h)
         self._handles.clear()
         self.tree.release_all()
+        self.metrics.refusals.close()
 
     # --- lookups --------------------------------------------------------------------------------------------------
 
@@ -384,7 +390,7 @@ class Operations(pyfuse3.Operations):
     @handler
     async def create(self, parent: int, name: bytes, mode: int, flags: int, ctx: Any) -> tuple[Any, Any]:
         self._refuse_if_read_only()
-        raise NotPermitted("create")
+        raise NotPermitted("no file can be created here: write to the mount's own files (append, append.jsonl …)")
 
     @handler
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:

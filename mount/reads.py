@@ -12,10 +12,10 @@
   from the file's start, extended (prefix-stable) when a read reaches its end after the HW moved. A file gone
   from ``hw/`` while open keeps the attributes of what its handles hold (retention never pulls data from under an
   open reader).
-* **follow/** A lookup checks the name (and a plain offset against the log); opens, reads and polls are
-  ``mount/follow.py``'s.
-* **state, config, .logfs/metrics, .logfs/producer-id** Rendered at open (and per getattr, for the size), served
-  from the rendered bytes with ``direct_io``.
+* **follow/** A lookup fixes the stream's start, getattr answers what was committed since; lookups, sizes, opens,
+  reads and polls are ``mount/follow.py``'s.
+* **state, config, .logfs/metrics, .logfs/errors, .logfs/producer-id** Rendered at open (and per getattr, for the
+  size), served from the rendered bytes with ``direct_io``.
 * **Fetch files** (``.logfs/fetch/…``) A lookup is a fetch (``mount/replication.py``); its answer is the payload of
   a fresh inode, served like an ``at/`` snapshot.
 
@@ -41,7 +41,7 @@ from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMou
 from logfs.mount.follow import FollowReaders
 from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
 from logfs.mount.metrics import Metrics, PartitionGauges, render
-from logfs.mount.names import parse_at_name, parse_follow_name
+from logfs.mount.names import parse_at_name
 from logfs.mount.nodes import Kind, Node, parent_of
 from logfs.mount.render.rangeview import RangeView, open_range
 from logfs.mount.render.views import (
@@ -155,7 +155,10 @@ class Reader:
             snapshot: FetchSnapshot = entry.payload
             return self._attr(inode, node, size=len(snapshot.data), mtime_ns=entry.created_ns,
                              attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
-        if kind.fresh:  # write files and follow/ streams: size 0, looked up again on every open
+        if kind is Kind.FOLLOW_FILE:  # what was committed since its lookup, never cached: `tail -f` sees it grow
+            return self._attr(inode, node, size=await self.follows.size(entry), mtime_ns=entry.created_ns,
+                             attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind.fresh:  # write files: size 0, looked up again on every open
             return self._attr(inode, node, mtime_ns=entry.created_ns or None,
                              attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
         if kind is Kind.HW_FILE:
@@ -176,8 +179,8 @@ class Reader:
         if kind is Kind.CONFIG:
             data = self.render_config(node.topic)
             return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
-        if kind is Kind.METRICS:
-            data = self.render_metrics()
+        if kind in (Kind.METRICS, Kind.ERRORS):
+            data = self.render_metrics() if kind is Kind.METRICS else self.metrics.refusals.render()
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
 
@@ -206,14 +209,8 @@ class Reader:
         if node.kind is Kind.AT_FILE:
             view = await self._open_at(node)
             return self.tree.add_fresh(node, view, created_ns=now)
-        if node.kind is Kind.FOLLOW_FILE:
-            name = parse_follow_name(node.name)
-            log = self._log(node)
-            if name.stem.isdigit():
-                offset = int(name.stem)
-                if not log.log_start_offset <= offset <= log.log_end_offset:
-                    raise NoEntry(f"{node}: offset {offset} is outside the log")
-            return self.tree.add_fresh(node, name, created_ns=now)
+        if node.kind is Kind.FOLLOW_FILE:  # its start is fixed now (mount/follow.py)
+            return self.tree.add_fresh(node, await self.follows.lookup(node), created_ns=now)
         return self.tree.add_fresh(node, None, created_ns=now)
 
     async def _open_at(self, node: Node) -> RangeView:
@@ -319,6 +316,8 @@ class Reader:
             data = await self.render_state(node)
         elif kind is Kind.CONFIG:
             data = self.render_config(node.topic)
+        elif kind is Kind.ERRORS:
+            data = self.metrics.refusals.render()
         else:
             data = self.render_metrics()
         return SnapshotHandle(entry, data), pyfuse3.FileInfo(direct_io=True)
@@ -352,7 +351,7 @@ class Reader:
         if isinstance(h, HwHandle):
             return await self._read_hw(h, off, size)
         if isinstance(h, FollowHandle):
-            return await self.follows.read(h, size)
+            return await self.follows.read(h, off, size)
         if isinstance(h, SnapshotHandle):
             # pyfuse3 replies from any contiguous buffer (PyObject_GetBuffer): a fetch answer's view is not copied
             return cast(bytes, h.data[off : off + size])

@@ -2,11 +2,13 @@
 
 Order of events (spec §6):
 
-1. Open the store (its exclusive lock; StoreLocked when another process owns it; recovery after a crash), and start
-   a new leader epoch (``core/replication/promotion.py``: PromotionRefused for a store that was out of the ISR, unless
-   ``--unclean``).
-2. Clear a stale mount left at the mount point by a process that died (``stat`` answers ENOTCONN, "Transport
-   endpoint is not connected"): ``fusermount3 -u -z``, with a warning in the log. A live mount there is refused.
+1. Check the mount point, before the store is touched, so that a mount that cannot proceed (a live mount there, a
+   missing directory, a file) leaves no store directory behind: clear a stale mount left by a process that died
+   (``stat`` answers ENOTCONN, "Transport endpoint is not connected") with ``fusermount3 -u -z`` and a warning in
+   the log; refuse anything else that is not an unmounted directory (MountError).
+2. Open the store (created if missing; its exclusive lock: StoreLocked when another process owns it; recovery after
+   a crash), and start a new leader epoch (``core/replication/promotion.py``: PromotionRefused for a store that was
+   out of the ISR, unless ``--unclean``).
 3. ``pyfuse3.init`` with ``fsname=logfs``, ``subtype=logfs`` and ``noatime``. Not ``default_permissions``: root
    bypasses the kernel's mode checks anyway, so logfs refuses wrong open modes itself. Never the writeback cache
    (``Operations.enable_writeback_cache`` is False): the kernel would merge writes and re-send pages, and an
@@ -18,6 +20,11 @@ Order of events (spec §6):
    deferred deletes, flush.ms, checkpoints); and the watcher that interrupts blocked follow readers whose process
    has a signal pending (``Operations.watch_signals``); with followers, the ISR shrink timer
    (``Operations.watch_replicas``). The soft descriptor limit is raised to the hard one first.
+   A watcher reads ``/proc/self/mountinfo`` every :data:`UNMOUNT_CHECK_S`: once the mount point has left it while
+   the session lives on (``logfs umount --lazy`` / ``fusermount3 -u -z`` with files still open), it shuts down as
+   SIGTERM does: waiting ``follow/`` readers get EOF (and so does every later ``follow/`` read), their processes
+   close their files, and the last close ends the session; a file still open :data:`LAZY_GRACE_S` later does not
+   keep the process alive (the session is ended, and that file answers ENOTCONN).
 5. Whatever happens, in ``finally``: release every open view, ``pyfuse3.close(unmount=True)``, then
    ``Store.close()`` (flush, checkpoints, the clean-shutdown marker).
 
@@ -51,6 +58,8 @@ from logfs.mount.operations import Operations
 _log = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 1.0
+UNMOUNT_CHECK_S = 0.5  # how often the mount looks for its own (lazy) unmount in /proc/self/mountinfo
+LAZY_GRACE_S = 10.0  # how long open files may keep a lazily unmounted session up once its follow/ readers ended
 MOUNT_OPTIONS = frozenset({"fsname=logfs", "subtype=logfs", "noatime"})
 FUSERMOUNT = "fusermount3"
 
@@ -98,15 +107,15 @@ def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: b
     """Mount ``store_path`` at ``mountpoint`` in the foreground as the leader of a new leader epoch; return the exit
     code. Main thread.
 
-    Raises StoreLocked (another process owns the store), ConfigError (a node.id the store refuses),
-    PromotionRefused (the store was out of the ISR when it last followed, and not ``unclean``) and MountError before
-    anything is mounted.
+    Raises MountError (before the store is opened or created), StoreLocked (another process owns the store),
+    ConfigError (a node.id the store refuses) and PromotionRefused (the store was out of the ISR when it last
+    followed, and not ``unclean``) before anything is mounted.
     """
     raise_open_file_limit()
+    clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store directory
     store = Store.open(store_path, config)
     try:
         leader_epoch = start_leader_epoch(store, unclean=unclean)
-        clear_stale_mount(mountpoint)
         return trio.run(_run, store, mountpoint, leader_epoch)
     finally:
         store.close()
@@ -128,6 +137,7 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
     and the signal watcher, and are cancelled when it ends. Whatever happens, every view is released and the mount
     point unmounted before this returns. A read-only ``ops`` (a follower's) is mounted ``ro``. Trio thread."""
     options = set(MOUNT_OPTIONS | ({"ro"} if ops.read_only else set()))
+    where = os.path.realpath(mountpoint)  # before mounting: after it, resolving it would ask this very process
     pyfuse3.init(ops, str(mountpoint), options)
     _log.info(
         "serving %s at %s%s (max.follow.readers=%d)",
@@ -139,6 +149,7 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
             for task in background:
                 nursery.start_soon(task)
             nursery.start_soon(ops.watch_signals)
+            nursery.start_soon(_watch_unmount, ops, where)
             await pyfuse3.main(min_tasks=1, max_tasks=ops.max_tasks)
             nursery.cancel_scope.cancel()
     except BaseException as exc:  # trio wraps errors (even KeyboardInterrupt) in an ExceptionGroup
@@ -158,6 +169,51 @@ async def stop_mount(ops: Operations) -> None:
     session is still up), then ``pyfuse3.terminate()``. Trio thread."""
     await ops.begin_shutdown()
     pyfuse3.terminate()
+
+
+def mount_points() -> set[str]:
+    """Every mount point of this process's mount namespace (``/proc/self/mountinfo``'s fifth field, its octal
+    escapes undone). procfs: no disk, no FUSE request, so the trio thread may call it."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        lines = f.read().splitlines()
+    return {_unescape(line.split(b" ")[4]) for line in lines if line.count(b" ") >= 4}
+
+
+def _unescape(field: bytes) -> str:
+    r"""``/a\040b`` → ``/a b``: mountinfo writes space, tab, newline and backslash as three octal digits."""
+    out, i = bytearray(), 0
+    while i < len(field):
+        if field[i : i + 1] == b"\\" and field[i + 1 : i + 4].isdigit():
+            out.append(int(field[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return os.fsdecode(bytes(out))
+
+
+async def _watch_unmount(ops: Operations, where: str) -> None:
+    """Shut down (as SIGTERM does) once ``where`` is no longer a mount point while the session is still up: a lazy
+    unmount detached it with files open, and their readers would otherwise keep this process alive. Only after
+    ``where`` was seen mounted (a path the table spells differently never stops a mount). Runs until cancelled."""
+    seen = False
+    while True:
+        mounted = where in mount_points()
+        if mounted:
+            seen = True
+        elif seen:
+            _log.info("%s was unmounted while files were open (lazy unmount): ending their readers", where)
+            await ops.begin_shutdown()  # follow/ readers answer EOF, and so does every later follow/ read
+            # Their processes now close those files; the last close ends the session (the main loop returns and
+            # cancels this task). A file that stays open (a writer, a shell's working directory) would keep this
+            # process alive for ever: after LAZY_GRACE_S the session is ended anyway (that file then answers
+            # ENOTCONN). Ending it at once would fail the readers' close(2) with ECONNABORTED.
+            await trio.sleep(LAZY_GRACE_S)
+            _log.warning("files under %s are still open %.0f s after a lazy unmount: ending the session",
+                         where, LAZY_GRACE_S)  # fmt: skip
+            pyfuse3.terminate()
+            return
+        await trio.sleep(UNMOUNT_CHECK_S)
 
 
 async def _on_signals(ops: Operations) -> None:

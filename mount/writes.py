@@ -223,8 +223,8 @@ class Writer:
             await self._append(h, partition, lambda: encode_text_batches(lines, now_ms(), limit))
         elif kind is Kind.APPEND_JSONL:
             limit = max_batch_bytes(self.store.log(node.topic, node.partition))
-            records = await self._read_thread(parse_json_lines, lines, now_ms())
-            await self._append(h, node.partition, lambda: encode_record_batches([r.record for r in records], limit))
+            # parsed, encoded and appended in one worker call: one thread hand-off per request
+            await self._append(h, node.partition, lambda: _jsonl_batches(lines, now_ms(), limit))
         elif kind is Kind.TOPIC_APPEND_JSONL:
             await self._topic_jsonl(h, lines)
         elif kind is Kind.CONFIG:
@@ -269,7 +269,7 @@ class Writer:
                     sticky = self._next_sticky(topic)
                 partition = sticky
             groups.setdefault(partition, []).append(r.record)
-        encoded: dict[int, list[bytes]] = {}
+        encoded: dict[int, list[bytes | bytearray]] = {}
         for partition, group in groups.items():  # encode all before appending any: EFBIG stores nothing
             limit = max_batch_bytes(self.store.log(topic, partition))
             encoded[partition] = await self._read_thread(encode_record_batches, group, limit)
@@ -314,8 +314,7 @@ class Writer:
         for command in commands:
             words = command.split()
             if not (words == ["abort"] or (words[0] == "commit" and len(words) <= 2)):
-                _log.info("%s: %r is neither 'commit [<label>]' nor 'abort'", h.node, command)
-                raise InvalidCommand(command)
+                raise InvalidCommand(f"{command!r} is neither 'commit [<label>]' nor 'abort'")
             label = words[1] if len(words) == 2 else None
             await self.transactions.end(h.txn[0], h.txn[1], commit=words[0] == "commit", label=label)
 
@@ -332,18 +331,20 @@ class Writer:
     async def _delete_records(self, line: str) -> None:
         parts = line.split()
         if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
-            _log.info("delete-records: %r is not '<topic> <partition> <offset>'", line)
-            raise InvalidCommand(line)
+            raise InvalidCommand(f"{line!r} is not '<topic> <partition> <offset>'")
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
         log = self.store.log(topic, partition)
         if offset < 0 or offset > log.high_watermark:
-            _log.info("delete-records: offset %d of %s-%d is outside [0, HW=%d]", offset, topic, partition,
-                      log.high_watermark)  # fmt: skip
-            raise InvalidCommand(line)
+            raise InvalidCommand(f"offset {offset} of {topic}-{partition} is outside [0, HW={log.high_watermark}]")
         state = self.partitions.get(topic, partition)
         async with state.append_lock:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
         _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
+
+
+def _jsonl_batches(lines: list[bytes], now: int, limit: int) -> list[bytes | bytearray]:
+    """A partition's ``append.jsonl`` lines as batches (worker thread): every line parsed before any is encoded."""
+    return encode_record_batches([r.record for r in parse_json_lines(lines, now)], limit)
 
 
 def _commands(lines: list[bytes]) -> list[str]:

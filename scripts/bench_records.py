@@ -11,6 +11,10 @@ For 100-byte values in batches of 1, 100 and 10,000 records it measures, for log
 * render: the plain rendering of spec §4, values one per line (``render_plain``; kafka-python: iterate + join)
 * crc: the CRC-32C pass alone over the batch (``crc32c`` package; kafka-python's ``calc_crc32c``)
 
+The "(events)" rows (issue 14) do the same on realistic records: a kafka-python producer's uncompressed 16 KiB
+batches of web events (scripts/realdata.py, seeded; keys, one header each, values of 150-1,500 bytes). Run with
+``LOGFS_NO_CEXT=1`` for the pure-Python record walker (the compiled one, core/format/_walk.c, is used when built).
+
 Each cell repeats its operation until ~0.4 s has passed and reports the best of three such runs. Targets (issue 2)
 for 10,000-record batches: validate >= 2,000,000 records/s, crc >= 5 GB/s, encode >= 1,000,000 records/s,
 render >= 2,000,000 records/s.
@@ -119,8 +123,33 @@ def main() -> int:
             crc_theirs = best_rate(lambda v=bytes(view): calc_crc32c(v), len(view), budget) / 1e9
         verdict = ("ok" if crc_ours >= CRC_TARGET_GBPS else f"below {CRC_TARGET_GBPS}") if n == 10_000 else ""
         rows.append(("crc", n, "GB/s", crc_ours, crc_theirs, verdict))
+    rows += realistic_rows(budget)
     print_table(rows, markdown=args.markdown)
     return 0
+
+
+def realistic_rows(budget: float) -> list[tuple[str, int, str, float, float | None, str]]:
+    """validate, decode and render of realistic producer batches (issue 14; scripts/realdata.py, seeded): the
+    uncompressed 16 KiB batches of a kafka-python producer, web events of 150-1,500 bytes with keys and one header
+    each. The batch column is their mean record count; figures are over all of them."""
+    import realdata  # scripts/ is sys.path[0]
+
+    batches = [b for b in realdata.producer_file(4 * 1024 * 1024) if realdata.batch_codec(b) == 0]
+    n = sum(int.from_bytes(b[57:61], "big") for b in batches)
+    mb = sum(len(b) for b in batches) / n / 1e6
+    ops: dict[str, Callable[[bytes], object]] = {"validate": validate_batch, "decode": decode_records}
+    ops["render"] = render_plain
+    theirs: dict[str, Callable[[bytes], object]] = {"validate": kp_validate, "render": kp_render}
+    theirs["decode"] = lambda b: list(DefaultRecordBatch(b))
+    rows: list[tuple[str, int, str, float, float | None, str]] = []
+    for op, fn in ops.items():
+        rate = best_rate(lambda f=fn: [f(b) for b in batches], n, budget)
+        other = None
+        if DefaultRecordBatch is not None:
+            other = best_rate(lambda f=theirs[op]: [f(b) for b in batches], n, budget)
+        rows.append((f"{op} (events)", n // len(batches), "rec/s", rate, other, ""))
+        rows.append((f"{op} (events)", n // len(batches), "MB/s", rate * mb, None if other is None else other * mb, ""))
+    return rows
 
 
 def print_table(rows: list[tuple[str, int, str, float, float | None, str]], *, markdown: bool) -> None:

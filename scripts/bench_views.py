@@ -13,10 +13,15 @@ Rows (issue 4 targets reading >= 1,500,000 records/s through ``at/``, O(log n) p
   chunks is set to 8 MiB, far below the rendering, so no read is served from a previous pass.
 * opening the range again (lookups/s with a warm index), and random 4 KiB reads (each renders one chunk).
 
-Data: ``--records`` 100-byte values (default 1,000,000) in batches of ``--batch-records`` (default 1,000, ~110 KB,
-as in scripts/bench_core.py). Files go under ``--dir`` (default ./var/bench-views), deleted afterwards.
+Data (``--data``, issue 14): ``uniform``, ``--records`` 100-byte values (default 1,000,000) in batches of
+``--batch-records`` (default 1,000, ~110 KB, as in scripts/bench_core.py); ``events``, ``--mib`` of realistic web
+events (scripts/realdata.py, seeded: JSON of 150-1,500 bytes) as ``append`` stores lines written 1 MiB at a time
+(``lines.encode_text_batches``: no keys, no headers, batches up to 1 MiB); ``producer``, the same events as a
+kafka-python producer's 16 KiB batches (keys, one header each, half uncompressed, a quarter lz4, a quarter zstd).
+Files go under ``--dir`` (default ./var/bench-views), deleted afterwards.
 
-Usage: ``python scripts/bench_views.py [--records N] [--batch-records N] [--jsonl] [--dir DIR]``
+Usage: ``python scripts/bench_views.py [--data uniform|events|producer] [--records N] [--batch-records N] [--mib N]
+[--jsonl] [--dir DIR]``
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 
 from logfs.core.configtext import parse_store_config
 from logfs.core.format.encode import encode_values
+from logfs.core.format.lines import encode_text_batches
 from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.log.log import Log
 from logfs.core.store import Store
@@ -89,6 +95,8 @@ def main() -> int:
     ap.add_argument("--chunk-kib", type=int, default=CHUNK_BYTES_DEFAULT // KIB, help="the index's chunk size")
     ap.add_argument("--jsonl", action="store_true", help="also measure JSON lines (about 5x slower to render)")
     ap.add_argument("--dir", default="var/bench-views")
+    ap.add_argument("--data", choices=("uniform", "events", "producer"), default="uniform")
+    ap.add_argument("--mib", type=int, default=96, help="MiB of realistic events (--data events|producer)")
     args = ap.parse_args()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
@@ -97,18 +105,37 @@ def main() -> int:
         store = Store.open(root, parse_store_config(["max.message.bytes=4194304"]))
         store.create_topic("t", 1)
         log = store.log("t", 0)
-        batch = encode_values(values(args.batch_records, 100), TIMESTAMP)
-        for _ in range(args.records // args.batch_records):
+        for batch in stored_batches(args):
             log.append_as_leader(bytearray(batch), 0)
         log.update_high_watermark(log.log_end_offset)
         n = log.high_watermark
-        print(f"{n:,} records of 100 bytes in batches of {args.batch_records:,}; {log.size_bytes / 1e6:.0f} MB stored")
+        what = f"100 bytes in batches of {args.batch_records:,}" if args.data == "uniform" else args.data
+        print(f"{n:,} records ({what}); {log.size_bytes / 1e6:.0f} MB stored")
         for fmt in (Format.PLAIN, Format.JSONL) if args.jsonl else (Format.PLAIN,):
             bench_format(log, fmt, n, args.chunk_kib * KIB)
         store.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def stored_batches(args: argparse.Namespace) -> list[bytes]:
+    """The batches to store for ``--data``."""
+    if args.data == "uniform":
+        return [encode_values(values(args.batch_records, 100), TIMESTAMP)] * (args.records // args.batch_records)
+    import realdata  # scripts/ is sys.path[0]
+
+    if args.data == "producer":
+        return realdata.producer_file(args.mib * MIB, timestamp=TIMESTAMP)
+    lines = [e.body for e in realdata.events(args.mib * MIB, timestamp=TIMESTAMP)]
+    out: list[bytes] = []
+    start = size = 0
+    for i, line in enumerate(lines):  # what `append` makes of 1 MiB writes
+        size += len(line) + 1
+        if size >= MIB or i == len(lines) - 1:
+            out += encode_text_batches(lines[start : i + 1], TIMESTAMP, MIB)
+            start, size = i + 1, 0
+    return out
 
 
 def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
@@ -133,6 +160,7 @@ def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
     starts = [rng.randrange(n) for _ in range(opens)]
     t_open = best_of(1, lambda: [open_range(log, cache, "t", 0, fmt, s, n).close() for s in starts])
     view = open_range(log, cache, "t", 0, fmt, 0, n)
+    rendered = view.size
     seeks = 2_000
     positions = [rng.randrange(view.size) for _ in range(seeks)]
     t_seek = best_of(1, lambda: [view.read(p, 4 * KIB) for p in positions])
@@ -145,9 +173,11 @@ def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
         (f"open at a random offset, warm index ({name})", opens / t_open, "opens/s"),
         (f"random 4 KiB reads ({name})", seeks / t_seek, "reads/s"),
     ]
+    per_record = rendered / n  # bytes of rendering per record: the records/s rows also in MB/s of rendering
     for label, value, unit in rows:
         shown = f"{value:,.3f}" if unit == "s" else f"{value:,.0f}"
-        print(f"{label:<55} {shown:>14} {unit}")
+        rate = f"{value * per_record / 1e6:>8,.0f} MB/s" if unit == "records/s" else ""
+        print(f"{label:<55} {shown:>14} {unit:<9}{rate}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,13 @@ class Mount:
         """Announce a WARNING/ERROR line (a regex searched in it) this test expects the mount to log."""
         self.allowed.append(re.compile(pattern))
 
+    def allow_refusals(self, path: str, op: str = r"[a-z ]+") -> None:
+        """Announce refusals this test provokes on purpose (``path``, ``op``: regexes): the mount logs each at WARNING
+        as ``refused <op> <path>: …`` (mount/refusals.py), and a burst of them one line counting what its rate limit
+        held back."""
+        self.allow_log(rf"refused {op} {path}")
+        self.allow_log(r"more refused .* not logged \(rate limit")
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
@@ -222,7 +229,7 @@ def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
 
 
 # What ``ls MOUNT/.logfs`` shows (fetch/ is looked up, never listed).
-LOGFS_LISTING = ["delete-records", "delete-topic", "labels", "metrics", "producer-id", "transactions"]
+LOGFS_LISTING = ["delete-records", "delete-topic", "errors", "labels", "metrics", "producer-id", "transactions"]
 
 
 def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]

@@ -3,7 +3,8 @@ anywhere — the checkout itself included, without ``-P`` — in the three ways 
 
 - The wheel, installed in a fresh virtual environment with only the runtime dependencies (plus the ``fuse`` extra,
   which logfs.mount needs to import), imports every module and runs ``logfs --help``. Modules that need the
-  ``spark`` extra may fail to import only for want of it.
+  ``spark`` extra may fail to import only for want of it. It holds the compiled record walker (setup.py); a wheel
+  built without a compiler lacks it and works the same on the pure-Python walker.
 - The development environment's editable install is strict and maps logfs.core to the checkout's core/ folder,
   and every module in the checkout is importable (a strict install links files one by one: a module added since the
   last ``scripts/setup`` is missing until it runs again).
@@ -99,17 +100,29 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
     # and a file the build needs but the copy lacks shows up here.
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, source / name)
     for folder in FOLDERS.values():
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     wheels = tmp_path / "wheels"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", wheels, source], cwd=tmp_path)
     (wheel,) = wheels.glob("logfs-*.whl")
+    # The same sources without a working compiler: the optional extension is left out, the wheel still builds.
+    shutil.rmtree(source / "build", ignore_errors=True)  # (the first build's compiled objects)
+    plain_wheels = tmp_path / "plain-wheels"
+    no_compiler = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", plain_wheels, source]
+    run(["env", "CC=false", "LDSHARED=false", *no_compiler], cwd=tmp_path)
+    (plain_wheel,) = plain_wheels.glob("logfs-*.whl")
 
     with zipfile.ZipFile(wheel) as archive:
         files = [n for n in archive.namelist() if ".dist-info/" not in n]
+    with zipfile.ZipFile(plain_wheel) as archive:
+        plain_files = [n for n in archive.namelist() if ".dist-info/" not in n]
+    extension = [f for f in files if f.startswith("logfs/core/format/_walk.") and f.endswith(".so")]
+    assert len(extension) == 1, f"the compiled record walker is not in the wheel: {files}"
+    assert not [f for f in plain_files if f.endswith(".so")], plain_files
+    assert set(plain_files) == set(files) - set(extension)
     assert {"logfs/__init__.py", "logfs/core/__init__.py", "logfs/mount/__init__.py", "logfs/py.typed"} <= set(files)
     assert all(f.startswith("logfs/") for f in files), f"files outside logfs/ in the wheel: {files}"
     expected = {name.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
@@ -141,6 +154,34 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
     assert "Usage: logfs" in help_text
     version = run([env_dir / "bin" / "logfs", "--version"], cwd=tmp_path).stdout
     assert version == f"logfs {PYPROJECT['project']['version']}\n"
+
+    # The record walk: compiled in this wheel; the pure-Python fallback in the one built without a compiler (and
+    # with LOGFS_NO_CEXT=1). Either way a batch validates and a damaged one is refused with the same message.
+    assert run([python, "-c", WALKER_CHECK], cwd=tmp_path).stdout == "compiled\n"
+    assert run(["env", "LOGFS_NO_CEXT=1", python, "-c", WALKER_CHECK], cwd=tmp_path).stdout == "python\n"
+    run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", plain_wheel], cwd=tmp_path)
+    assert run([python, "-c", WALKER_CHECK], cwd=tmp_path).stdout == "python\n"
+    plain_report = import_every_module(python, tmp_path)
+    assert set(plain_report["found"]) == set(report["found"])
+
+
+# Which record walker records.walk uses, after checking that it validates a batch and refuses a damaged one.
+WALKER_CHECK = textwrap.dedent(
+    """
+    from logfs.core.errors import InvalidRecord
+    from logfs.core.format import records
+    from logfs.core.format.encode import encode_values
+    batch = encode_values([b"a" * n for n in range(40)], 1)
+    assert records.walk(batch, 61, len(batch), 40, 39, client=True)[0] == 0
+    try:
+        records.walk(batch + b"x", 61, len(batch) + 1, 40, 39, client=True)
+    except InvalidRecord as exc:
+        assert str(exc) == "1 trailing bytes after the 40 records the batch declares", exc
+    else:
+        raise AssertionError("trailing byte accepted")
+    print("compiled" if records.USE_CEXT else "python")
+    """
+)
 
 
 def test_editable_install_maps_logfs_core_to_the_checkout_folders(tmp_path: Path) -> None:
@@ -195,10 +236,10 @@ def test_editable_install_in_pips_default_mode_imports_every_module_anywhere(tmp
     neutral directory (-P) and from the checkout itself (no -P)."""
     source = tmp_path / "source"
     source.mkdir()
-    shutil.copy2(ROOT / "pyproject.toml", source / "pyproject.toml")
-    shutil.copy2(ROOT / "README.md", source / "README.md")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     for folder in FOLDERS.values():
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -3,11 +3,14 @@
 
 Three paths, fastest first:
 
-* A block of records of one layout whose keys and values are all printable ASCII other than ``"`` and ``\\`` (their
-  JSON string is then the bytes in quotes) and whose timestamps are not negative becomes :class:`Rows`: one matrix
-  per digit width of the offsets and timestamps, constant text broadcast into its columns.
-* Other records whose keys and values need no escape are formatted per record with bytes formatting.
-* Anything else is encoded field by field as the reference does (UTF-8 text, escapes, base64).
+* A block of records of one layout without headers whose keys and values are all printable ASCII other than ``"``
+  and ``\\`` (their JSON string is then the bytes in quotes) and whose timestamps are not negative becomes
+  :class:`Rows`: one matrix per digit width of the offsets and timestamps, constant text broadcast into its columns.
+* Other records, when the compiled walker is built (``records.USE_CEXT``): the compiled renderer, one C loop for all
+  (escapes, base64, headers; :func:`jsonl_compiled`).
+* Else, records whose keys and values need no escape are formatted per record with bytes formatting, and anything
+  else is encoded field by field as the reference does (UTF-8 text, escapes, base64). Groups hold records with
+  headers only from the compiled walker.
 
 Any thread.
 """
@@ -21,10 +24,11 @@ from json.encoder import encode_basestring  # the C string encoder that leaves n
 import numpy as np
 import numpy.typing as npt
 
+from logfs.core.format import records
 from logfs.core.format.batch import TimestampType
 from logfs.core.format.columns import IntArray
 from logfs.core.format.render import json_bytes
-from logfs.core.format.storedgroups import BLOCK_MIN_RECORDS, Group, block_runs
+from logfs.core.format.storedgroups import BLOCK_MIN_RECORDS, Group, block_runs, has_headers
 from logfs.core.format.storedparts import Part, Rows, strided
 
 # Printable ASCII that JSON writes as is (no escape): 0x20-0x7f less '"' and '\\'.
@@ -38,19 +42,44 @@ JSONL_TAIL = b',"headers":[]}\n'
 
 def jsonl_group(g: Group, i0: int, i1: int, topic: str, partition: int, parts: list[Part]) -> None:
     """Append the JSON lines of records ``i0…i1-1`` of ``g`` to ``parts``: blocks as :class:`Rows` where they
-    qualify, the records between them formatted one by one."""
+    qualify (no headers), the records between them formatted one by one: by the compiled renderer when the compiled
+    walker is in use (:func:`jsonl_compiled`), else in Python."""
     lead = jsonl_lead(topic, partition)
+    between = jsonl_compiled if records.USE_CEXT else _jsonl_records
     pending = i0  # records [pending, lo) wait to be formatted one by one
     for run, lo, hi, batch in block_runs(g, i0, i1):
-        block = None if run is None else _jsonl_block(g, batch, g.layout.run_step[run], lo, hi, lead)
+        if run is None or has_headers(g, lo, hi):
+            continue
+        block = _jsonl_block(g, batch, g.layout.run_step[run], lo, hi, lead)
         if not isinstance(block, list):
             continue
         if pending < lo:
-            parts.append(_jsonl_records(g, pending, lo, lead))
+            parts.append(between(g, pending, lo, lead))
         parts.extend(block)
         pending = hi
     if pending < i1:
-        parts.append(_jsonl_records(g, pending, i1, lead))
+        parts.append(between(g, pending, i1, lead))
+
+
+def jsonl_compiled(g: Group, i0: int, i1: int, lead: bytes) -> bytes:
+    """Records ``i0…i1-1`` of ``g`` as JSON lines by the compiled renderer (``core/format/_walk.c``): the
+    per-record paths below in one C loop (escapes, base64, headers), byte for byte the reference's. ~0.3 µs for a
+    500-byte record, where the bytes-formatting path takes ~1 µs and the field-by-field one ~3 µs; uniform blocks
+    stay with :class:`Rows` (~20 % faster than this on 100-byte records)."""
+    assert records.CEXT is not None
+    lay = g.layout
+    first = np.array(g.first, dtype=np.int64)
+    counts = first[1:] - first[:-1]
+    appended = [h.timestamp_type == TimestampType.LOG_APPEND_TIME for h in g.headers]
+    types = np.repeat(np.array(appended, dtype=np.uint8), counts)[i0:i1]
+    zeros = np.zeros(i1 - i0, dtype=np.int64)
+    hp = zeros if lay.header_position is None else lay.header_position[i0:i1]
+    hn = zeros if lay.header_count is None else lay.header_count[i0:i1]
+    columns = [g.offsets[i0:i1], g.timestamps[i0:i1], types, lay.key_position[i0:i1], lay.key_length[i0:i1]]
+    columns += [lay.value_position[i0:i1], lay.value_length[i0:i1], hp, hn]
+    contiguous = tuple(np.ascontiguousarray(c) for c in columns)
+    out: bytes = records.CEXT.render_jsonl(g.data, lead, contiguous, i1 - i0)
+    return out
 
 
 def jsonl_lead(topic: str, partition: int) -> bytes:

@@ -17,7 +17,7 @@ import numpy as np
 
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.columns import IntArray
-from logfs.core.format.storedgroups import Group, Single, block_runs, cut, render_single, stored_pieces
+from logfs.core.format.storedgroups import Group, Single, block_runs, cut, has_headers, render_single, stored_pieces
 from logfs.core.format.storedjsonl import JSONL_MIDDLE, JSONL_TAIL, POW10, json_plain, jsonl_group, jsonl_lead
 from logfs.core.format.storedparts import Part, assemble
 
@@ -73,10 +73,10 @@ def _record_sizes(g: Group, i0: int, i1: int, jsonl: bool, topic: str, partition
     if not jsonl:
         return np.maximum(lay.value_length[i0:i1], 0) + 1
     lead = jsonl_lead(topic, partition)
-    if int(g.timestamps[i0:i1].min()) >= 0 and all(
+    if not has_headers(g, i0, i1) and int(g.timestamps[i0:i1].min()) >= 0 and all(
         json_plain(g, lo, hi, None if run is None else lay.run_step[run]) for run, lo, hi, _ in block_runs(g, i0, i1)
     ):
-        # Every key and value is its bytes in quotes (or null): each line's length is a sum of column lengths.
+        # Every key and value is its bytes in quotes (or null), no header: a line's length is a sum of column lengths.
         kl, vl = lay.key_length[i0:i1], lay.value_length[i0:i1]
         fixed = len(lead) + len(JSONL_MIDDLE) + len(JSONL_TAIL)
         return (

@@ -31,10 +31,13 @@ from logfs.core.format.batch import BatchHeader, TimestampType, iter_batch_posit
 from logfs.core.format.validate import ValidBatch, validate_batch
 from logfs.core.txn.producerentry import Marker, read_marker
 
+# A leader's checked batch: the bytes to stamp, its validation, and whether the topic stamps LOG_APPEND_TIME.
+CheckedBatch = tuple[bytearray | memoryview, ValidBatch, bool]
+
 
 def check_leader_batch(
     batch: bytes | bytearray | memoryview, leader_epoch: int, config: LogConfig, now: int
-) -> tuple[bytearray | memoryview, ValidBatch, bool]:
+) -> CheckedBatch:
     """The batch to stamp (``batch`` itself when writable, else a copy), its validation, and whether the topic
     stamps LOG_APPEND_TIME. A plain tuple: this runs once per produced batch."""
     if leader_epoch < 0:

@@ -51,6 +51,7 @@ A read-only index refuses every change rather than trimming its file on close as
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
 
 from logfs.core.errors import CorruptIndex, InvalidOffset, OffsetOverflow, TimestampOutOfOrder
 from logfs.core.format.varint import INT32_MAX, INT64_MAX, INT64_MIN
@@ -143,21 +144,37 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         The offset must be above the last entry's (else InvalidOffset) and within 2**31 - 1 of the base offset
         (else OffsetOverflow); a full index raises IndexFull. Each refusal names the file, the offsets and the slot.
         """
-        assert 0 <= position <= INT32_MAX, f"position {position} is not a byte of a segment"
+        self.append_entries(((offset, position),))
+
+    def append_entries(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Add ``(offset, position)`` entries in order, written with one pwrite (a multi-batch append's). Each is
+        checked as :meth:`append` checks it; a refused one raises after those before it are written. Writer only."""
         with self._lock:
             self._load()
-            slot = self._entries
-            self._check_writable(lambda: f"append offset {offset} at slot {slot}")
-            self._check_free_slot(lambda: f"offset {offset}", reserved_slots=0)
-            if slot > 0 and offset <= self._last_offset:
-                raise InvalidOffset(
-                    f"cannot append offset {offset} at slot {slot} of {self._path}: "
-                    f"not above the last offset {self._last_offset}"
-                )
-            if not self.can_append_offset(offset):
-                raise OffsetOverflow(offset, self._base_offset, f"slot {slot} of {self._path}")
-            self._write(slot, offset - self._base_offset, position)
-            self._last_offset = offset
+            start = self._entries
+            packed = bytearray()
+            try:
+                for offset, position in entries:
+                    self._check_entry(offset, position)
+                    packed += _OFFSET_ENTRY.pack(offset - self._base_offset, position)
+                    self._entries += 1  # the next entry's checks see this one
+                    self._last_offset = offset
+            finally:
+                self._write_packed(start, packed)
+
+    def _check_entry(self, offset: int, position: int) -> None:
+        """Refuse an entry :meth:`append` may not add at the next slot. Under the lock."""
+        assert 0 <= position <= INT32_MAX, f"position {position} is not a byte of a segment"
+        slot = self._entries
+        self._check_writable(lambda: f"append offset {offset} at slot {slot}")
+        self._check_free_slot(lambda: f"offset {offset}", reserved_slots=0)
+        if slot > 0 and offset <= self._last_offset:
+            raise InvalidOffset(
+                f"cannot append offset {offset} at slot {slot} of {self._path}: "
+                f"not above the last offset {self._last_offset}"
+            )
+        if not self.can_append_offset(offset):
+            raise OffsetOverflow(offset, self._base_offset, f"slot {slot} of {self._path}")
 
     def sanity_check(self) -> None:
         """Raise CorruptIndex if the file cannot be a valid offset index; the loader then rebuilds it. Any thread."""
@@ -222,33 +239,49 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         TimestampOutOfOrder, a full index IndexFull unless ``skip_full_check`` (only the roll and close pass it,
         to use the reserved slot). Writer thread only.
         """
-        assert INT64_MIN <= timestamp <= INT64_MAX, f"timestamp {timestamp} does not fit an int64"
+        self.maybe_append_entries(((timestamp, offset),), skip_full_check=skip_full_check)
+
+    def maybe_append_entries(self, entries: Sequence[tuple[int, int]], *, skip_full_check: bool = False) -> None:
+        """:meth:`maybe_append` of each ``(timestamp, offset)`` in order, the added ones written with one pwrite (a
+        multi-batch append's). A refused one raises after those before it are written. Writer thread only."""
         with self._lock:
             self._load()
-            slot = self._entries
+            start = self._entries
+            packed = bytearray()
+            try:
+                for timestamp, offset in entries:
+                    self._maybe_add(timestamp, offset, skip_full_check, packed)
+            finally:
+                self._write_packed(start, packed)
 
-            def what() -> str:
-                return f"(timestamp {timestamp}, offset {offset})"
+    def _maybe_add(self, timestamp: int, offset: int, skip_full_check: bool, packed: bytearray) -> None:
+        """Check one entry against the last (written or in ``packed``) and pack it if it is added. Under the lock."""
+        assert INT64_MIN <= timestamp <= INT64_MAX, f"timestamp {timestamp} does not fit an int64"
+        slot = self._entries
 
-            self._check_writable(lambda: f"append {what()} at slot {slot}")
-            if not skip_full_check:
-                self._check_free_slot(what, reserved_slots=1)
-            last = self._last_entry
-            if slot > 0 and offset < last.offset:
-                raise InvalidOffset(
-                    f"cannot append {what()} at slot {slot} of {self._path}: offset below the last offset {last.offset}"
-                )
-            if slot > 0 and timestamp < last.timestamp:
-                raise TimestampOutOfOrder(
-                    timestamp, last.timestamp, f"the entry for offset {offset} at slot {slot} of {self._path}"
-                )
-            if timestamp > last.timestamp:
-                # Only now does a full index matter to the roll and close: offering the last entry again is a no-op.
-                self._check_free_slot(what, reserved_slots=0)
-                if not self.can_append_offset(offset):
-                    raise OffsetOverflow(offset, self._base_offset, f"slot {slot} of {self._path}")
-                self._write(slot, timestamp, offset - self._base_offset)
-                self._last_entry = TimestampOffset(timestamp, offset)
+        def what() -> str:
+            return f"(timestamp {timestamp}, offset {offset})"
+
+        self._check_writable(lambda: f"append {what()} at slot {slot}")
+        if not skip_full_check:
+            self._check_free_slot(what, reserved_slots=1)
+        last = self._last_entry
+        if slot > 0 and offset < last.offset:
+            raise InvalidOffset(
+                f"cannot append {what()} at slot {slot} of {self._path}: offset below the last offset {last.offset}"
+            )
+        if slot > 0 and timestamp < last.timestamp:
+            raise TimestampOutOfOrder(
+                timestamp, last.timestamp, f"the entry for offset {offset} at slot {slot} of {self._path}"
+            )
+        if timestamp > last.timestamp:
+            # Only now does a full index matter to the roll and close: offering the last entry again is a no-op.
+            self._check_free_slot(what, reserved_slots=0)
+            if not self.can_append_offset(offset):
+                raise OffsetOverflow(offset, self._base_offset, f"slot {slot} of {self._path}")
+            packed += _TIME_ENTRY.pack(timestamp, offset - self._base_offset)
+            self._entries = slot + 1  # the next entry's checks see this one
+            self._last_entry = TimestampOffset(timestamp, offset)
 
     def sanity_check(self) -> None:
         """Raise CorruptIndex if the file cannot be a valid time index; the loader then rebuilds it. Any thread."""

@@ -505,15 +505,32 @@ class AbstractIndex(Generic[_Entry]):
 
     def _write(self, slot: int, first: int, second: int) -> None:
         """Write one entry into ``slot`` and count it, creating the file on the first write."""
+        self._write_entries(slot, self._ENTRY.pack(first, second))
+
+    def _write_packed(self, start: int, packed: bytearray) -> None:
+        """The end of a multi-entry append: the entries packed since slot ``start`` (counted as they were checked)
+        written together; on a failed write the count and the last entry go back to what the file holds."""
+        self._entries = start
+        if not packed:
+            return
+        try:
+            self._write_entries(start, bytes(packed))
+        except BaseException:
+            self._refresh_last_entry()
+            raise
+
+    def _write_entries(self, slot: int, packed: bytes) -> None:
+        """Write packed entries from ``slot`` on in one pwrite (a multi-batch append's entries together) and count
+        them, creating the file on the first write."""
         if not self._on_disk:
             self._create(self._length_bytes)
         try:
             if self._append_fd is None:
                 self._append_fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
-            os.pwrite(self._append_fd, self._ENTRY.pack(first, second), slot * self.ENTRY_BYTES)
+            os.pwrite(self._append_fd, packed, slot * self.ENTRY_BYTES)
         except OSError as exc:
             raise _storage_error(f"write slot {slot} of", self._path, exc) from exc
-        self._entries = slot + 1
+        self._entries = slot + len(packed) // self.ENTRY_BYTES
 
 
 def _storage_error(doing: str, path: Path, exc: OSError | ValueError) -> StorageError:

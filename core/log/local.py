@@ -46,7 +46,7 @@ from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
 from logfs.core.log.scan import Segments
-from logfs.core.log.segment import DELETED_SUFFIX, LogSegment
+from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, SegmentPart
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn, collect_aborted
 from logfs.core.txn.producersnapshot import sync_snapshot_files
@@ -211,13 +211,19 @@ class LocalLog:
 
     def append(self, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int, data: bytes | bytearray
                | memoryview, records: int) -> None:  # fmt: skip
-        """Append validated batches with assigned offsets to the active segment, publish the new LEO, and flush once
-        ``flush.messages`` records are unflushed (Kafka's UnifiedLog.append does; the count is this class's).
+        """Append validated batches with assigned offsets to the active segment (:meth:`append_parts` of one part)."""
+        self.append_parts(((data, last_offset, max_timestamp, offset_of_max_timestamp),), records)
+
+    def append_parts(self, parts: Sequence[SegmentPart], records: int) -> None:
+        """Append the batches of one request, offsets assigned, to the active segment in one write
+        (``LogSegment.append_parts``), publish the new LEO, and flush once ``flush.messages`` records are unflushed
+        (after the whole append, as Kafka's UnifiedLog.append checks once per append; the count is this class's).
 
         The LEO is published as soon as the bytes are in the segment, so that a failure of what the Log does next
         (the epoch checkpoint's write) can never make the next append reuse these offsets."""
         active = self._segments.segments[-1]
-        active.append(last_offset, max_timestamp, offset_of_max_timestamp, data)
+        active.append_parts(parts)
+        last_offset = parts[-1][1]
         self._leo = LogOffsetMetadata(last_offset + 1, active.base_offset, active.size_bytes)
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:

@@ -41,7 +41,8 @@ from logfs.core.config import LogConfig
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import LockBusy, OffsetOutOfRange, UnexpectedAppendOffset
 from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
-from logfs.core.log.appendcheck import check_follower_append, check_leader_batch
+from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch
+from logfs.core.log.appendruns import Run, plan_runs
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.highwatermark import HighWatermark
@@ -208,31 +209,80 @@ class Log:
         ``bytes`` and read-only views are copied first.
         """
         now = wall_clock_ms() if now_ms is None else now_ms
-        data, valid, log_append = check_leader_batch(batch, leader_epoch, self.config, now)
+        checked = check_leader_batch(batch, leader_epoch, self.config, now)
+        with self._lock:
+            return self._append_one(checked, leader_epoch, now)
+
+    def append_batches_as_leader(
+        self, batches: Sequence[bytes | bytearray | memoryview], leader_epoch: int, now_ms: int | None = None
+    ) -> tuple[list[AppendInfo], Exception | None]:
+        """Append the producer batches of one request (Kafka appends a produce request's whole MemoryRecords at
+        once): what each append pays once is paid once per request. Returns the appends in order and the error that
+        stopped them (None when every batch went in).
+
+        Each batch is validated first, outside the lock (``check_leader_batch``); the batches before the first that
+        fails are appended, the rest not (as one :meth:`append_as_leader` per batch would). Then, under the lock,
+        the batches are stamped (offsets from the LEO, the leader epoch, maxTimestamp) and written in runs
+        (``core/log/appendruns.py``), each run to one segment with one ``pwritev`` (``LocalLog.append_parts``), its
+        index entries appended in one go, the LEO published and the epoch recorded once; a batch with a producer
+        id, or one the roll rules roll for, goes alone (:meth:`_append_one`) after the run before it. A run that
+        fails to be written (a full disk) leaves nothing of itself in the log; the runs before it stay.
+        """
+        now = wall_clock_ms() if now_ms is None else now_ms
+        checked: list[CheckedBatch] = []
+        error: Exception | None = None
+        config = self.config
+        try:
+            for batch in batches:
+                checked.append(check_leader_batch(batch, leader_epoch, config, now))
+        except Exception as exc:
+            error = exc
+        infos: list[AppendInfo] = []
+        if not checked:
+            return infos, error
+        with self._lock:
+            try:
+                for step in plan_runs(checked, self.local, leader_epoch, now):  # core/log/appendruns.py
+                    if isinstance(step, Run):
+                        self._write_run(step, leader_epoch, infos)
+                    else:
+                        infos.append(self._append_one(step, leader_epoch, now))
+            except Exception as exc:
+                error = exc
+        return infos, error
+
+    def _write_run(self, run: Run, leader_epoch: int, infos: list[AppendInfo]) -> None:
+        """Store one run of stamped batches in the active segment; their infos count only once it is stored."""
+        self.local.append_parts(run.parts, run.records)
+        infos.extend(run.infos)
+        self.epoch_cache.assign(leader_epoch, run.infos[0].first_offset)
+
+    def _append_one(self, checked: CheckedBatch, leader_epoch: int, now: int) -> AppendInfo:
+        """Append one checked batch at the LEO: the producer rules, the stamps, the roll, the write. Under the lock."""
+        data, valid, log_append = checked
         header = valid.header
         size = header.size
         max_ts = now if log_append else valid.max_timestamp
-        with self._lock:
-            first = self.local.log_end_offset
-            update = None
-            if header.producer_id >= 0:  # the one check a non-idempotent batch pays
-                found = self._producers.state.prepare_client_batch(header, first, max_ts)
-                if isinstance(found, BatchMetadata):
-                    return AppendInfo(
-                        found.first_offset, found.last_offset, found.timestamp, found.last_offset,
-                        found.timestamp if log_append else -1, 0, 0, duplicate=True,
-                    )  # fmt: skip
-                update = found
-            ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
-            set_max_timestamp(data, 0, size, ts_type, max_ts)
-            assign_offset_and_epoch(data, 0, first, leader_epoch)
-            last = first + header.last_offset_delta
-            rolled = self._maybe_roll(size, max_ts, last, first, now)
-            self.local.append(last, max_ts, last, data, header.records_count)  # the LEO first: see LocalLog.append
-            if update is not None and self._producers.apply(update, self.local.active_segment):
-                self._update_lso()
-            self.epoch_cache.assign(leader_epoch, first)
-            return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
+        first = self.local.log_end_offset
+        update = None
+        if header.producer_id >= 0:  # the one check a non-idempotent batch pays
+            found = self._producers.state.prepare_client_batch(header, first, max_ts)
+            if isinstance(found, BatchMetadata):
+                return AppendInfo(
+                    found.first_offset, found.last_offset, found.timestamp, found.last_offset,
+                    found.timestamp if log_append else -1, 0, 0, duplicate=True,
+                )  # fmt: skip
+            update = found
+        ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+        set_max_timestamp(data, 0, size, ts_type, max_ts)
+        assign_offset_and_epoch(data, 0, first, leader_epoch)
+        last = first + header.last_offset_delta
+        rolled = self._maybe_roll(size, max_ts, last, first, now)
+        self.local.append(last, max_ts, last, data, header.records_count)  # the LEO first: see LocalLog.append
+        if update is not None and self._producers.apply(update, self.local.active_segment):
+            self._update_lso()
+        self.epoch_cache.assign(leader_epoch, first)
+        return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
 
     def append_end_txn_marker(
         self,

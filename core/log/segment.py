@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from logfs.core.durable import now_ms as wall_clock_ms
@@ -47,6 +47,11 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 QUARANTINE_SUFFIX = ".quarantine"
+
+
+# One batch of a multi-batch append (:meth:`LogSegment.append_parts`): its bytes, last offset, max timestamp and the
+# offset of that timestamp.
+SegmentPart = tuple[bytes | bytearray | memoryview, int, int, int]
 
 
 def filename_prefix(offset: int) -> str:
@@ -198,22 +203,51 @@ class LogSegment:
         """
         if not records:
             return self._log.size_bytes
-        if not self.can_convert_to_relative_offset(largest_offset):
-            raise OffsetOverflow(largest_offset, self._base_offset, f"segment {self._log.path}")
+        return self.append_parts(((records, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp),))
+
+    def append_parts(self, parts: Sequence[SegmentPart]) -> int:
+        """Append the batches of one request at once: one ``pwritev`` for all of them, then the index entries each
+        would have added appended alone (an entry at every batch that starts past ``index.interval.bytes`` of log
+        since the last one, as Kafka's ``LogSegment.append`` walks the batches of a multi-batch append). Returns the
+        position the first starts at. Writer thread.
+
+        All or nothing: OffsetOverflow (the log rolls first) or a failed write (a full disk) leaves the segment as it
+        was. The caller checked that the indexes have a slot for every part (:meth:`index_room`).
+        """
+        if not self.can_convert_to_relative_offset(parts[-1][1]):
+            raise OffsetOverflow(parts[-1][1], self._base_offset, f"segment {self._log.path}")
         self.touch()
         if self._log.size_bytes == 0:
-            self._rolling_based_timestamp = largest_timestamp
-        position = self._log.append(records)
+            self._rolling_based_timestamp = parts[0][2]
+        position = self._log.append_parts([p[0] for p in parts])
         current = self._max_ts_and_offset()
-        if largest_timestamp > current.timestamp:
-            self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
-        if self._bytes_since_last_index_entry > self._index_interval_bytes:
-            self._offset_index.append(largest_offset, position)
-            mx = self._max_ts_and_offset()
-            self._time_index.maybe_append(mx.timestamp, mx.offset)
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += len(records)
+        interval = self._index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        at = position
+        offsets: list[tuple[int, int]] = []
+        times: list[tuple[int, int]] = []
+        for data, largest_offset, largest_timestamp, offset_of_max_timestamp in parts:
+            if largest_timestamp > current.timestamp:
+                current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, offset_of_max_timestamp)
+            if since > interval:
+                offsets.append((largest_offset, at))
+                times.append(current)
+                since = 0
+            size = len(data)
+            since += size
+            at += size
+        if offsets:  # each index's entries in one write
+            self._offset_index.append_entries(offsets)
+            self._time_index.maybe_append_entries(times)
+        self._bytes_since_last_index_entry = since
         return position
+
+    def index_room(self) -> int:
+        """How many more entries both indexes take before either is full (the time index keeps its slot for the
+        roll): a multi-batch append of at most this many batches cannot fill one halfway. Any thread."""
+        offsets = self._offset_index.max_entries() - self._offset_index.entries()
+        times = self._time_index.max_entries() - self._time_index.entries() - 1
+        return min(offsets, times)
 
     # --- reads (any thread) -------------------------------------------------------------------------------------------
 

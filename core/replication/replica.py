@@ -242,10 +242,11 @@ class LeaderPartition:
         flush: bool = False,
         scope: AbstractContextManager[BatchTransform] | None = None,
     ) -> LeaderAppend:
-        """Append ``batches`` to the log in this leader epoch, then apply the HW rule, then with ``flush`` make the
-        records durable (the ``.log`` only, acks=all's fsync: the indexes follow with the periodic flush). Kafka's
-        ``Partition.appendRecordsToLeader``. Worker thread: it blocks on the disk; the caller serialises appends to
-        one partition.
+        """Append ``batches`` to the log in this leader epoch in one append (``Log.append_batches_as_leader``: one
+        validation pass, runs of batches written with one ``pwritev`` each), then apply the HW rule once, then with
+        ``flush`` make the records durable (the ``.log`` only, acks=all's fsync: the indexes follow with the periodic
+        flush). Kafka's ``Partition.appendRecordsToLeader``. Worker thread: it blocks on the disk; the caller
+        serialises appends to one partition.
 
         A batch that fails (validation, producer state, the disk) stops the rest; the error is returned, not raised,
         so that the caller still answers for the batches before it. ``scope`` is held around the appends alone, not
@@ -253,16 +254,10 @@ class LeaderPartition:
         transaction open there and stamps the producer's fields (an error entering it, or from it, is raised:
         nothing was appended).
         """
-        infos: list[AppendInfo] = []
-        error: Exception | None = None
-        epoch = self.leader_epoch
         with scope if scope is not None else contextlib.nullcontext(_unchanged) as prepare:
             ready = prepare(batches)
-            try:
-                for batch in ready:
-                    infos.append(self.log.append_as_leader(batch, epoch))  # it takes a bytearray over, copies bytes
-            except Exception as exc:
-                error = exc
+            # one append for all (Log.append_batches_as_leader): it takes a bytearray over, copies bytes
+            infos, error = self.log.append_batches_as_leader(ready, self.leader_epoch)
         moved = False
         if infos:
             moved = self.maybe_increment_high_watermark()

@@ -445,15 +445,17 @@ def _describe(exc: OSError) -> str:
 
 def follow(leader_mount: Path, store_path: Path, replica_id: int, config: StoreConfig, mountpoint: Path | None) -> int:
     """Run the follower (and its read-only mount) in the foreground until SIGINT/SIGTERM; the exit code. Main
-    thread. Raises StoreLocked, ConfigError (a node.id the store refuses) and MountError before anything runs."""
+    thread. Raises MountError (before the store is opened or created), StoreLocked and ConfigError (a node.id the
+    store refuses) before anything runs."""
+    if mountpoint is not None:
+        from logfs.mount.server import clear_stale_mount, raise_open_file_limit
+
+        raise_open_file_limit()
+        clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store behind
     store = Store.open(store_path, config)
     try:
         if mountpoint is None:
             return trio.run(_run_plain, leader_mount, store, replica_id)
-        from logfs.mount.server import clear_stale_mount, raise_open_file_limit
-
-        raise_open_file_limit()
-        clear_stale_mount(mountpoint)
         return trio.run(_run_mounted, leader_mount, store, replica_id, mountpoint)
     finally:
         store.close()

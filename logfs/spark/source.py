@@ -49,6 +49,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from logfs.spark.arrow import read_range
+from logfs.spark.interpreter import default_worker_python, settle_worker_python
 from logfs.spark.mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
 from logfs.spark.offsets import (
     DataLoss,
@@ -75,8 +76,30 @@ _log = logging.getLogger(__name__)
 
 
 def register(spark: Any) -> None:
-    """Register the ``logfs`` format with a SparkSession (``spark.dataSource.register(LogfsDataSource)``)."""
+    """Register the ``logfs`` format with a SparkSession (``spark.dataSource.register(LogfsDataSource)``), its
+    Python workers running this interpreter unless PYSPARK_PYTHON chose another that can import logfs
+    (``logfs/spark/interpreter.py``: WorkerPythonError otherwise)."""
+    _settle(spark)
     spark.dataSource.register(LogfsDataSource)
+
+
+def _settle(spark: Any) -> None:
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect has no SparkContext: its server starts the workers
+        return
+    settle_worker_python(sc)
+
+
+def _settle_active_context() -> None:
+    """At import: a context already running gets this interpreter's workers too (``spark.dataSource.register``
+    reads ``sc.pythonExec`` when it registers), and later contexts default to it."""
+    from pyspark import SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        settle_worker_python(active)
+    default_worker_python()
 
 
 def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
@@ -87,12 +110,9 @@ def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
 
     Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set).
     """
-    import os
-    import sys
-
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    default_worker_python()
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -108,6 +128,9 @@ def local_session(app: str, master: str = "local[2]", **conf: str) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+_settle_active_context()
 
 
 class LogfsDataSource(DataSource):
@@ -174,8 +197,10 @@ def _read_partition(options: SourceOptions, schema: StructType, partition: Input
         yield from read_range(f, rng, arrow_schema)
 
 
-def _subscribed(options: SourceOptions) -> dict[TopicPartition, PartitionState]:
-    """The states of the partitions a query subscribes to (driver)."""
+def _subscribed(options: SourceOptions, warned: set[str] | None = None) -> dict[TopicPartition, PartitionState]:
+    """The states of the partitions a query subscribes to (driver). A ``subscribe`` topic that does not exist
+    fails a batch query (OptionError); a stream (``warned``: the topics it warned about) warns once and reads it
+    from offset 0 once it appears, as Spark's Kafka source waits for a topic."""
     mount = Path(options.path)
     if not mount.is_dir():
         raise OptionError(f"{options.path} is not a directory (the path must be a logfs mount point)")
@@ -183,6 +208,14 @@ def _subscribed(options: SourceOptions) -> dict[TopicPartition, PartitionState]:
     if sub.assign:
         return read_states(mount, sub.assign)
     topics = list(sub.topics) if sub.topics else [t for t in list_topics(mount) if sub.matches(t)]
+    missing = [t for t in sub.topics if not (mount / t).is_dir()]
+    if missing and warned is None:
+        raise OptionError(f"subscribe: no topic {', '.join(map(repr, missing))} under {mount} (create it with"
+                          " `logfs create-topic` or mkdir; a stream waits for it)")  # fmt: skip
+    for topic in missing:
+        if warned is not None and topic not in warned:
+            warned.add(topic)
+            _log.warning("logfs: subscribed topic %r does not exist under %s yet: waiting for it", topic, mount)
     return read_states(mount, partitions_of(mount, topics))
 
 
@@ -249,14 +282,15 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow: the offsets to stop at
+        self._warned: set[str] = set()  # subscribed topics not there yet, warned about once
 
     def _latest(self) -> dict[TopicPartition, int]:
         rc = self.options.read_committed
-        return {tp: s.end_offset(rc) for tp, s in _subscribed(self.options).items()}
+        return {tp: s.end_offset(rc) for tp, s in _subscribed(self.options, self._warned).items()}
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
-        states = _subscribed(o)
+        states = _subscribed(o, self._warned)
         return offsets_to_json(_resolve(o.starting, states, o, option="startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -34,7 +34,7 @@ from logfs.core.errors import OffsetOutOfRange
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.batch import read_header
 from logfs.core.log.log import Log
-from logfs.mount.names import hw_file_name
+from logfs.mount.names import hw_file_name, parse_time
 from logfs.mount.render.rendersize import RenderCache, RenderCacheStatistics
 from logfs.mount.render.renderspan import SCAN_READ_BYTES, Format, iter_stored_batches, render_batch
 
@@ -49,18 +49,18 @@ def view_end(log: Log, committed: bool) -> int:
 
 def resolve_start(log: Log, stem: str, committed: bool = False) -> int:
     """The start offset a stem names: ``earliest`` → the log start offset; ``<digits>`` → that offset;
-    ``@<epoch-ms>`` → the offset of the first record with timestamp ≥ epoch-ms (time index lookup), or the HW when
-    none is that late (an empty view); ``latest`` → the HW. ``committed``: the LSO where the HW is said. ValueError
-    for anything else (ranges included: see :func:`parse_range`). Any thread; the ``@`` lookup reads indexes and
-    batches."""
+    ``@<time>`` (epoch ms or ISO-8601: ``mount/names.py``'s :func:`~logfs.mount.names.parse_time`) → the offset of
+    the first record with timestamp ≥ that time (time index lookup), or the HW when none is that late (an empty
+    view); ``latest`` → the HW. ``committed``: the LSO where the HW is said. ValueError for anything else (ranges
+    included: see :func:`parse_range`). Any thread; the ``@`` lookup reads indexes and batches."""
     if stem == "earliest":
         return log.log_start_offset
     if stem == "latest":
         return view_end(log, committed)
     if stem.isascii() and stem.isdigit():
         return int(stem)
-    if stem.startswith("@") and stem[1:].isascii() and stem[1:].isdigit():
-        found = log.fetch_offset_by_timestamp(int(stem[1:]))
+    if stem.startswith("@"):
+        found = log.fetch_offset_by_timestamp(parse_time(stem[1:]))  # ValueError for a time it does not take
         return view_end(log, committed) if found is None else found.offset
     raise ValueError(f"{stem!r} names no start offset")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -137,7 +138,8 @@ def test_listings(mnt: Path) -> None:
 # --- modes and refusals ------------------------------------------------------------------------------------------
 
 
-def test_open_modes_and_refusals(mnt: Path) -> None:
+def test_open_modes_and_refusals(mnt: Path, shared_mount: Mount) -> None:
+    shared_mount.allow_refusals(r"/(modes|empty)\b")
     make_topic(mnt, "modes")
     write_all(mnt / "modes/0/append", b"keep\n")
     assert errno_of(os.open, mnt / "modes/0/append", os.O_RDONLY) == errno.EACCES
@@ -165,11 +167,13 @@ def test_open_modes_and_refusals(mnt: Path) -> None:
     ("name", "code"),
     [("a" * 250, errno.ENAMETOOLONG), ("bad name!", errno.EINVAL), (".hidden", errno.EINVAL), ("é", errno.EINVAL)],
 )
-def test_hostile_topic_names_are_refused(mnt: Path, name: str, code: int) -> None:
+def test_hostile_topic_names_are_refused(mnt: Path, shared_mount: Mount, name: str, code: int) -> None:
+    shared_mount.allow_refusals(re.escape(f"/{name}:"), "mkdir")
     assert errno_of(os.mkdir, mnt / name) == code
 
 
-def test_bad_batch_is_ebadmsg_and_nothing_is_stored(mnt: Path) -> None:
+def test_bad_batch_is_ebadmsg_and_nothing_is_stored(mnt: Path, shared_mount: Mount) -> None:
+    shared_mount.allow_refusals("/badbatch/0/batches:", "write")
     make_topic(mnt, "badbatch")
     good = kafka_batch([b"ok"])
     bad = bytearray(kafka_batch([b"bad"]))
@@ -191,7 +195,8 @@ def test_bad_batch_is_ebadmsg_and_nothing_is_stored(mnt: Path) -> None:
     assert (mnt / "badbatch/0/at/0").read_bytes() == b"ok\nok\n"
 
 
-def test_a_record_too_large_is_efbig_and_nothing_of_the_write_is_stored(mnt: Path) -> None:
+def test_a_record_too_large_is_efbig_and_nothing_of_the_write_is_stored(mnt: Path, shared_mount: Mount) -> None:
+    shared_mount.allow_refusals("/big/0/", "write")
     make_topic(mnt, "big")
     write_all(mnt / "big/config", b"max.message.bytes=1000\n")
     assert errno_of(write_all, mnt / "big/0/append", b"small\n" + b"x" * 2000 + b"\n") == errno.EFBIG
@@ -207,7 +212,8 @@ def test_a_record_too_large_is_efbig_and_nothing_of_the_write_is_stored(mnt: Pat
     assert len(sizes) > 1 and max(sizes) <= 1000
 
 
-def test_bad_json_is_einval_and_nothing_of_the_write_is_stored(mnt: Path) -> None:
+def test_bad_json_is_einval_and_nothing_of_the_write_is_stored(mnt: Path, shared_mount: Mount) -> None:
+    shared_mount.allow_refusals("/badjson/0/append.jsonl:", "write")
     make_topic(mnt, "badjson")
     payload = b'{"value":"fine"}\n{"value": oops}\n'
     fd = os.open(mnt / "badjson/0/append.jsonl", os.O_WRONLY)
@@ -295,7 +301,9 @@ def test_topic_level_append_partitions_like_kafka(mnt: Path) -> None:
     )
 
 
-def test_config_delete_records_and_delete_topic(mnt: Path) -> None:
+def test_config_delete_records_and_delete_topic(mnt: Path, shared_mount: Mount) -> None:
+    shared_mount.allow_refusals("/admin/config:", "config write")
+    shared_mount.allow_refusals("/.logfs/delete-records: EINVAL: offset 99 of admin-0", "write")
     make_topic(mnt, "admin")
     write_all(mnt / "admin/0/append", b"".join(b"%d\n" % i for i in range(10)))
     done = sh("echo retention.ms=123456 > admin/config", mnt)

@@ -184,6 +184,7 @@ def test_a_fetch_file_is_a_json_line_then_the_stored_batches(tmp_path: Path) -> 
 
 def test_fetches_by_unassigned_ids_are_eperm_and_unknown_names_enoent(tmp_path: Path) -> None:
     with leader(tmp_path, "node.id=1", "replica.ids=1,2,3") as m:
+        m.allow_refusals("/.logfs/fetch/2/t/0/0.-1: EACCES", "open for writing")
         mnt = m.path
         append(mnt, "t", "a")
         for replica in (1, 4, 0):  # the leader itself, and ids not in replica.ids
@@ -409,6 +410,7 @@ def test_fsync_waits_for_the_follower_and_fails_with_eio_after_request_timeout(t
 
 def test_o_sync_refuses_with_eagain_writing_nothing_and_otherwise_waits_like_fsync(tmp_path: Path) -> None:
     with leader(tmp_path, "replica.ids=0,1", "min.insync.replicas=2") as m:
+        m.allow_refusals("/t/0/append: EAGAIN", "write")
         mnt = m.path
         fd = os.open(mnt / "t/0/append", os.O_WRONLY | os.O_DSYNC)
         try:
@@ -451,6 +453,7 @@ def test_not_enough_replicas_after_a_broker_shutdown(tmp_path: Path) -> None:
     """ProducerFailureHandlingTest.testNotEnoughReplicasAfterBrokerShutdown, through the mount"""
     config = ("replica.ids=0,1,2", "min.insync.replicas=3", "replica.lag.time.max.ms=1000")
     with leader(tmp_path, *config, allow=(FSYNC_EIO, LEAVES_ISR)) as m:
+        m.allow_refusals("/t/0/append: EAGAIN", "write")
         mnt = m.path
         f1, f2 = FakeFollower(mnt, 1, "t").start(), FakeFollower(mnt, 2, "t").start()
         try:

@@ -232,6 +232,9 @@ def topic_files(store: Path) -> list[str]:
 
 def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(shared_mount: Mount) -> None:
     store, mnt = shared_mount
+    shared_mount.allow_refusals("/", "mkdir")  # every hostile name below, each with its reason
+    shared_mount.allow_refusals("/.logfs/delete-(topic|records):", "write")
+    shared_mount.allow_refusals("/victim/0/new: EPERM", "open for writing")
     os.mkdir(mnt / "victim")
     write_all(mnt / "victim/0/append", b"safe\n")
     before_store = topic_files(store)
@@ -295,6 +298,7 @@ def test_a_topic_name_of_249_characters_works(shared_mount: Mount) -> None:
 
 def test_rm_rf_over_the_whole_mount_loses_no_record(mounted: Mount) -> None:
     store, mnt = mounted
+    mounted.allow_refusals("/", "rmdir")  # rm -rf: every directory it tries
     for topic, partitions in (("alpha", 2), ("beta", 1)):
         os.mkdir(mnt / topic)
         for p in range(1, partitions):

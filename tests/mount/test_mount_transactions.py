@@ -109,7 +109,8 @@ def test_a_retried_batch_is_acknowledged_and_stored_once(mnt: Path) -> None:
     assert [b.producer_id for b in stored_batches(mnt, "idem")] == [pid, pid]
 
 
-def test_out_of_order_sequence_is_eilseq_and_a_fenced_epoch_is_estale(mnt: Path) -> None:
+def test_out_of_order_sequence_is_eilseq_and_a_fenced_epoch_is_estale(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals("/seq/0/batches:", "write")
     os.mkdir(mnt / "seq")
     pid, _ = new_producer(mnt)
     write_all(mnt / "seq/0/batches", producer_batch(pid, 1, 0, [b"epoch-1"]))
@@ -118,7 +119,8 @@ def test_out_of_order_sequence_is_eilseq_and_a_fenced_epoch_is_estale(mnt: Path)
     assert values(mnt, "seq") == ["epoch-1"]
 
 
-def test_a_client_control_batch_is_ebadmsg_and_nothing_is_stored(mnt: Path) -> None:
+def test_a_client_control_batch_is_ebadmsg_and_nothing_is_stored(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals("/ctl/0/batches:", "write")
     os.mkdir(mnt / "ctl")
     marker = encode_end_txn_marker(ControlType.COMMIT, producer_id=7, producer_epoch=0, coordinator_epoch=0,
                                    timestamp=int(time.time() * 1000))  # fmt: skip
@@ -142,7 +144,8 @@ def markers(mnt: Path, topic: str, partition: int = 0) -> list[tuple[int, int]]:
     return out
 
 
-def test_a_committed_transaction_end_to_end(mnt: Path) -> None:
+def test_a_committed_transaction_end_to_end(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals(f"/{TXNS}/tx1: EEXIST", "mkdir")
     os.mkdir(mnt / "orders")
     os.mkdir(mnt / TXNS / "tx1")
     assert os.listdir(mnt / TXNS) == ["tx1"]
@@ -179,7 +182,8 @@ def append_in_transaction(mnt: Path, txn: str) -> Iterator[int]:
         os.close(fd)
 
 
-def test_an_aborted_transaction_is_marked_and_its_handles_are_fenced(mnt: Path) -> None:
+def test_an_aborted_transaction_is_marked_and_its_handles_are_fenced(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals(f"/{TXNS}/gone/t/0/append: ESTALE", "write")
     with append_in_transaction(mnt, "gone") as fd:
         os.write(fd, b"doomed\n")
         write_all(mnt / TXNS / "gone/control", b"abort\n")
@@ -189,7 +193,8 @@ def test_an_aborted_transaction_is_marked_and_its_handles_are_fenced(mnt: Path) 
     assert state(mnt, "t")["last_stable_offset"] == 2
 
 
-def test_a_new_holder_takes_over_with_abort_then_mkdir_and_fences_the_old_one(mnt: Path) -> None:
+def test_a_new_holder_takes_over_with_abort_then_mkdir_and_fences_the_old_one(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals(f"/{TXNS}/job/t/0/append: ESTALE", "write")
     with append_in_transaction(mnt, "job") as old:
         os.write(old, b"old holder\n")
         write_all(mnt / TXNS / "job/control", b"abort\n")  # the new holder: the stuck one is aborted
@@ -201,7 +206,8 @@ def test_a_new_holder_takes_over_with_abort_then_mkdir_and_fences_the_old_one(mn
     assert [t for _, t in markers(mnt, "t")] == [ControlType.ABORT, ControlType.COMMIT]
 
 
-def test_control_takes_commit_or_abort_only(mnt: Path) -> None:
+def test_control_takes_commit_or_abort_only(mnt: Path, mounted: Mount) -> None:
+    mounted.allow_refusals(f"/{TXNS}/")
     os.mkdir(mnt / TXNS / "c")
     assert errno_of(write_all, mnt / TXNS / "c/control", b"maybe\n") == errno.EINVAL
     assert os.listdir(mnt / TXNS) == ["c"]
@@ -304,9 +310,10 @@ def test_interleaved_transactions_across_two_partitions_one_committed_one_aborte
         assert [json.loads(line)["value"] for line in jsonl] == expected_committed[p]
 
 
-def test_commit_with_a_label_makes_the_label_exist(mnt: Path) -> None:
+def test_commit_with_a_label_makes_the_label_exist(mnt: Path, mounted: Mount) -> None:
     """``commit <label>`` records the label with the decision: ``.logfs/labels/<label>`` exists from then on (how a
     writer that retries learns its commit happened); an abort records none; a bad label is EINVAL."""
+    mounted.allow_refusals(f"/{TXNS}/w/control: EINVAL", "write")
     os.mkdir(mnt / "t")
     assert not (mnt / ".logfs/labels/job.7.0").exists()
     os.mkdir(mnt / TXNS / "w")

@@ -63,8 +63,8 @@ def mount(tmp_path: Path) -> Iterator[Mount]:
 @pytest.mark.timeout(300)
 def test_a_spark_job_run_in_the_checkout_reads_and_writes_a_mount(mount: Mount) -> None:
     pytest.importorskip("pyspark")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
-    env["PYSPARK_PYTHON"] = sys.executable  # the venv's Python for the workers (issue 15 makes this automatic)
+    # No PYSPARK_PYTHON: registering the source makes the workers run this interpreter (logfs/spark/interpreter.py).
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH", "PYSPARK_PYTHON")}
     job = subprocess.run(
         [sys.executable, "-c", JOB, str(mount.path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
     )

@@ -1,6 +1,5 @@
-"""The mount's write framing across requests, without a mount. (The errno table is tested in test_errno_table.py,
-names in test_names.py, the signal check in test_signals.py; what lines become, and the partitioner, in
-tests/core/format/.)"""
+"""The mount's write framing across requests (mount/framing.py), without a mount: lines and batches cut out of
+writes split anywhere. What the lines become, and the partitioner, are tested in tests/core/format/."""
 
 from __future__ import annotations
 
