@@ -25,6 +25,7 @@ stream and Kafka's LZ4 frame) are assembled here so the bytes match what Java cl
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from enum import IntEnum
@@ -121,14 +122,32 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         ) from None
 
 
-def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes) -> bytes:
-    """Inflate into a buffer of DECOMPRESSED_MAX_BYTES, so a decompression bomb fails instead of taking memory.
+DECOMPRESS_BUFFER_START_BYTES = 1 << 20  # a thread's first inflate buffer; grown 4x at a time up to the bound
 
-    ``np.empty`` maps the buffer without touching it: only the pages the output fills are ever allocated.
+_buffers = threading.local()
+
+
+def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes) -> bytes:
+    """Inflate into a reused per-thread buffer of at most DECOMPRESSED_MAX_BYTES, so a decompression bomb fails
+    instead of taking memory.
+
+    cramjam refuses (DecompressionError) an output that does not fit; the buffer then grows 4x and the inflate is
+    retried, up to the bound, where the refusal stands. A fresh 64 MiB ``np.empty`` per call, as before, cost an mmap,
+    an munmap and a page fault per 4 KiB of output: 42 us of a 16 KiB zstd batch against 21 us for the inflate alone.
+    Any thread (each has its own buffer).
     """
-    out = np.empty(DECOMPRESSED_MAX_BYTES, dtype=np.uint8)
-    written = decompress_into(data, out)
-    return out[:written].tobytes()
+    out = getattr(_buffers, "out", None)
+    if out is None:
+        out = _buffers.out = np.empty(DECOMPRESS_BUFFER_START_BYTES, dtype=np.uint8)
+    while True:
+        try:
+            written = decompress_into(data, out)
+        except cramjam.DecompressionError:
+            if len(out) >= DECOMPRESSED_MAX_BYTES:
+                raise
+            out = _buffers.out = np.empty(min(len(out) * 4, DECOMPRESSED_MAX_BYTES), dtype=np.uint8)
+            continue
+        return out[:written].tobytes()
 
 
 def _snappy_raw(block: bytes) -> bytes:
