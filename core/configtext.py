@@ -151,7 +151,7 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def parse_config_lines(text: str, current_overrides: Mapping[str, str]) -> dict[str, str]:
-    """The overrides after a write of ``text`` to ``<topic>/config`` over ``current_overrides``. Any thread.
+    """The overrides after one write(2) of ``text`` to ``<topic>/config`` over ``current_overrides``. Any thread.
 
     ``key=value`` sets an override, ``key=`` (or ``key=`` and blanks) removes it, blank lines are ignored; lines
     apply in order. The write is whole or nothing: one ConfigError lists every bad line by number, and then the
@@ -176,7 +176,7 @@ def parse_config_lines(text: str, current_overrides: Mapping[str, str]) -> dict[
             else:
                 overrides[key] = _canonical_override(key, value)
         except ConfigError as exc:
-            errors.append(f"line {line_number}: {exc}")
+            errors.append(f"line {line_number} of the write: {exc}")
     if errors:
         raise ConfigError("config not changed: " + "; ".join(errors))
     return overrides

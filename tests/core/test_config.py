@@ -278,7 +278,7 @@ def test_bad_value_names_key_value_and_rule(key: str, text: str, rule: str) -> N
     assert expected in error_of(excinfo)
     with pytest.raises(ConfigError) as excinfo:
         parse_config_lines(f"{key}={text}\n", {})
-    assert f"line 1: {expected}" in error_of(excinfo)
+    assert f"line 1 of the write: {expected}" in error_of(excinfo)
 
 
 def test_bad_broker_spelling_value_names_the_spelling() -> None:
@@ -301,7 +301,7 @@ def test_compaction_refused(text: str) -> None:
     assert expected in error_of(excinfo)
     with pytest.raises(ConfigError) as excinfo:
         parse_config_lines(f"cleanup.policy={text}\n", {})
-    assert f"line 1: {expected}" in error_of(excinfo)
+    assert f"line 1 of the write: {expected}" in error_of(excinfo)
 
 
 def test_unknown_store_key_named() -> None:
@@ -383,7 +383,9 @@ def test_config_write_is_whole_or_nothing() -> None:
     text = "retention.ms=1000\nsegment.bytes=-5\nsegment.ms=\n"
     with pytest.raises(ConfigError) as excinfo:
         parse_config_lines(text, current)
-    assert error_of(excinfo).startswith("config not changed: line 2: Invalid value -5 for configuration segment.bytes")
+    assert error_of(excinfo).startswith(
+        "config not changed: line 2 of the write: Invalid value -5 for configuration segment.bytes"
+    )
     assert current == {"segment.bytes": "1048576"}
 
 
@@ -392,10 +394,10 @@ def test_config_write_error_lists_every_bad_line() -> None:
     with pytest.raises(ConfigError) as excinfo:
         parse_config_lines(text, {})
     message = error_of(excinfo)
-    assert "line 2: expected key=value" in message
-    assert "line 4: compression.type is a Kafka topic config that logfs does not implement" in message
-    assert "line 5: unknown topic config key 'bogus.key'" in message
-    assert "line 6: Invalid value x for configuration segment.bytes" in message
+    assert "line 2 of the write: expected key=value" in message
+    assert "line 4 of the write: compression.type is a Kafka topic config that logfs does not implement" in message
+    assert "line 5 of the write: unknown topic config key 'bogus.key'" in message
+    assert "line 6 of the write: Invalid value x for configuration segment.bytes" in message
     assert "line 1" not in message and "line 3" not in message
 
 
@@ -404,7 +406,7 @@ def test_known_kafka_key_not_implemented_refused(key: str) -> None:
     for text in (f"{key}=1\n", f"{key}=\n"):
         with pytest.raises(ConfigError) as excinfo:
             parse_config_lines(text, {})
-        assert f"line 1: {key} is a Kafka topic config that logfs does not implement" in error_of(excinfo)
+        assert f"line 1 of the write: {key} is a Kafka topic config that logfs does not implement" in error_of(excinfo)
 
 
 @pytest.mark.parametrize(
@@ -421,7 +423,7 @@ def test_known_kafka_key_not_implemented_refused(key: str) -> None:
 def test_unknown_and_misplaced_keys_refused(line: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as excinfo:
         parse_config_lines(line, {})
-    assert f"line 1: {fragment}" in error_of(excinfo)
+    assert f"line 1 of the write: {fragment}" in error_of(excinfo)
 
 
 def test_oversized_config_write_refused() -> None:
