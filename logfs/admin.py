@@ -82,7 +82,8 @@ def create_topic(mount: Path, topic: str, partitions: int | None, config_lines: 
         try:
             parse_config_lines(line, {})
         except ConfigError as exc:
-            raise BadArgument(f"--config {line}: {str(exc).removeprefix('config not changed: line 1: ')}") from None
+            reason = str(exc).removeprefix("config not changed: line 1 of the write: ")
+            raise BadArgument(f"--config {line}: {reason}") from None
     directory = mount / topic
     try:
         os.mkdir(directory)

@@ -289,9 +289,12 @@ class Reader:
         if kind is Kind.AT_FILE:
             return ViewHandle(entry, entry.payload), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.HW_FILE:
-            start, end, closed = self.hw_file(node)
+            start, end, _ = self.hw_file(node)
             view, mtime_ns = await self._read_thread(_open_hw_view, self._log(node), self.cache, node, start, end)
-            return HwHandle(entry, start, view, mtime_ns=mtime_ns), pyfuse3.FileInfo(keep_cache=closed)
+            # Page cache kept for active segments too: their bytes are prefix-stable (spec §5), and the kernel drops a
+            # file's cached pages whenever a getattr (asked before every read: attr_timeout 0) reports another size or
+            # mtime. A re-read of unchanged data (Spark's runs, a second cat) then never reaches the mount.
+            return HwHandle(entry, start, view, mtime_ns=mtime_ns), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.FOLLOW_FILE:
             # Seekable, though reads ignore the offset: `head -n` seeks back over what it read past its last line
             # (lseek SEEK_CUR) and fails with ESPIPE on a nonseekable file.

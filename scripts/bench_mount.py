@@ -7,8 +7,9 @@ send them), uniform 100-byte records second, each row beside its baselines measu
 
 * ``dd if=<file> of=MOUNT/<topic>/0/batches bs=1M`` (MB/s) of the realistic producer file (kafka-python batches of
   16 KiB, keys, a header, half lz4/zstd) and of the uniform file (1,000 records of 100 bytes per batch) vs ``dd`` of
-  the same file to a plain file, vs the core alone (``Log.append_as_leader`` of the same batches, no FUSE), and vs
-  the FUSE floor (the same ``dd`` into a pyfuse3 filesystem whose write handler does nothing).
+  the same file to a plain file, vs the core alone (``Log.append_batches_as_leader`` of the same batches in 1 MiB
+  requests, no FUSE), and vs the FUSE floor (the same ``dd`` into a pyfuse3 filesystem whose write handler does
+  nothing).
 * the events as text lines through ``append``, the same events as ``{"key":"user-<n>","value":<event>}`` lines
   through ``append.jsonl``, and 100-byte lines through ``append``, each by ``dd bs=1M`` vs ``dd`` of the file to disk.
 * ``cat at/earliest`` and ``cat at/earliest.jsonl`` of the events (their first open: the rendered-size index is
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 import realdata
-from benchutil import mount, timed, unmount
+from benchutil import mount, requests_of, timed, unmount
 
 from logfs.core.config import StoreConfig
 from logfs.core.configtext import parse_store_config
@@ -119,7 +120,8 @@ def core_append(root: Path, batches: list[bytes], config: StoreConfig) -> float:
     try:
         store.create_topic("t", 1)
         log = store.log("t", 0)
-        return timed(lambda: [log.append_as_leader(bytearray(b), 0) for b in batches])
+        groups = [[bytearray(b) for b in group] for group in requests_of(batches)]  # 1 MiB writes, as dd bs=1M
+        return timed(lambda: [log.append_batches_as_leader(r, 0) for r in groups])
     finally:
         store.close()
 

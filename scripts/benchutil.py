@@ -23,6 +23,20 @@ if TYPE_CHECKING:
 LOGFS = str(Path(sys.executable).with_name("logfs"))
 
 
+def requests_of(batches: Sequence[bytes], size: int = 1 << 20) -> list[list[bytes]]:
+    """``batches`` in groups of about ``size`` bytes: the requests a ``dd bs=1M`` into ``batches`` makes, which the
+    mount appends with one ``Log.append_batches_as_leader`` each (the core-alone rows append them the same way)."""
+    groups: list[list[bytes]] = [[]]
+    filled = 0
+    for b in batches:
+        if filled >= size:
+            groups.append([])
+            filled = 0
+        groups[-1].append(b)
+        filled += len(b)
+    return groups
+
+
 def timed(fn: Callable[[], object]) -> float:
     """Seconds one call of ``fn`` takes."""
     start = time.perf_counter()

@@ -31,80 +31,17 @@
  *   render_jsonl(data, lead, columns, n)
  *       The JSON lines of spec §4 of walked records, byte for byte render.jsonl_from_columns (in _walkjsonl.c).
  *
+ *   jsonl_sizes(data, lead, columns, n, out)
+ *       The length of each of those lines into ``out`` (n int64), nothing rendered (in _walkjsonl.c).
+ *
+ *   header_columns(data, positions, counts, n, key_pos, key_len, value_pos, value_len)
+ *       The headers of walked records as flat columns, for Arrow (in _walkheaders.c).
+ *
  * Threads: any. The GIL is released while a walk creates no Python object (no columns, or walk_sections).
  */
 #include "_walk.h"
 
 PyObject *logfs_InvalidRecord = NULL;
-
-/* A record's key or value (``what``): its length (-1: null) and where its bytes start, checked as walk_python does. */
-static inline int read_bytes_field(const uint8_t *d, int64_t *p, int64_t rec_end, long long i, int64_t length,
-                                   const char *what, const char *field, int64_t *pos, int64_t *len, Fault *f) {
-    if (read_varint(d, p, rec_end, VARINT_MAX_BYTES, i, field, len, f))
-        return -1;
-    if (*len < -1)
-        return fault(f, i, "negative %s length %lld", what, (long long)*len);
-    *pos = *p;
-    if (*len > 0) {
-        *p += *len;
-        if (*p > rec_end)
-            return fault(f, i, "%s of %lld bytes runs past the record's declared length %lld", what, (long long)*len,
-                         (long long)length);
-    }
-    return 0;
-}
-
-/* Record ``i`` at ``*pos``: walk_python's loop body, checks in its order. On success ``*pos`` is the record's end. */
-static inline int walk_record(const uint8_t *d, int64_t *pos, int64_t end, long long i, long long count,
-                              int64_t last_offset_delta, int client, int64_t *prev_od, Fields *r, Fault *f) {
-    if (*pos >= end)
-        return fault(f, i, "missing: the records section ends after %lld of %lld records", i, count);
-    int64_t length = 0;
-    if (read_varint(d, pos, end, VARINT_MAX_BYTES, i, "length", &length, f))
-        return -1;
-    if (length < RECORD_BODY_MIN_BYTES)
-        return fault(f, i, "declared length %lld is below the minimum of %d", (long long)length,
-                     RECORD_BODY_MIN_BYTES);
-    int64_t body = *pos;
-    int64_t rec_end = body + length;
-    if (rec_end > end)
-        return fault(f, i, "declared length %lld runs %lld bytes past the records section", (long long)length,
-                     (long long)(rec_end - end));
-    int64_t p = body + 1; /* attributes: unused, any value accepted */
-    if (read_varint(d, &p, rec_end, VARLONG_MAX_BYTES, i, "timestampDelta", &r->ts_delta, f))
-        return -1;
-    if (read_varint(d, &p, rec_end, VARINT_MAX_BYTES, i, "offsetDelta", &r->od, f))
-        return -1;
-    if (client) {
-        if (r->od != i)
-            return fault(f, i,
-                         "offsetDelta %lld, expected %lld (a producer's batch numbers its records 0, 1, 2 \xe2\x80\xa6)",
-                         (long long)r->od, i);
-    } else if (r->od <= *prev_od || r->od > last_offset_delta) {
-        return fault(f, i, "offsetDelta %lld is not in (%lld, %lld]", (long long)r->od, (long long)*prev_od,
-                     (long long)last_offset_delta);
-    }
-    *prev_od = r->od;
-    if (read_bytes_field(d, &p, rec_end, i, length, "key", "keyLength", &r->key_pos, &r->key_len, f) ||
-        read_bytes_field(d, &p, rec_end, i, length, "value", "valueLength", &r->value_pos, &r->value_len, f))
-        return -1;
-    if (read_varint(d, &p, rec_end, VARINT_MAX_BYTES, i, "headersCount", &r->n_headers, f))
-        return -1;
-    if (r->n_headers < 0)
-        return fault(f, i, "negative header count %lld", (long long)r->n_headers);
-    r->headers_pos = p;
-    for (int64_t h = 0; h < r->n_headers; h++) {
-        int64_t kp = 0, kl = 0, vp = 0, vl = 0;
-        if (read_header_fields(d, &p, rec_end, h, r->n_headers, i, &kp, &kl, &vp, &vl, f))
-            return -1;
-    }
-    if (p != rec_end)
-        return fault(f, i, "declared length %lld but the fields take %lld bytes", (long long)length,
-                     (long long)(p - body));
-    r->end = rec_end;
-    *pos = rec_end;
-    return 0;
-}
 
 /* The six columns of RecordColumns, in rows of ``stride`` entries: record ``i``'s fields. */
 static inline void store_columns(int64_t *c, long long stride, long long i, const Fields *r) {
@@ -366,7 +303,11 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk a records section as records.walk_python does (see the file's comment)."},
     {"walk_sections", walk_sections, METH_VARARGS, "Walk the records sections of several stored batches."},
     {"render_jsonl", logfs_render_jsonl, METH_VARARGS, "JSON lines of walked records (see render_jsonl's comment)."},
+    {"jsonl_sizes", logfs_jsonl_sizes, METH_VARARGS, "The length of each JSON line render_jsonl would give."},
     {"header_lists", header_lists, METH_VARARGS, "The headers of walked records as Python lists."},
+    {"header_columns", logfs_header_columns, METH_VARARGS, "The headers of walked records as flat columns."},
+    {"check_client_batches", logfs_check_client_batches, METH_VARARGS,
+     "Check a request's producer batches (core/format/_checkbatches.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 /*
- * What core/format/_walk.c (the record walk) and core/format/_walkjsonl.c (JSON lines of walked records) share: the
- * varint and header readers with the reference's checks and messages, faults raised as InvalidRecord, buffers.
+ * What core/format/_walk.c (the record walk), core/format/_walkjsonl.c (JSON lines of walked records) and
+ * core/format/_checkbatches.c (a request's producer batches checked at once) share: the varint, header and record
+ * readers with the reference's checks and messages, faults raised as InvalidRecord, buffers.
  * See _walk.c's opening comment for the module.
  */
 #ifndef LOGFS_WALK_H
@@ -126,6 +127,75 @@ static inline int read_header_fields(const uint8_t *d, int64_t *p, int64_t rec_e
     return 0;
 }
 
+/* A record's key or value (``what``): its length (-1: null) and where its bytes start, checked as walk_python does. */
+static inline int read_bytes_field(const uint8_t *d, int64_t *p, int64_t rec_end, long long i, int64_t length,
+                                   const char *what, const char *field, int64_t *pos, int64_t *len, Fault *f) {
+    if (read_varint(d, p, rec_end, VARINT_MAX_BYTES, i, field, len, f))
+        return -1;
+    if (*len < -1)
+        return fault(f, i, "negative %s length %lld", what, (long long)*len);
+    *pos = *p;
+    if (*len > 0) {
+        *p += *len;
+        if (*p > rec_end)
+            return fault(f, i, "%s of %lld bytes runs past the record's declared length %lld", what, (long long)*len,
+                         (long long)length);
+    }
+    return 0;
+}
+
+/* Record ``i`` at ``*pos``: walk_python's loop body, checks in its order. On success ``*pos`` is the record's end. */
+static inline int walk_record(const uint8_t *d, int64_t *pos, int64_t end, long long i, long long count,
+                              int64_t last_offset_delta, int client, int64_t *prev_od, Fields *r, Fault *f) {
+    if (*pos >= end)
+        return fault(f, i, "missing: the records section ends after %lld of %lld records", i, count);
+    int64_t length = 0;
+    if (read_varint(d, pos, end, VARINT_MAX_BYTES, i, "length", &length, f))
+        return -1;
+    if (length < RECORD_BODY_MIN_BYTES)
+        return fault(f, i, "declared length %lld is below the minimum of %d", (long long)length,
+                     RECORD_BODY_MIN_BYTES);
+    int64_t body = *pos;
+    int64_t rec_end = body + length;
+    if (rec_end > end)
+        return fault(f, i, "declared length %lld runs %lld bytes past the records section", (long long)length,
+                     (long long)(rec_end - end));
+    int64_t p = body + 1; /* attributes: unused, any value accepted */
+    if (read_varint(d, &p, rec_end, VARLONG_MAX_BYTES, i, "timestampDelta", &r->ts_delta, f))
+        return -1;
+    if (read_varint(d, &p, rec_end, VARINT_MAX_BYTES, i, "offsetDelta", &r->od, f))
+        return -1;
+    if (client) {
+        if (r->od != i)
+            return fault(f, i,
+                         "offsetDelta %lld, expected %lld (a producer's batch numbers its records 0, 1, 2 \xe2\x80\xa6)",
+                         (long long)r->od, i);
+    } else if (r->od <= *prev_od || r->od > last_offset_delta) {
+        return fault(f, i, "offsetDelta %lld is not in (%lld, %lld]", (long long)r->od, (long long)*prev_od,
+                     (long long)last_offset_delta);
+    }
+    *prev_od = r->od;
+    if (read_bytes_field(d, &p, rec_end, i, length, "key", "keyLength", &r->key_pos, &r->key_len, f) ||
+        read_bytes_field(d, &p, rec_end, i, length, "value", "valueLength", &r->value_pos, &r->value_len, f))
+        return -1;
+    if (read_varint(d, &p, rec_end, VARINT_MAX_BYTES, i, "headersCount", &r->n_headers, f))
+        return -1;
+    if (r->n_headers < 0)
+        return fault(f, i, "negative header count %lld", (long long)r->n_headers);
+    r->headers_pos = p;
+    for (int64_t h = 0; h < r->n_headers; h++) {
+        int64_t kp = 0, kl = 0, vp = 0, vl = 0;
+        if (read_header_fields(d, &p, rec_end, h, r->n_headers, i, &kp, &kl, &vp, &vl, f))
+            return -1;
+    }
+    if (p != rec_end)
+        return fault(f, i, "declared length %lld but the fields take %lld bytes", (long long)length,
+                     (long long)(p - body));
+    r->end = rec_end;
+    *pos = rec_end;
+    return 0;
+}
+
 static inline int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
     return PyObject_GetBuffer(obj, view, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS);
 }
@@ -147,5 +217,8 @@ static inline const void *hold(PyObject *obj, Held *h, Py_ssize_t items, Py_ssiz
 }
 
 PyObject *logfs_render_jsonl(PyObject *self, PyObject *args); /* _walkjsonl.c */
+PyObject *logfs_check_client_batches(PyObject *self, PyObject *args); /* _checkbatches.c */
+PyObject *logfs_jsonl_sizes(PyObject *self, PyObject *args);  /* _walkjsonl.c */
+PyObject *logfs_header_columns(PyObject *self, PyObject *args); /* _walkheaders.c */
 
 #endif

@@ -14,6 +14,33 @@ def walk(
 ) -> tuple[Any, ...]: ...
 def walk_sections(data: bytes | bytearray | memoryview, sections: Any, out: Any, /) -> None: ...
 def render_jsonl(data: bytes | bytearray | memoryview, lead: bytes, columns: tuple[Any, ...], n: int, /) -> bytes: ...
+def jsonl_sizes(
+    data: bytes | bytearray | memoryview, lead: bytes, columns: tuple[Any, ...], n: int, out: Any, /
+) -> None: ...
 def header_lists(
     data: bytes | bytearray | memoryview, positions: Any, counts: Any, n: int, /
 ) -> list[list[tuple[str, bytes | None]] | None]: ...
+def check_client_batches(
+    batches: list[Any],
+    start: int,
+    out: list[Any],
+    crc: Any,
+    max_message_bytes: int,
+    segment_bytes: int,
+    log_append: bool,
+    now: int,
+    before: int,
+    after: int,
+    /,
+) -> int: ...
+def header_columns(
+    data: bytes | bytearray | memoryview,
+    positions: Any,
+    counts: Any,
+    n: int,
+    key_pos: Any,
+    key_len: Any,
+    value_pos: Any,
+    value_len: Any,
+    /,
+) -> None: ...

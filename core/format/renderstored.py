@@ -92,6 +92,3 @@ def _plain_joined(g: Group, lo: int, hi: int) -> bytes:
     values = [data[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
     values.append(b"")
     return b"\n".join(values)
-
-
-

@@ -2,7 +2,9 @@
 
 Validation is layered as in Kafka: ``batch.batch_size_at`` frames (enough bytes? a sane length?),
 :func:`validate_batch` checks one whole batch (size, magic, CRC, the header rules of its origin, every record's
-framing through ``records.walk``), and ``decode`` reads what was validated. A batch is validated twice on its way
+framing through ``records.walk``), and ``decode`` reads what was validated. :func:`check_plain_batches` is the
+compiled helper for a request's many producer batches: it takes the common ones in one call and leaves the rest,
+and every fault, to :func:`validate_batch`. A batch is validated twice on its way
 into a log: when a producer's batch is appended, and (CRC only) when a log is recovered. Any thread.
 """
 
@@ -26,7 +28,8 @@ from logfs.core.format.batch import (
 from logfs.core.format.compression import Compression
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import field_bytes, records_section
-from logfs.core.format.records import walk
+from logfs.core.format.records import CEXT, USE_CEXT, walk
+from logfs.core.format.varint import INT64_MAX, INT64_MIN
 
 
 class ValidBatch(NamedTuple):
@@ -133,3 +136,35 @@ def _validate_body(buf: bytes | bytearray | memoryview, position: int, size: int
             raise InvalidRecord(f"a control batch holds {h.records_count} records, not 1")
         parse_control_key(field_bytes(cols.data, int(cols.key_position[0]), int(cols.key_length[0])))
     return max_ts_delta
+
+
+# One producer batch of a request, checked: (its bytes, stamped in place; size; lastOffsetDelta; recordsCount; its
+# true max timestamp; producerId; whether ``batch.set_max_timestamp`` must stamp it). A plain tuple: one per batch.
+RequestBatch = tuple[bytearray | memoryview, int, int, int, int, int, bool]
+
+
+def check_plain_batches(
+    batches: list[bytes | bytearray | memoryview],
+    start: int,
+    out: list[RequestBatch],
+    *,
+    max_message_bytes: int,
+    segment_bytes: int,
+    log_append: bool,
+    now: int,
+    before: int,
+    after: int,
+) -> int:
+    """Check ``batches[start:]`` with the compiled helper (``core/format/_checkbatches.c``) as long as each is a
+    writable, uncompressed producer batch without producer id that passes every rule of a leader's append
+    (``appendcheck.check_leader_batch``), appending one :data:`RequestBatch` to ``out`` for each; returns the index
+    of the first it did not take (``start`` when the helper is not built or ``LOGFS_NO_CEXT`` is set). It raises
+    nothing about the bytes: the caller checks the batch it stopped at with the reference, whose answer (or error)
+    is the one that counts. Any thread."""
+    if not USE_CEXT or not INT64_MIN <= now <= INT64_MAX:
+        return start
+    assert CEXT is not None
+    return CEXT.check_client_batches(
+        batches, start, out, _crc32c.crc32c, min(max_message_bytes, INT64_MAX), min(segment_bytes, INT64_MAX),
+        log_append, now, min(before, INT64_MAX), min(after, INT64_MAX),
+    )  # fmt: skip

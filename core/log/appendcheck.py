@@ -10,12 +10,17 @@
   lowered must still replicate the larger batches it already holds). They must ascend (OffsetsOutOfOrder), fill the
   data exactly, and a control batch's marker is read now, so that a malformed one refuses the whole append.
 
+A leader's request (``check_leader_request``: the batches of one write, Kafka's produce request) is checked batch by
+batch with the same rules; the common batches (writable, uncompressed, no producer id) all at once by the compiled
+helper (``validate.check_plain_batches``), every other one, and every one that fails, by ``check_leader_batch``.
+
 Threads: any (pure); the Log calls them before it takes its lock.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from logfs.core.config import LogConfig
@@ -28,7 +33,7 @@ from logfs.core.errors import (
     StorageError,
 )
 from logfs.core.format.batch import BatchHeader, TimestampType, iter_batch_positions
-from logfs.core.format.validate import ValidBatch, validate_batch
+from logfs.core.format.validate import RequestBatch, ValidBatch, check_plain_batches, validate_batch
 from logfs.core.txn.producerentry import Marker, read_marker
 
 # A leader's checked batch: the bytes to stamp, its validation, and whether the topic stamps LOG_APPEND_TIME.
@@ -62,6 +67,35 @@ def check_leader_batch(
     if isinstance(batch, bytearray) or (isinstance(batch, memoryview) and not batch.readonly):
         return batch, valid, log_append
     return bytearray(batch), valid, log_append
+
+
+def check_leader_request(
+    batches: Sequence[bytes | bytearray | memoryview], leader_epoch: int, config: LogConfig, now: int
+) -> tuple[list[RequestBatch], Exception | None]:
+    """The batches of one request checked in order, as :func:`check_leader_batch` checks each: those before the first
+    that fails, and its error (None when all passed)."""
+    batches = list(batches)
+    checked: list[RequestBatch] = []
+    if batches and leader_epoch < 0:
+        return checked, InvalidLeaderEpoch(leader_epoch)
+    log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    k = 0
+    while k < len(batches):
+        k = check_plain_batches(  # the common batches at once, when the compiled helper is built
+            batches, k, checked, max_message_bytes=config.max_message_bytes, segment_bytes=config.segment_bytes,
+            log_append=log_append, now=now, before=before, after=after,
+        )  # fmt: skip
+        if k == len(batches):
+            break
+        try:
+            data, valid, _ = check_leader_batch(batches[k], leader_epoch, config, now)
+        except Exception as exc:
+            return checked, exc
+        h = valid.header
+        checked.append((data, h.size, h.last_offset_delta, h.records_count, valid.max_timestamp, h.producer_id, True))
+        k += 1
+    return checked, None
 
 
 @dataclass(frozen=True, slots=True)

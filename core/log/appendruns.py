@@ -21,11 +21,13 @@ before asking for the next step. Threads: the Log's writer, under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
+from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, read_header, set_max_timestamp
+from logfs.core.format.validate import RequestBatch, ValidBatch
 from logfs.core.log.appendcheck import CheckedBatch
+from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.local import LocalLog
 from logfs.core.log.segment import SegmentPart
 from logfs.core.offsets import AppendInfo
@@ -41,36 +43,63 @@ class Run:
     size: int = 0
 
 
-def plan_runs(checked: Sequence[CheckedBatch], local: LocalLog, leader_epoch: int, now: int
+def append_request(
+    checked: Sequence[RequestBatch],
+    local: LocalLog,
+    epoch_cache: LeaderEpochFileCache,
+    append_one: Callable[[CheckedBatch, int, int], AppendInfo],
+    leader_epoch: int,
+    now: int,
+    log_append: bool,
+) -> tuple[list[AppendInfo], Exception | None]:
+    """Append a request's checked batches (``appendcheck.check_leader_request``) in runs, each lone batch through
+    ``append_one`` (the Log's one-batch append); the appends done, and the error that stopped them (a run that
+    fails to be written leaves nothing of itself; the runs before it stay). The Log's writer, under its lock."""
+    infos: list[AppendInfo] = []
+    try:
+        for step in plan_runs(checked, local, leader_epoch, now, log_append):
+            if isinstance(step, Run):
+                local.append_parts(step.parts, step.records)
+                infos.extend(step.infos)  # they count only once stored
+                epoch_cache.assign(leader_epoch, step.infos[0].first_offset)
+            else:
+                infos.append(append_one(step, leader_epoch, now))
+    except Exception as exc:
+        return infos, exc
+    return infos, None
+
+
+def plan_runs(checked: Sequence[RequestBatch], local: LocalLog, leader_epoch: int, now: int, log_append: bool
               ) -> Iterator[Run | CheckedBatch]:  # fmt: skip
-    """The runs and lone batches of ``checked``, in order (see the module docstring)."""
+    """The runs and lone batches of ``checked``, in order (see the module docstring); ``log_append``: the topic
+    stamps LOG_APPEND_TIME (as the config the batches were checked with says)."""
     run = Run()
     room = 0
+    bounds = None
     next_offset = local.log_end_offset
+    ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
     for batch in checked:
-        data, valid, log_append = batch
-        header = valid.header
-        size = header.size
-        max_ts = now if log_append else valid.max_timestamp
-        last = next_offset + header.last_offset_delta
-        if not run.parts:
+        data, size, last_delta, records, max_ts, producer_id, stamp = batch
+        if log_append:
+            max_ts = now
+        last = next_offset + last_delta
+        if not run.parts:  # the segment as it is now: the roll rules asked once for the whole run
             active = local.active_segment
             room = active.index_room() - 1 if active.size_bytes else 0
-        if header.producer_id >= 0 or len(run.parts) >= room or local.should_roll(run.size + size, max_ts, last, now):
+            bounds = local.roll_bounds(now)
+        if producer_id >= 0 or len(run.parts) >= room or bounds is None or bounds.rolls(run.size + size, max_ts, last):
             if run.parts:
                 yield run
                 run = Run()
-            yield batch
+            yield data, ValidBatch(read_header(data, 0), 0, batch[4]), log_append
             next_offset = local.log_end_offset  # the Log appended it (or found it a duplicate)
             continue
-        ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
-        set_max_timestamp(data, 0, size, ts_type, max_ts)
+        if stamp:
+            set_max_timestamp(data, 0, size, ts_type, max_ts)
         assign_offset_and_epoch(data, 0, next_offset, leader_epoch)
         run.parts.append((data, last, max_ts, last))
-        run.infos.append(
-            AppendInfo(next_offset, last, max_ts, last, now if log_append else -1, header.records_count, size)
-        )
-        run.records += header.records_count
+        run.infos.append(AppendInfo(next_offset, last, max_ts, last, now if log_append else -1, records, size))
+        run.records += records
         run.size += size
         next_offset = last + 1
     if run.parts:

@@ -46,7 +46,7 @@ from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
 from logfs.core.log.scan import Segments
-from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, SegmentPart
+from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, RollBounds, SegmentPart
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn, collect_aborted
 from logfs.core.txn.producersnapshot import sync_snapshot_files
@@ -231,14 +231,12 @@ class LocalLog:
 
     def should_roll(self, size: int, max_timestamp: int, last_offset: int, now: int, *, by_time: bool = True) -> bool:
         """Whether an append of ``size`` bytes ending at ``last_offset`` needs a new active segment first."""
-        return self.active_segment.should_roll(
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms if by_time else NO_LIMIT,
-            messages_bytes=size,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=last_offset,
-            now_ms=now,
-        )
+        return self.roll_bounds(now, by_time=by_time).rolls(size, max_timestamp, last_offset)
+
+    def roll_bounds(self, now: int, *, by_time: bool = True) -> RollBounds:
+        """The roll rules of the active segment as bounds (``LogSegment.roll_bounds``), valid until it changes."""
+        segment_ms = self.config.segment_ms if by_time else NO_LIMIT
+        return self.active_segment.roll_bounds(self.config.segment_bytes, segment_ms, now)
 
     def roll(self, expected_next_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)``; the old one gets its final time index

@@ -41,8 +41,8 @@ from logfs.core.config import LogConfig
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import LockBusy, OffsetOutOfRange, UnexpectedAppendOffset
 from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
-from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch
-from logfs.core.log.appendruns import Run, plan_runs
+from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch, check_leader_request
+from logfs.core.log.appendruns import append_request
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.highwatermark import HighWatermark
@@ -220,42 +220,25 @@ class Log:
         once): what each append pays once is paid once per request. Returns the appends in order and the error that
         stopped them (None when every batch went in).
 
-        Each batch is validated first, outside the lock (``check_leader_batch``); the batches before the first that
-        fails are appended, the rest not (as one :meth:`append_as_leader` per batch would). Then, under the lock,
-        the batches are stamped (offsets from the LEO, the leader epoch, maxTimestamp) and written in runs
-        (``core/log/appendruns.py``), each run to one segment with one ``pwritev`` (``LocalLog.append_parts``), its
-        index entries appended in one go, the LEO published and the epoch recorded once; a batch with a producer
-        id, or one the roll rules roll for, goes alone (:meth:`_append_one`) after the run before it. A run that
-        fails to be written (a full disk) leaves nothing of itself in the log; the runs before it stay.
+        The batches are checked first, outside the lock (``appendcheck.check_leader_request``: the rules of
+        :meth:`append_as_leader`, the common batches in one compiled call); those before the first that fails are
+        appended, the rest not (as one :meth:`append_as_leader` per batch would). Then, under the lock, they are
+        stamped and written in runs (``appendruns.append_request``: a run to one segment in one ``pwritev``, its
+        index entries in one go, the LEO published and the epoch recorded once); a batch with a producer id, or one
+        the roll rules roll for, goes alone (:meth:`_append_one`) after the run before it. A run that fails to be
+        written (a full disk) leaves nothing of itself in the log; the runs before it stay.
         """
         now = wall_clock_ms() if now_ms is None else now_ms
-        checked: list[CheckedBatch] = []
-        error: Exception | None = None
         config = self.config
-        try:
-            for batch in batches:
-                checked.append(check_leader_batch(batch, leader_epoch, config, now))
-        except Exception as exc:
-            error = exc
-        infos: list[AppendInfo] = []
+        checked, error = check_leader_request(batches, leader_epoch, config, now)
         if not checked:
-            return infos, error
+            return [], error
+        log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
         with self._lock:
-            try:
-                for step in plan_runs(checked, self.local, leader_epoch, now):  # core/log/appendruns.py
-                    if isinstance(step, Run):
-                        self._write_run(step, leader_epoch, infos)
-                    else:
-                        infos.append(self._append_one(step, leader_epoch, now))
-            except Exception as exc:
-                error = exc
-        return infos, error
-
-    def _write_run(self, run: Run, leader_epoch: int, infos: list[AppendInfo]) -> None:
-        """Store one run of stamped batches in the active segment; their infos count only once it is stored."""
-        self.local.append_parts(run.parts, run.records)
-        infos.extend(run.infos)
-        self.epoch_cache.assign(leader_epoch, run.infos[0].first_offset)
+            infos, failed = append_request(
+                checked, self.local, self.epoch_cache, self._append_one, leader_epoch, now, log_append
+            )
+        return infos, failed or error
 
     def _append_one(self, checked: CheckedBatch, leader_epoch: int, now: int) -> AppendInfo:
         """Append one checked batch at the LEO: the producer rules, the stamps, the roll, the write. Under the lock."""

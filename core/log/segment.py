@@ -27,6 +27,7 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptIndex, OffsetOverflow
@@ -62,6 +63,24 @@ def filename_prefix(offset: int) -> str:
 def offset_from_filename(name: str) -> int:
     """The base offset a segment file's name encodes."""
     return int(name.split(".", 1)[0])
+
+
+class RollBounds(NamedTuple):
+    """When an append to a segment rolls it first (``LogSegment.roll_bounds``): Kafka's roll rules, worked out."""
+
+    bytes_left: int  # an append of more bytes rolls (segment.bytes)
+    max_timestamp: int | None  # an append with a later max timestamp rolls (segment.ms); None: no such bound
+    min_offset: int  # an append ending outside [min_offset, max_offset] rolls (relative-offset overflow)
+    max_offset: int
+    now: bool  # every append rolls: a full index, or segment.ms passed by the wall clock
+
+    def rolls(self, size: int, max_timestamp: int, last_offset: int) -> bool:
+        return (
+            self.now
+            or size > self.bytes_left
+            or (self.max_timestamp is not None and max_timestamp > self.max_timestamp)
+            or not self.min_offset <= last_offset <= self.max_offset
+        )
 
 
 class LogSegment:
@@ -310,14 +329,18 @@ class LogSegment:
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """How long this segment has been "open" for segment.ms: by record timestamps when it has them."""
+        t = self._roll_timestamp()
+        if t is not None and t >= 0:
+            return message_timestamp - t
+        return now_ms - self._created_ms
+
+    def _roll_timestamp(self) -> int | None:
+        """The timestamp segment.ms counts from: the first batch's max timestamp (read once), None when empty."""
         if self._rolling_based_timestamp is None and self._log.size_bytes > 0:
             first = next(iter(self._log.batches()), None)
             if first is not None:
                 self._rolling_based_timestamp = first.max_timestamp
-        t = self._rolling_based_timestamp
-        if t is not None and t >= 0:
-            return message_timestamp - t
-        return now_ms - self._created_ms
+        return self._rolling_based_timestamp
 
     def should_roll(
         self,
@@ -330,17 +353,24 @@ class LogSegment:
         now_ms: int,
     ) -> bool:
         """Kafka's four roll rules: size, time (never an empty segment), a full index, relative-offset overflow."""
+        bounds = self.roll_bounds(segment_bytes, segment_ms, now_ms)
+        return bounds.rolls(messages_bytes, max_timestamp_in_messages, max_offset_in_messages)
+
+    def roll_bounds(self, segment_bytes: int, segment_ms: int, now_ms: int) -> RollBounds:
+        """:meth:`should_roll`'s rules as bounds on what is appended, worked out once: a multi-batch append asks them
+        of each batch (``core/log/appendruns.py``) without asking the segment again, since nothing is written in
+        between."""
         size = self._log.size_bytes
-        reached_roll_ms = (
-            self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > segment_ms - self.roll_jitter_ms
-        )
-        return (
-            size > segment_bytes - messages_bytes
-            or (size > 0 and reached_roll_ms)
-            or self._offset_index.is_full()
-            or self._time_index.is_full()
-            or not self.can_convert_to_relative_offset(max_offset_in_messages)
-        )
+        max_timestamp = None
+        now = self._offset_index.is_full() or self._time_index.is_full()
+        if size > 0:
+            limit = segment_ms - self.roll_jitter_ms
+            t = self._roll_timestamp()
+            if t is not None and t >= 0:
+                max_timestamp = limit + t  # time_waited_for_roll by record timestamps
+            else:
+                now = now or now_ms - self._created_ms > limit
+        return RollBounds(segment_bytes - size, max_timestamp, self._base_offset, self._base_offset + INT32_MAX, now)
 
     def on_become_inactive_segment(self) -> None:
         """The final time index entry and trimmed indexes, when the log rolls past this segment. Writer thread."""

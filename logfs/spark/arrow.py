@@ -15,8 +15,12 @@ one ``pyarrow.RecordBatch``:
   offsets alternate ``position, position + length`` has the values at its even indexes (the odd ones are the bytes
   between them), and Arrow's ``take`` of the even indexes copies them out contiguously. Measured: ~0.05 µs a
   record for 100-byte values, where slicing and joining in Python costs ~0.4 µs;
-* offsets, timestamps (ms → µs, UTC) and the constant columns are numpy arrays; headers are built as Python lists
-  (in C, with the compiled walker), only when ``includeHeaders`` asks and only for blocks that have any.
+* offsets, timestamps (ms → µs, UTC) and the constant columns are numpy arrays;
+* headers, only when ``includeHeaders`` asks and only for blocks that have any: with the compiled walker, the
+  ``list<struct<key string, value binary>>`` column is built from buffers (``_walk.header_columns`` gives where each
+  header's key and value lie; list offsets from the per-record counts, keys and values as the columns above, keys
+  checked as UTF-8 by Arrow): no Python object per record. Batches walked alone by the reference (and header keys
+  that are not UTF-8, which the reference decodes with replacement) build theirs from Python lists.
 
 Measured without Spark (decode_block alone; 2 shared cores, noisy): realistic producer data (scripts/realdata.py:
 16 KiB batches, keys, one header, half of them lz4 or zstd), no headers asked, ~0.12-0.3 M rows/s on the pure-Python
@@ -88,6 +92,20 @@ def read_range(f: BinaryIO, rng: OffsetRange, schema: pa.Schema) -> Iterator[pa.
 
 
 @dataclass
+class _WalkedHeaders:
+    """The headers of walked records, as the compiled walker left them: where each record's headers begin and how
+    many it has, in ``data``."""
+
+    data: bytes
+    positions: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+
+
+# A run of records' headers: none (how many records), walked (compiled), or Python lists (the reference's).
+_HeaderPiece = int | _WalkedHeaders | list[list[tuple[str, bytes | None]] | None]
+
+
+@dataclass
 class _Parts:
     """Column pieces of the selected records of one block, batch by batch."""
 
@@ -100,7 +118,7 @@ class _Parts:
     key_length: list[npt.NDArray[np.int64]] = field(default_factory=list)
     value_position: list[npt.NDArray[np.int64]] = field(default_factory=list)
     value_length: list[npt.NDArray[np.int64]] = field(default_factory=list)
-    headers: list[list[tuple[str, bytes | None]] | None] = field(default_factory=list)
+    headers: list[_HeaderPiece] = field(default_factory=list)
     any_headers: bool = False
 
 
@@ -145,13 +163,12 @@ def _add_group(parts: _Parts, g: Group, rng: OffsetRange, want_headers: bool) ->
     parts.value_length.append(lay.value_length[i0:i1])
     if want_headers:
         if has_headers(g, i0, i1):
-            assert CEXT is not None and lay.header_position is not None and lay.header_count is not None
+            assert lay.header_position is not None and lay.header_count is not None
             hp = np.ascontiguousarray(lay.header_position[i0:i1])
-            hdrs = CEXT.header_lists(g.data, hp, np.ascontiguousarray(lay.header_count[i0:i1]), i1 - i0)
-            parts.headers.extend(hdrs)
+            parts.headers.append(_WalkedHeaders(g.data, hp, np.ascontiguousarray(lay.header_count[i0:i1])))
             parts.any_headers = True
         else:
-            parts.headers.extend([None] * (i1 - i0))
+            parts.headers.append(i1 - i0)
 
 
 def _add_single(
@@ -207,7 +224,7 @@ def _add_single(
     parts.value_length.append(columns[5])
     parts.timestamp_type.append(np.full(len(columns[0]), ts_type, dtype=np.int32))
     if want_headers:
-        parts.headers.extend(hdrs)
+        parts.headers.append(hdrs)
         parts.any_headers = parts.any_headers or any(hdrs)
 
 
@@ -229,11 +246,49 @@ def _record_batch(parts: _Parts, rng: OffsetRange, schema: pa.Schema) -> pa.Reco
     if "headers" in schema.names:
         htype = schema.field("headers").type
         if parts.any_headers:
-            rows = [[{"key": k, "value": v} for k, v in h] if h else None for h in parts.headers]
-            arrays["headers"] = pa.array(rows, type=htype)
+            pieces = [_headers(piece, htype) for piece in parts.headers]
+            arrays["headers"] = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
         else:
             arrays["headers"] = pa.nulls(n, type=htype)
     return pa.RecordBatch.from_arrays([arrays[name] for name in schema.names], schema=schema)
+
+
+def _headers(piece: _HeaderPiece, htype: pa.DataType) -> pa.Array:
+    """The ``headers`` column of one run of records (null for a record without headers, as Spark has it)."""
+    if isinstance(piece, int):
+        return pa.nulls(piece, type=htype)
+    if isinstance(piece, _WalkedHeaders):
+        walked = _walked_headers(piece, htype)
+        if walked is not None:
+            return walked
+        assert CEXT is not None
+        rows = CEXT.header_lists(piece.data, piece.positions, piece.counts, len(piece.counts))
+    else:
+        rows = piece
+    return pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in rows], type=htype)
+
+
+def _walked_headers(w: _WalkedHeaders, htype: pa.DataType) -> pa.Array | None:
+    """The headers column built from buffers: offsets from the counts, keys and values located by the compiled
+    walker and copied as the key and value columns are. None when a header key is not UTF-8 (the reference decodes
+    it with replacement: the caller takes the lists' path)."""
+    assert CEXT is not None
+    n = len(w.counts)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(w.counts, out=offsets[1:])
+    total = int(offsets[-1])
+    kp, kl, vp, vl = (np.empty(total, dtype=np.int64) for _ in range(4))
+    CEXT.header_columns(w.data, w.positions, w.counts, n, kp, kl, vp, vl)
+    keys = _binary(w.data, kp, kl).view(pa.string())
+    try:
+        keys.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    entries = pa.StructArray.from_arrays([keys, _binary(w.data, vp, vl)], fields=list(htype.value_type))
+    # (int32 list offsets: a block of READ_BYTES holds far fewer than 2**31 headers)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), entries, type=htype, mask=pa.array(w.counts == 0)
+    )
 
 
 def _binary(data: bytes, position: npt.NDArray[np.int64], length: npt.NDArray[np.int64]) -> pa.Array:

@@ -14,10 +14,12 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from logfs.core.format import records as records_module
 from logfs.core.format.batch import Header, Record, TimestampType, assign_offset_and_epoch
 from logfs.core.format.compression import Compression
 from logfs.core.format.control import ControlType
 from logfs.core.format.encode import encode_batch, encode_end_txn_marker
+from logfs.spark import arrow as arrow_module
 from logfs.spark.arrow import decode_block, kafka_arrow_schema, read_range
 from logfs.spark.offsets import OffsetRange
 
@@ -165,3 +167,55 @@ def test_a_file_ending_inside_a_batch_is_an_error() -> None:
     data = stored([encode_batch([Record(0, NOW_MS, None, b"v")])])
     with pytest.raises(Exception, match="ends inside a batch"):
         read_all(data[:-3], OffsetRange("t", 3, 0, 1))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_headers_built_from_buffers_equal_kafka_python_and_the_lists_built_column(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The headers column (from the compiled walker's buffers, else from the reference's lists) equals kafka-python's
+    reading and, cell for cell and type for type, the column built from Python lists: records with 0-5 headers (empty
+    and non-ASCII keys, null and empty values), every codec in one block (one compiled group, pieces concatenated),
+    ranges that cut batches."""
+    monkeypatch.setattr(records_module, "USE_CEXT", compiled and records_module.CEXT is not None)
+    rng = seeded(31)
+    batches, base = [], 0
+    for i, size in enumerate([40, 1, 300, 17, 120]):
+        recs = []
+        for r in records(rng, size, base):
+            hdrs = tuple(
+                Header(
+                    rng.choice(["", "h", "trace", "ключ", "x" * 40]), rng.choice([None, b"", b"v", rng.randbytes(30)])
+                )
+                for _ in range(rng.choice([0, 1, 1, 2, 5]))
+            )
+            recs.append(Record(r.offset - base, r.timestamp, r.key, r.value, hdrs))
+        codec = list(Compression)[i % len(Compression)]
+        batches.append(kafka_python_batch(recs, codec))
+        base += size
+    data = stored(batches)
+    schema = kafka_arrow_schema(True)
+    for start, end in [(0, base), (10, 350), (41, 42), (399, base)]:
+        got = read_all(data, OffsetRange("t", 3, start, end))
+        assert as_rows(got) == oracle(data, start, end), (start, end)
+        monkeypatch.setattr(arrow_module, "_walked_headers", lambda w, htype: None)  # the lists' path
+        want = read_all(data, OffsetRange("t", 3, start, end))
+        monkeypatch.undo()
+        monkeypatch.setattr(records_module, "USE_CEXT", compiled and records_module.CEXT is not None)
+        assert [b.schema for b in got] == [schema] * len(got)
+        assert pa.Table.from_batches(got, schema).equals(pa.Table.from_batches(want, schema)), (start, end)
+
+
+@pytest.mark.skipif(records_module.CEXT is None, reason="the compiled walker is not built")
+def test_a_header_key_that_is_not_utf8_is_decoded_with_replacement_as_the_reference_does() -> None:
+    """Arrow strings must be UTF-8: a block whose header key is not falls back to the lists' path, which decodes it
+    with replacement as the reference walker does; the other records of the block keep their headers."""
+    recs = [Record(i, NOW_MS, None, b"v", (Header("trace", b"x"),)) for i in range(20)]
+    raw = bytearray(encode_batch(recs))
+    at = raw.find(b"trace")
+    raw[at : at + 2] = b"\xff\xc3"  # (the CRC is not checked when reading)
+    data = stored([bytes(raw)])
+    (batch,) = read_all(data, OffsetRange("t", 3, 0, 20))
+    headers = batch.column("headers").to_pylist()
+    assert headers[0] == [{"key": "\ufffd\ufffdace", "value": b"x"}]
+    assert headers[1:] == [[{"key": "trace", "value": b"x"}]] * 19

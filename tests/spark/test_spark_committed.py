@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from committed_store import ALL_VALUES, COMMITTED_VALUES, SCRIPT, begin_open_transaction, build_store
 from conftest import Mount, finish_mount, start_mount
-from test_mount_committed import ALL_VALUES, COMMITTED_VALUES, SCRIPT, begin_open_transaction, build_store
 
 pyspark = pytest.importorskip("pyspark")
 

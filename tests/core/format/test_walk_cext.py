@@ -28,7 +28,9 @@ from logfs.core.format.encode import encode_batch
 from logfs.core.format.records import CEXT_LISTS_MAX_RECORDS, walk_c, walk_python
 from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.format.renderstored import render_stored
-from logfs.core.format.storedsize import stored_size
+from logfs.core.format.storedgroups import Group, stored_pieces
+from logfs.core.format.storedjsonl import compiled_columns, jsonl_lead
+from logfs.core.format.storedsize import stored_size, stored_sizes
 from logfs.core.format.varint import decode_varint, encode_varint
 
 SETTINGS: dict[str, Any] = {
@@ -251,6 +253,16 @@ TEXTS = [b"", b"plain", b'{"a":"q\\"uote"}\n\t\x01\x1f\x7f', "ü ☃ 𝄞".encod
 TEXTS.append(b"\xc0\xaf")
 
 
+def with_texts(rng: random.Random, records_: list[Record]) -> list[Record]:
+    """``records_`` with about a third of their keys and values replaced by TEXTS (escapes, non-UTF-8 …)."""
+    text = [rng.choice(TEXTS) for _ in range(3)]
+    return [
+        Record(r.offset, r.timestamp, text[0] if rng.random() < 0.3 else r.key, text[1] if rng.random() < 0.3
+               else r.value, r.headers)
+        for r in records_
+    ]  # fmt: skip
+
+
 @settings(max_examples=150, **SETTINGS)
 @given(batches=st.lists(varied_records(), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
 def test_compiled_renderings_equal_the_reference(batches: list[list[Record]], seed: int) -> None:
@@ -263,12 +275,7 @@ def test_compiled_renderings_equal_the_reference(batches: list[list[Record]], se
     for records_ in batches:
         if not records_:
             continue
-        text = [rng.choice(TEXTS) for _ in range(3)]
-        records_ = [
-            Record(r.offset, r.timestamp, text[0] if rng.random() < 0.3 else r.key, text[1] if rng.random() < 0.3
-                   else r.value, r.headers)
-            for r in records_
-        ]  # fmt: skip
+        records_ = with_texts(rng, records_)
         batch = bytearray(encode_batch(records_, compression=rng.choice(list(Compression))))
         assign_offset_and_epoch(batch, 0, offset, 0)
         if rng.random() < 0.3 and any(r.headers for r in records_) and batch[21 + 1] & 0x07 == 0:
@@ -310,3 +317,68 @@ def reference_rendering(buf: bytes, jsonl: bool, lo: int | None, hi: int | None)
             if (lo is None or offset >= lo) and (hi is None or offset < hi):
                 out.append(line)
     return b"".join(out)
+
+
+def uniform_records(rng: random.Random, count: int) -> list[Record]:
+    """A block of one layout (what the numpy size path takes), its bytes plain ASCII or not, its timestamps maybe
+    negative (which the block path leaves to the per-record paths)."""
+    width = rng.choice([0, 5, 100])
+    text = rng.choice([b"a", b'"', b"\x01", "ü".encode()[:1], b"\xc3"])
+    key = rng.choice([None, b"k" * 4])
+    base = rng.choice([0, 10**12, -5])
+    return [Record(i, base + i, key, (text * width)[:width], ()) for i in range(count)]
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(batches=st.lists(varied_records(), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
+def test_jsonl_sizes_equal_the_rendered_lengths_both_ways(batches: list[list[Record]], seed: int) -> None:
+    """The size-only mode (``_walk.jsonl_sizes`` under ``stored_sizes``/``stored_size``) gives exactly the length of
+    the rendering, per batch and per cut span, on the compiled walker and on the pure-Python one (LOGFS_NO_CEXT=1's
+    path): varied records (escapes, non-UTF-8 keys and values in base64, headers with null values, wide and negative
+    timestamps, every codec) and uniform blocks of plain and non-plain bytes."""
+    rng = random.Random(seed)
+    buf = b""
+    offset = 0
+    for records_ in [*batches, uniform_records(rng, rng.choice([8, 30]))]:
+        if not records_:
+            continue
+        if rng.random() < 0.7:
+            records_ = with_texts(rng, records_)
+        batch = bytearray(encode_batch(records_, compression=rng.choice(list(Compression))))
+        assign_offset_and_epoch(batch, 0, offset, 0)
+        buf += bytes(batch)
+        offset += len(records_) + rng.randint(0, 3)
+    positions = [at for at, _ in iter_batch_positions(buf)]
+    for compiled in (True, False):
+        with walker(compiled):
+            per_batch = stored_sizes(buf, positions, True, "t\u00e9", 3)
+            for k, at in enumerate(positions):
+                assert per_batch[k] == len(render_stored(buf, [at], True, "t\u00e9", 3)), (compiled, k)
+            lo, hi = rng.randint(0, offset), rng.randint(0, offset)
+            whole = render_stored(buf, positions, True, "t\u00e9", 3, lo, hi)
+            assert stored_size(buf, positions, True, "t\u00e9", 3, lo, hi) == len(whole), (compiled, lo, hi)
+
+
+def test_jsonl_sizes_gives_each_line_length_and_refuses_bad_buffers() -> None:
+    """The compiled counter directly: one length per record, equal to its rendered line; an output buffer too
+    short or read-only, or a record outside the data, is refused."""
+    records_ = [Record(i, 5 - i, b"k\x00" if i % 2 else None, TEXTS[i % len(TEXTS)], ()) for i in range(7)]
+    buf = bytearray(encode_batch(records_))
+    assign_offset_and_epoch(buf, 0, 10**15, 0)
+    data = bytes(buf)
+    (group,) = stored_pieces(data, [0], None, None)
+    assert isinstance(group, Group)
+    lead = jsonl_lead("t", 0)
+    columns = compiled_columns(group, 0, 7)
+    lines = _walk.render_jsonl(group.data, lead, columns, 7).splitlines(keepends=True)
+    sizes = np.full(7, -1, dtype=np.int64)
+    _walk.jsonl_sizes(group.data, lead, columns, 7, sizes)
+    assert sizes.tolist() == [len(line) for line in lines]
+    with pytest.raises(ValueError, match="shorter"):
+        _walk.jsonl_sizes(group.data, lead, columns, 7, np.empty(6, dtype=np.int64))
+    with pytest.raises((BufferError, TypeError)):
+        _walk.jsonl_sizes(group.data, lead, columns, 7, bytes(56))
+    moved = list(columns)
+    moved[5] = columns[5] + len(data)  # value positions past the data
+    with pytest.raises(ValueError, match="outside"):
+        _walk.jsonl_sizes(group.data, lead, tuple(moved), 7, sizes)
