@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Mount, finish_mount, start_mount, write_all
+from conftest import Mount, make_topic, running_mount, write_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,15 +48,12 @@ spark.stop()
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Mount]:
-    m = start_mount(tmp_path / "store", tmp_path / "mnt", "num.partitions=2")
-    try:
-        os.mkdir(m.path / "in")
-        os.mkdir(m.path / "out")
+    with running_mount(tmp_path / "store", tmp_path / "mnt", "num.partitions=2") as m:
+        make_topic(m.path, "out")  # num.partitions=2: mkdir makes both partitions
+        topic = make_topic(m.path, "in")
         for p in (0, 1):
-            write_all(m.path / f"in/{p}/append", b"".join(b"r%d-%03d\n" % (p, i) for i in range(50)))
+            write_all(topic / f"{p}/append", b"".join(b"r%d-%03d\n" % (p, i) for i in range(50)))
         yield m
-    finally:
-        finish_mount(m)
 
 
 @pytest.mark.slow

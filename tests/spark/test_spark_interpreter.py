@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Mount, finish_mount, make_topic, start_mount, write_all
+from conftest import Mount, make_topic, running_mount, write_all
 
 # A plain session started before logfs.spark is imported, PYSPARK_PYTHON unset, the venv not on PATH: without
 # logfs's help the workers would start the system's python3, which has neither logfs nor pyarrow.
@@ -40,14 +40,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Mount]:
-    m = start_mount(tmp_path / "store", tmp_path / "mnt", "num.partitions=2")
-    try:
-        os.mkdir(m.path / "in")  # num.partitions=2
+    with running_mount(tmp_path / "store", tmp_path / "mnt", "num.partitions=2") as m:
+        topic = make_topic(m.path, "in")  # num.partitions=2: mkdir makes both partitions
         for p in (0, 1):
-            write_all(m.path / f"in/{p}/append", b"".join(b"r%d\n" % i for i in range(25)))
+            write_all(topic / f"{p}/append", b"".join(b"r%d\n" % i for i in range(25)))
         yield m
-    finally:
-        finish_mount(m)
 
 
 @pytest.mark.slow
