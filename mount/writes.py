@@ -37,7 +37,13 @@ from logfs.core.configtext import parse_config_lines
 from logfs.core.durable import now_ms
 from logfs.core.errors import InvalidJsonRecord, RecordError, RecordTooLarge
 from logfs.core.format.batch import Record
-from logfs.core.format.lines import encode_record_batches, encode_text_batches, parse_json_lines
+from logfs.core.format.lines import (
+    LineRun,
+    encode_record_batches,
+    encode_text_batches,
+    encode_text_run,
+    parse_json_lines,
+)
 from logfs.core.format.partitioner import partition_for_key
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
@@ -67,6 +73,7 @@ T = TypeVar("T")
 
 
 APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL})
+TEXT_KINDS = frozenset({Kind.APPEND, Kind.TOPIC_APPEND})  # one record per line: framed unsplit (LineRun)
 
 
 def append_batches(
@@ -144,12 +151,20 @@ class Writer:
             await self._batches(h, buf)
             return
         assert h.framer is not None
+        run: LineRun | None = None
+        lines: list[bytes] = []
         try:
-            lines = h.framer.feed(buf)
+            if h.node.kind in TEXT_KINDS:
+                run = h.framer.feed_run(buf)
+            else:
+                lines = h.framer.feed(buf)
         except LineTooLong:
             h.broken = BrokenByTooLarge  # the rest of that line would otherwise become a record of its own
             raise
-        if lines:
+        if run is not None:
+            text_run = run
+            await self._text(h, lambda now, limit: encode_text_run(text_run, now, limit))
+        elif lines:
             await self._lines(h, lines)
 
     async def tail(self, h: WriteHandle) -> None:
@@ -214,13 +229,8 @@ class Writer:
         """Complete lines written to ``h``: records (append files) or commands (config, .logfs/)."""
         node = h.node
         kind = node.kind
-        if kind is Kind.APPEND:
-            limit = max_batch_bytes(self.store.log(node.topic, node.partition))
-            await self._append(h, node.partition, lambda: encode_text_batches(lines, now_ms(), limit))
-        elif kind is Kind.TOPIC_APPEND:
-            partition = self._next_sticky(node.topic)
-            limit = max_batch_bytes(self.store.log(node.topic, partition))
-            await self._append(h, partition, lambda: encode_text_batches(lines, now_ms(), limit))
+        if kind in TEXT_KINDS:
+            await self._text(h, lambda now, limit: encode_text_batches(lines, now, limit))
         elif kind is Kind.APPEND_JSONL:
             limit = max_batch_bytes(self.store.log(node.topic, node.partition))
             # parsed, encoded and appended in one worker call: one thread hand-off per request
@@ -241,6 +251,14 @@ class Writer:
             await self._control(h, _commands(lines))
         else:
             raise BadFileHandle(f"{node} takes no lines")
+
+    async def _text(self, h: WriteHandle, encode: Callable[[int, int], Sequence[bytes | bytearray]]) -> None:
+        """Lines written to ``append`` (the file's partition) or the topic's ``append`` (Kafka's sticky rule), one
+        record each; ``encode(now_ms, max_batch_bytes)`` makes the batches in the worker thread."""
+        node = h.node
+        partition = node.partition if node.kind is Kind.APPEND else self._next_sticky(node.topic)
+        limit = max_batch_bytes(self.store.log(node.topic, partition))
+        await self._append(h, partition, lambda: encode(now_ms(), limit))
 
     def _next_sticky(self, topic: str) -> int:
         """Kafka's sticky rule for null keys, per write: each batch to the next partition in turn."""

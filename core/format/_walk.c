@@ -299,6 +299,8 @@ done:
     return result;
 }
 
+PyObject *logfs_text_batches(PyObject *self, PyObject *args); /* _textbatches.c */
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk a records section as records.walk_python does (see the file's comment)."},
     {"walk_sections", walk_sections, METH_VARARGS, "Walk the records sections of several stored batches."},
@@ -308,6 +310,8 @@ static PyMethodDef methods[] = {
     {"header_columns", logfs_header_columns, METH_VARARGS, "The headers of walked records as flat columns."},
     {"check_client_batches", logfs_check_client_batches, METH_VARARGS,
      "Check a request's producer batches (core/format/_checkbatches.c)."},
+    {"text_batches", logfs_text_batches, METH_VARARGS,
+     "The lines of a buffer as the records sections of text batches (core/format/_textbatches.c)."},
     {NULL, NULL, 0, NULL},
 };
 

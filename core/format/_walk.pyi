@@ -25,6 +25,7 @@ def check_client_batches(
     start: int,
     out: list[Any],
     crc: Any,
+    decompress: Any,
     max_message_bytes: int,
     segment_bytes: int,
     log_append: bool,
@@ -44,3 +45,12 @@ def header_columns(
     value_len: Any,
     /,
 ) -> None: ...
+def text_batches(
+    head: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview,
+    end: int,
+    budget: int,
+    per: int,
+    overhead: int,
+    /,
+) -> list[tuple[bytearray, int]]: ...

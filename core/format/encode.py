@@ -151,7 +151,7 @@ def _attributes(compression: int, timestamp_type: TimestampType, transactional: 
 # Bound once: a method called on a name imported from another module compiles to an attribute load that builds a
 # bound method on every call (CPython 3.11+ keeps LOAD_METHOD for names the module defines): ~35 ns each, 70 ns of a
 # ~1.8 us one-record encode.
-_pack_header = HEADER.pack
+_pack_header_into = HEADER.pack_into
 _pack_crc_into = UINT32.pack_into
 
 
@@ -160,15 +160,38 @@ def _assemble(
     base_ts: int, max_ts: int, producer_id: int, producer_epoch: int, base_sequence: int,
 ) -> bytes:  # fmt: skip
     body = compress(attributes & COMPRESSION_MASK, records)
-    header = bytearray(
-        _pack_header(
-            base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body), ple, MAGIC, 0, attributes,
-            last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count,
-        )
+    header = bytearray(RECORD_BATCH_OVERHEAD)
+    _stamp_header(
+        header, body, base_offset, ple, attributes, last_offset_delta, base_ts, max_ts, producer_id, producer_epoch,
+        base_sequence, count,
     )  # fmt: skip
-    crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-    _pack_crc_into(header, CRC_OFFSET, crc)
     return bytes(header) + body
+
+
+def _stamp_header(
+    header: bytearray, body: bytes | memoryview, base_offset: int, ple: int, attributes: int, last_offset_delta: int,
+    base_ts: int, max_ts: int, producer_id: int, producer_epoch: int, base_sequence: int, count: int,
+) -> None:  # fmt: skip
+    """Pack the header into ``header[:RECORD_BATCH_OVERHEAD]`` for the records section ``body``, CRC included."""
+    _pack_header_into(
+        header, 0, base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body), ple, MAGIC, 0, attributes,
+        last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count,
+    )  # fmt: skip
+    head = memoryview(header)[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]
+    _pack_crc_into(header, CRC_OFFSET, _crc32c.crc32c(body, _crc32c.crc32c(head)))
+    head.release()
+
+
+def stamp_values_header(batch: bytearray, count: int, timestamp: int) -> bytearray:
+    """The header of a batch :func:`encode_values` would give (base offset 0, CREATE_TIME, no producer), packed into
+    the first RECORD_BATCH_OVERHEAD bytes of ``batch``, whose records section follows them already encoded (by the
+    compiled ``_walk.text_batches``, core/format/_textbatches.c): no copy of the section."""
+    with memoryview(batch) as view:
+        _stamp_header(
+            batch, view[RECORD_BATCH_OVERHEAD:], 0, NO_PARTITION_LEADER_EPOCH, 0, count - 1, timestamp, timestamp,
+            NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count,
+        )  # fmt: skip
+    return batch
 
 
 END_TXN_MARKER_BATCH_BYTES = 78  # Kafka's CURRENT_END_TXN_SCHEMA_RECORD_SIZE plus the batch overhead

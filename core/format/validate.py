@@ -3,9 +3,9 @@
 Validation is layered as in Kafka: ``batch.batch_size_at`` frames (enough bytes? a sane length?),
 :func:`validate_batch` checks one whole batch (size, magic, CRC, the header rules of its origin, every record's
 framing through ``records.walk``), and ``decode`` reads what was validated. :func:`check_plain_batches` is the
-compiled helper for a request's many producer batches: it takes the common ones in one call and leaves the rest,
-and every fault, to :func:`validate_batch`. A batch is validated twice on its way
-into a log: when a producer's batch is appended, and (CRC only) when a log is recovered. Any thread.
+compiled helper for a request's many producer batches: it takes the common ones (compressed or not) in one call and
+leaves the rest, and every fault, to :func:`validate_batch`. A batch is validated twice on its way into a log:
+when a producer's batch is appended, and (CRC only) when a log is recovered. Any thread.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from logfs.core.format.batch import (
     batch_size_at,
     read_header,
 )
-from logfs.core.format.compression import Compression
+from logfs.core.format.compression import Compression, decompress
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import field_bytes, records_section
 from logfs.core.format.records import CEXT, USE_CEXT, walk
@@ -156,15 +156,17 @@ def check_plain_batches(
     after: int,
 ) -> int:
     """Check ``batches[start:]`` with the compiled helper (``core/format/_checkbatches.c``) as long as each is a
-    writable, uncompressed producer batch without producer id that passes every rule of a leader's append
+    writable producer batch without producer id that passes every rule of a leader's append
     (``appendcheck.check_leader_batch``), appending one :data:`RequestBatch` to ``out`` for each; returns the index
-    of the first it did not take (``start`` when the helper is not built or ``LOGFS_NO_CEXT`` is set). It raises
+    of the first it did not take (``start`` when the helper is not built or ``LOGFS_NO_CEXT`` is set). A compressed
+    batch is inflated through :func:`compression.decompress` (its bound on a bomb, and its errors when the reference
+    inflates a batch the helper refused), so only the inflate itself is left per batch. It raises
     nothing about the bytes: the caller checks the batch it stopped at with the reference, whose answer (or error)
     is the one that counts. Any thread."""
     if not USE_CEXT or not INT64_MIN <= now <= INT64_MAX:
         return start
     assert CEXT is not None
     return CEXT.check_client_batches(
-        batches, start, out, _crc32c.crc32c, min(max_message_bytes, INT64_MAX), min(segment_bytes, INT64_MAX),
-        log_append, now, min(before, INT64_MAX), min(after, INT64_MAX),
+        batches, start, out, _crc32c.crc32c, decompress, min(max_message_bytes, INT64_MAX),
+        min(segment_bytes, INT64_MAX), log_append, now, min(before, INT64_MAX), min(after, INT64_MAX),
     )  # fmt: skip

@@ -11,7 +11,7 @@
   data exactly, and a control batch's marker is read now, so that a malformed one refuses the whole append.
 
 A leader's request (``check_leader_request``: the batches of one write, Kafka's produce request) is checked batch by
-batch with the same rules; the common batches (writable, uncompressed, no producer id) all at once by the compiled
+batch with the same rules; the common batches (writable, no producer id, compressed or not) all at once by the compiled
 helper (``validate.check_plain_batches``), every other one, and every one that fails, by ``check_leader_batch``.
 
 Threads: any (pure); the Log calls them before it takes its lock.

@@ -1,7 +1,8 @@
 """A request's producer batches checked by the compiled helper (``core/format/_checkbatches.c`` through
 ``appendcheck.check_leader_request``) give what the reference (``check_leader_batch`` per batch, ``LOGFS_NO_CEXT``'s
-path) gives, on valid and damaged batches: the same checked batches, or the same error (type and message) after the
-same batches; and a batch the helper says needs no stamp is one ``set_max_timestamp`` leaves as it is.
+path) gives, on valid and damaged batches, uncompressed or compressed with every codec (damaged compressed payloads
+included): the same checked batches, or the same error (type and message) after the same batches; and a batch the
+helper says needs no stamp is one ``set_max_timestamp`` leaves as it is.
 
 The extension must be built here (the import of ``_walk`` fails the file otherwise); the compiled side is used
 whatever ``LOGFS_NO_CEXT`` says. Damage is drawn from a seed
@@ -19,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logfs.core.config import LogConfig
-from logfs.core.format import _walk, validate  # noqa: F401  (fails the file when the extension is not built)
+from logfs.core.errors import CorruptRecord, InvalidRecord
+from logfs.core.format import _walk, compression, validate  # noqa: F401  (fails the file when the extension is not built)
 from logfs.core.format.batch import Header, Record, TimestampType, set_max_timestamp
 from logfs.core.format.compression import Compression
 from logfs.core.format.encode import encode_batch
@@ -51,14 +53,20 @@ def a_batch(rng: random.Random) -> bytes:
         extra = {"timestamp_type": TimestampType.LOG_APPEND_TIME, "max_timestamp": NOW}
     elif kind < 0.3:
         extra = {"max_timestamp": NOW - 99_999}  # the leader corrects it: a stamp is needed
-    codec = Compression.NONE if rng.random() < 0.8 else rng.choice([Compression.LZ4, Compression.ZSTD])
+    codec = Compression.NONE if rng.random() < 0.5 else rng.choice(list(Compression)[1:])
     return encode_batch(records, compression=codec, **extra)
+
+
+def with_crc(data: bytearray) -> bytearray:
+    """The batch with its CRC made right again, so that what is wrong behind it is what fails."""
+    data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return data
 
 
 def damage(batch: bytes, rng: random.Random) -> bytes | bytearray | memoryview:
     """One fault of many kinds (or none), and now and then a buffer the leader must copy."""
     data = bytearray(batch)
-    kind = rng.randrange(10)
+    kind = rng.randrange(13)
     if kind == 1:
         data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)  # a bit anywhere: CRC, header or record
     elif kind == 2:
@@ -67,11 +75,21 @@ def damage(batch: bytes, rng: random.Random) -> bytes | bytearray | memoryview:
         field = rng.choice([(0, 8), (23, 4), (57, 4), (21, 2), (43, 8), (16, 1), (8, 4)])
         at, width = field
         data[at : at + width] = rng.randbytes(width)
-        data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+        with_crc(data)
     elif kind == 4:
         return bytes(data)  # read-only: checked by the reference, stamped in a copy
     elif kind == 5:
         return memoryview(bytearray(data) + b"\0")[:-1]  # a writable view, stamped in place
+    elif kind == 6:  # a bit of the (compressed) records, CRC right: the inflate or the walk fails, or not
+        data[rng.randrange(61, len(data))] ^= 1 << rng.randrange(8)
+        with_crc(data)
+    elif kind == 7:  # records cut short, CRC right: a truncated compressed stream
+        del data[rng.randrange(61, len(data)) :]
+        data[8:12] = (len(data) - 12).to_bytes(4, "big")
+        with_crc(data)
+    elif kind == 8:  # another codec id than the records were compressed with (5-7: none Kafka defines)
+        data[22] = (data[22] & ~0x07) | rng.randrange(8)
+        with_crc(data)
     return data
 
 
@@ -104,6 +122,43 @@ def test_the_compiled_check_equals_the_reference(log_append: bool, seed: int, co
             ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
             set_max_timestamp(stamped, 0, size, ts_type, NOW if log_append else max_ts)
             assert stamped == bytes(data)
+
+
+@pytest.mark.parametrize("codec", list(Compression)[1:], ids=lambda c: c.name.lower())
+def test_the_compiled_check_takes_compressed_batches_whole(codec: Compression, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compressed batches go through the helper too (inflated by compression.decompress, walked in C); a damaged
+    payload stops it at that batch, and the reference gives the error."""
+    monkeypatch.setattr(validate, "USE_CEXT", True)  # whatever LOGFS_NO_CEXT says
+    rng = random.Random(4)
+    records = [Record(j, NOW, b"k", rng.randbytes(50) * 4) for j in range(20)]
+    batches = [bytearray(encode_batch(records, compression=codec)) for _ in range(4)]
+    out: list[Any] = []
+    limits: dict[str, Any] = {"max_message_bytes": 1 << 20, "segment_bytes": 1 << 30, "before": 2**63 - 1}
+    assert validate.check_plain_batches(batches, 0, out, log_append=False, now=NOW, after=2**63 - 1, **limits) == 4
+    assert [row[1:] for row in out] == [(len(b), 19, 20, NOW, -1, False) for b in batches]
+    assert all(row[0] is b for row, b in zip(out, batches, strict=True))
+    del batches[1][-3:]  # the compressed stream cut short, size and CRC made right
+    batches[1][8:12] = (len(batches[1]) - 12).to_bytes(4, "big")
+    with_crc(batches[1])
+    out.clear()
+    assert validate.check_plain_batches(batches, 0, out, log_append=False, now=NOW, after=2**63 - 1, **limits) == 1
+    checked, error = check_leader_request(batches, 0, LogConfig(), NOW)
+    assert len(checked) == 1
+    assert isinstance(error, CorruptRecord | InvalidRecord), error
+
+
+def test_the_compiled_check_keeps_the_inflate_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch inflating past compression.DECOMPRESSED_MAX_BYTES is refused by the helper too, with the reference's
+    error: the bound is decompress's, read when it runs."""
+    monkeypatch.setattr(compression, "DECOMPRESSED_MAX_BYTES", 1_000)
+    batch = encode_batch([Record(0, NOW, None, bytes(5_000))], compression=Compression.GZIP)
+    errors = []
+    for compiled in (False, True):
+        monkeypatch.setattr(validate, "USE_CEXT", compiled)
+        checked, error = check_leader_request([bytearray(batch)], 0, LogConfig(), NOW)
+        assert checked == []
+        errors.append((type(error), str(error)))
+    assert errors[0] == errors[1] == (CorruptRecord, "gzip records inflate past 1000 bytes (batch at byte 0)")
 
 
 def test_the_compiled_check_takes_a_plain_request_whole(monkeypatch: pytest.MonkeyPatch) -> None:
