@@ -12,7 +12,8 @@ setup(
         Extension(
             "logfs.core.format._walk",
             sources=["core/format/_walk.c", "core/format/_walkjsonl.c", "core/format/_checkbatches.c",
-                     "core/format/_walkheaders.c", "core/format/_textbatches.c"],
+                     "core/format/_walkheaders.c", "core/format/_textbatches.c", "core/format/_jsonlbatches.c",
+                     "core/format/_jsonlnorm.c", "core/format/_checkstored.c"],
             depends=["core/format/_walk.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,

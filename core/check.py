@@ -3,7 +3,8 @@
 :func:`check_store` reads everything and changes nothing: it takes the store's lock (so no mount owns it), validates
 every batch of every segment the way recovery would (size, magic, CRC-32C, offsets within the segment), checks that
 every offset index entry points at a batch boundary with a fitting offset and that the time index is sane, that the
-checkpoint files parse, and it lists quarantine files left by earlier recoveries. Each problem is a
+checkpoint files parse (the log cleaner's too, ``core/log/cleanercheck.py``), and it lists quarantine files left by
+earlier recoveries and what an interrupted clean left. Each problem is a
 :class:`Finding`; ``damage=True`` ones make the command exit 1.
 
 :func:`repair_store` recovers the store the way a mount does after a crash, but from offset 0 of every partition
@@ -23,6 +24,7 @@ from pathlib import Path
 from logfs.core.checkpoint import OffsetCheckpointFile
 from logfs.core.config import StoreConfig
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
+from logfs.core.log.cleanercheck import cleaner_findings
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex
 from logfs.core.log.loader import LoadEvent
@@ -96,6 +98,7 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
                 done += log_path.stat().st_size
                 if progress is not None:
                     progress(done, total)
+        findings.extend(Finding(*f) for f in cleaner_findings(root, partitions))
     finally:
         os.close(lock_fd)
     return findings

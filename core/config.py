@@ -11,79 +11,124 @@ Every key, topic keys first (``<topic>/config`` and ``--config``), then store ke
 broker spellings ``--config`` also accepts (Kafka's ServerTopicConfigSynonyms) and, for those, the conversion Kafka
 applies. Rolling is reference §3, retention §8, min.insync.replicas §6.3; docs/config.md holds the same table::
 
-    key                             default             valid values; meaning; broker spellings
-    cleanup.policy                  delete              delete. Retention deletes old segments; compact is refused:
-                                                        logfs does not implement log compaction. Broker:
-                                                        log.cleanup.policy.
-    file.delete.delay.ms            60000               long, at least 0. Wait this long after retention renames a
-                                                        segment to .deleted before unlinking its files (1 minute).
-                                                        Broker: log.segment.delete.delay.ms.
-    flush.messages                  9223372036854775807 long, at least 1. fsync a partition's log once this many records
-                                                        were appended since its last flush (Long.MAX: never; durability
-                                                        comes from replication and fsync(2) on a handle). Broker:
-                                                        log.flush.interval.messages.
-    flush.ms                        9223372036854775807 long, at least 0. fsync a partition's log once its last flush is
-                                                        this old (Long.MAX: never). Broker: log.flush.interval.ms,
-                                                        log.flush.scheduler.interval.ms.
-    index.interval.bytes            4096                int, at least 0. Add an offset and a time index entry once this
-                                                        many bytes were appended since the last entry (sparse indexes).
-                                                        Broker: log.index.interval.bytes.
-    max.message.bytes               1048588             int, at least 0. Largest batch accepted, as stored (compressed),
-                                                        in bytes: 1 MiB plus the 12-byte log overhead; a larger one
-                                                        fails with EFBIG. Broker: message.max.bytes.
-    message.timestamp.after.max.ms  9223372036854775807 long, at least 0. With CreateTime, refuse a batch whose
-                                                        timestamp is more than this after the leader's clock (Long.MAX:
-                                                        no limit). Broker: log.message.timestamp.after.max.ms.
-    message.timestamp.before.max.ms 9223372036854775807 long, at least 0. With CreateTime, refuse a batch whose
-                                                        timestamp is more than this before the leader's clock (Long.MAX:
-                                                        no limit). Broker: log.message.timestamp.before.max.ms.
-    message.timestamp.type          CreateTime          CreateTime, LogAppendTime. CreateTime keeps the producer's
-                                                        timestamps; LogAppendTime stamps each batch with the leader's
-                                                        clock when it is appended. Broker: log.message.timestamp.type.
-    min.insync.replicas             1                   int, at least 1. acks=all (fsync(2), O_SYNC, O_DSYNC) needs this
-                                                        many in-sync replicas, capped at the number of replicas.
-    retention.bytes                 -1                  long. Delete the oldest segments while the partition is larger
-                                                        than this many bytes; any negative value: no size limit. Broker:
-                                                        log.retention.bytes.
-    retention.ms                    604800000           long, at least -1. Delete a closed segment once its newest
-                                                        record is older than this (7 days); -1: keep forever. Broker:
-                                                        log.retention.ms (negative: -1; 0 refused),
-                                                        log.retention.minutes (minutes to ms; int; negative: -1; 0
-                                                        refused), log.retention.hours (hours to ms; int; negative: -1; 0
-                                                        refused).
-    segment.bytes                   1073741824          int, at least 14. Roll a new segment before an append would take
-                                                        the active one past this size (1 GiB); a single append larger
-                                                        than this fails with EFBIG. Broker: log.segment.bytes.
-    segment.index.bytes             10485760            int, at least 12. Size a new .index and .timeindex is
-                                                        preallocated to (10 MiB); a full index rolls the segment.
-                                                        Broker: log.index.size.max.bytes.
-    segment.jitter.ms               0                   long, at least 0. Subtract a random amount below min(this,
-                                                        segment.ms), fixed per segment, from segment.ms so that segments
-                                                        do not all roll at once. Broker: log.roll.jitter.ms,
-                                                        log.roll.jitter.hours (hours to ms; int, at least 0).
-    segment.ms                      604800000           long, at least 1. Roll a new segment once an append's records
-                                                        are this much newer than the active segment's first batch (7
-                                                        days); an empty segment never rolls for time. Broker:
-                                                        log.roll.ms, log.roll.hours (hours to ms; int, at least 1).
+    key                                 default             valid values; meaning; broker spellings
+    cleanup.policy                      delete              delete, compact, compact,delete (either order). delete:
+                                                            retention deletes old segments; compact: the log cleaner
+                                                            keeps the latest record per key (docs/compaction.md); both:
+                                                            both. Broker: log.cleanup.policy.
+    delete.retention.ms                 86400000            long, at least 0. How long the cleaner keeps a tombstone or
+                                                            a removable transaction marker, from the first clean that
+                                                            could remove it (1 day). Broker:
+                                                            log.cleaner.delete.retention.ms.
+    file.delete.delay.ms                60000               long, at least 0. Wait this long after retention renames a
+                                                            segment to .deleted before unlinking its files (1 minute).
+                                                            Broker: log.segment.delete.delay.ms.
+    flush.messages                      9223372036854775807 long, at least 1. fsync a partition's log once this many
+                                                            records were appended since its last flush (Long.MAX: never;
+                                                            durability comes from replication and fsync(2) on a handle).
+                                                            Broker: log.flush.interval.messages.
+    flush.ms                            9223372036854775807 long, at least 0. fsync a partition's log once its last
+                                                            flush is this old (Long.MAX: never). Broker:
+                                                            log.flush.interval.ms, log.flush.scheduler.interval.ms.
+    index.interval.bytes                4096                int, at least 0. Add an offset and a time index entry once
+                                                            this many bytes were appended since the last entry (sparse
+                                                            indexes). Broker: log.index.interval.bytes.
+    max.compaction.lag.ms               9223372036854775807 long, at least 1. A compacted log whose oldest dirty segment
+                                                            is this old is cleaned whatever its dirty ratio (Long.MAX:
+                                                            never forced); it also caps segment.ms. Broker:
+                                                            log.cleaner.max.compaction.lag.ms.
+    max.message.bytes                   1048588             int, at least 0. Largest batch accepted, as stored
+                                                            (compressed), in bytes: 1 MiB plus the 12-byte log overhead;
+                                                            a larger one fails with EFBIG. Broker: message.max.bytes.
+    message.timestamp.after.max.ms      9223372036854775807 long, at least 0. With CreateTime, refuse a batch whose
+                                                            timestamp is more than this after the leader's clock
+                                                            (Long.MAX: no limit). Broker:
+                                                            log.message.timestamp.after.max.ms.
+    message.timestamp.before.max.ms     9223372036854775807 long, at least 0. With CreateTime, refuse a batch whose
+                                                            timestamp is more than this before the leader's clock
+                                                            (Long.MAX: no limit). Broker:
+                                                            log.message.timestamp.before.max.ms.
+    message.timestamp.type              CreateTime          CreateTime, LogAppendTime. CreateTime keeps the producer's
+                                                            timestamps; LogAppendTime stamps each batch with the
+                                                            leader's clock when it is appended. Broker:
+                                                            log.message.timestamp.type.
+    min.cleanable.dirty.ratio           0.5                 double, 0 to 1. A compacted log is cleaned once its dirty
+                                                            bytes are more than this share of its cleanable bytes.
+                                                            Broker: log.cleaner.min.cleanable.ratio.
+    min.compaction.lag.ms               0                   long, at least 0. The cleaner leaves a segment alone while
+                                                            its newest record is younger than this. Broker:
+                                                            log.cleaner.min.compaction.lag.ms.
+    min.insync.replicas                 1                   int, at least 1. acks=all (fsync(2), O_SYNC, O_DSYNC) needs
+                                                            this many in-sync replicas, capped at the number of
+                                                            replicas.
+    retention.bytes                     -1                  long. Delete the oldest segments while the partition is
+                                                            larger than this many bytes; any negative value: no size
+                                                            limit. Broker: log.retention.bytes.
+    retention.ms                        604800000           long, at least -1. Delete a closed segment once its newest
+                                                            record is older than this (7 days); -1: keep forever.
+                                                            Broker: log.retention.ms (negative: -1; 0 refused),
+                                                            log.retention.minutes (minutes to ms; int; negative: -1; 0
+                                                            refused), log.retention.hours (hours to ms; int; negative:
+                                                            -1; 0 refused).
+    segment.bytes                       1073741824          int, at least 14. Roll a new segment before an append would
+                                                            take the active one past this size (1 GiB); a single append
+                                                            larger than this fails with EFBIG. Broker:
+                                                            log.segment.bytes.
+    segment.index.bytes                 10485760            int, at least 12. Size a new .index and .timeindex is
+                                                            preallocated to (10 MiB); a full index rolls the segment.
+                                                            Broker: log.index.size.max.bytes.
+    segment.jitter.ms                   0                   long, at least 0. Subtract a random amount below min(this,
+                                                            segment.ms), fixed per segment, from segment.ms so that
+                                                            segments do not all roll at once. Broker:
+                                                            log.roll.jitter.ms, log.roll.jitter.hours (hours to ms; int,
+                                                            at least 0).
+    segment.ms                          604800000           long, at least 1. Roll a new segment once an append's
+                                                            records are this much newer than the active segment's first
+                                                            batch (7 days); an empty segment never rolls for time.
+                                                            Broker: log.roll.ms, log.roll.hours (hours to ms; int, at
+                                                            least 1).
 
-    log.retention.check.interval.ms 300000              long, at least 1. How often retention looks for segments to
-                                                        delete (5 minutes).
-    max.follow.readers              1000                int, at least 1. logfs's own: follow/ handles that may be open
-                                                        at once in the whole mount; one more fails with EMFILE.
-    node.id                         0                   int, at least 0. This store's replica id; a store remembers the
-                                                        first id it served under (meta.properties) and refuses another.
-    num.partitions                  1                   int, at least 1. Partitions of a topic created by mkdir.
-    replica.ids                     node.id             comma-separated ints, at least 0, node.id among them. The
-                                                        replica set of every partition, the leader's own id included;
-                                                        fetches from other ids are refused.
-    replica.lag.time.max.ms         30000               long, at least 1. A follower that has not caught up with the
-                                                        leader's log end offset for this long leaves the ISR (30
-                                                        seconds).
-    request.timeout.ms              30000               int, at least 0. How long fsync(2) waits for the in-sync
-                                                        replicas (acks=all) before it fails with EIO (30 seconds).
-    transaction.timeout.ms          60000               int, 1 to 900000. A transaction left open this long is aborted
-                                                        (1 minute; Kafka's coordinator refuses more than
-                                                        transaction.max.timeout.ms).
+    advertised.mount                                        string. With ZooKeeper: where the other nodes reach this
+                                                            node's mount (they tail it while it leads); empty: the mount
+                                                            point.
+    log.cleaner.backoff.ms              15000               long, at least 0. How long a cleaner thread sleeps after
+                                                            finding no log to clean (15 seconds).
+    log.cleaner.dedupe.buffer.size      134217728           long, at least 0. Memory of the cleaners' offset maps,
+                                                            shared among the threads (24 bytes a key; 128 MiB); more
+                                                            than 1 MiB a thread.
+    log.cleaner.enable                  true                true, false. Run the log cleaner; when false compacted
+                                                            topics are never cleaned (nor, as in Kafka, retained).
+    log.cleaner.io.max.bytes.per.second Double.MAX_VALUE    double, at least 1. The cleaners' read plus write rate, all
+                                                            threads together (Double.MAX: unthrottled).
+    log.cleaner.threads                 1                   int, at least 0. Cleaner threads; each cleans one log at a
+                                                            time.
+    log.retention.check.interval.ms     300000              long, at least 1. How often retention looks for segments to
+                                                            delete (5 minutes).
+    max.follow.readers                  1000                int, at least 1. logfs's own: follow/ handles that may be
+                                                            open at once in the whole mount; one more fails with EMFILE.
+    node.id                             0                   int, at least 0. This store's replica id; a store remembers
+                                                            the first id it served under (meta.properties) and refuses
+                                                            another.
+    num.partitions                      1                   int, at least 1. Partitions of a topic created by mkdir.
+    replica.ids                         node.id             comma-separated ints, at least 0, node.id among them. The
+                                                            replica set of every partition, the leader's own id
+                                                            included; fetches from other ids are refused.
+    replica.lag.time.max.ms             30000               long, at least 1. A follower that has not caught up with the
+                                                            leader's log end offset for this long leaves the ISR (30
+                                                            seconds).
+    request.timeout.ms                  30000               int, at least 0. How long fsync(2) waits for the in-sync
+                                                            replicas (acks=all) before it fails with EIO (30 seconds).
+    transaction.timeout.ms              60000               int, 1 to 900000. A transaction left open this long is
+                                                            aborted (1 minute; Kafka's coordinator refuses more than
+                                                            transaction.max.timeout.ms).
+    unclean.leader.election.enable      false               true, false. With ZooKeeper: elect a live node outside the
+                                                            ISR when no ISR member is live (records may be lost).
+    zookeeper.connect                                       string. HOST:PORT[,HOST:PORT…][/chroot] of ZooKeeper: the
+                                                            node joins a cluster that elects its leader there (empty: no
+                                                            ZooKeeper, this node leads).
+    zookeeper.session.timeout.ms        6000                int, at least 1. The ZooKeeper session timeout: a leader
+                                                            whose session expired is replaced (6 seconds, Kafka's before
+                                                            2.5).
 
 Values are read as Kafka's ConfigDef reads them: surrounding whitespace is trimmed; an int or long is an optional
 sign and ASCII digits within Java's int (32-bit) or long (64-bit) range; enum values are spelt exactly as Kafka
@@ -91,12 +136,14 @@ spells them (``CreateTime``, not ``createtime``); a list is comma-separated. A b
 wording, ``Invalid value <value> for configuration <key>: <rule>``. Every range is Kafka's (at the reference
 commit) except where logfs is stricter, each for a reason: ``segment.index.bytes`` is at least 12, not Kafka's 4,
 because a smaller index cannot hold one 12-byte time index entry, and Kafka accepts such a value only to fail when
-it next creates a segment; ``cleanup.policy`` must be ``delete``; the store keys that Kafka leaves unchecked get the
-smallest value that makes sense, and ``transaction.timeout.ms`` the cap Kafka's transaction coordinator applies.
+it next creates a segment; an empty ``cleanup.policy`` is refused (it must name compact, delete or both, kept as
+``delete``, ``compact`` or ``compact,delete``); ``log.cleaner.io.max.bytes.per.second`` is at least 1; the store
+keys that Kafka leaves unchecked get the smallest value that makes sense, and ``transaction.timeout.ms`` the cap
+Kafka's transaction coordinator applies.
 (Kafka 4.0 raised the minimum of ``segment.bytes`` to 1 MiB, KIP-1030; logfs keeps the reference's 14,
 ``RECORD_OVERHEAD_V0``, which small-segment tests need, as Kafka's own now get through ``internal.segment.bytes``.)
 
-Kafka's other topic keys (``compression.type``, ``min.compaction.lag.ms``, ``remote.storage.enable`` …) are known
+Kafka's other topic keys (``compression.type``, ``preallocate``, ``remote.storage.enable`` …) are known
 here by name, so that setting one is refused as known to Kafka but not implemented by logfs rather than as an
 unknown key: logfs never pretends to honour a setting that it ignores.
 
@@ -112,7 +159,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from logfs.core.configdef import (
+    CLEANUP_POLICY_COMPACT,
     CLEANUP_POLICY_DELETE,
+    DOUBLE_MAX,
     MS_PER_DAY,
     MS_PER_HOUR,
     MS_PER_MINUTE,
@@ -220,7 +269,30 @@ class LogConfig:
     ))  # fmt: skip
     cleanup_policy: str = field(default=CLEANUP_POLICY_DELETE, metadata=key_field(
         "cleanup.policy", ValueType.CLEANUP_POLICY,
-        "Retention deletes old segments; `compact` is refused: logfs does not implement log compaction.",
+        "`delete`: retention deletes old segments; `compact`: the log cleaner keeps the latest record per key "
+        "(docs/compaction.md); both: both.",
+    ))  # fmt: skip
+    min_cleanable_dirty_ratio: float = field(default=0.5, metadata=key_field(
+        "min.cleanable.dirty.ratio", ValueType.DOUBLE,
+        "A compacted log is cleaned once its dirty bytes are more than this share of its cleanable bytes.",
+        minimum=0, maximum=1,
+    ))  # fmt: skip
+    min_compaction_lag_ms: int = field(default=0, metadata=key_field(
+        "min.compaction.lag.ms", ValueType.LONG,
+        "The cleaner leaves a segment alone while its newest record is younger than this.",
+        minimum=0,
+    ))  # fmt: skip
+    max_compaction_lag_ms: int = field(default=LONG_MAX, metadata=key_field(
+        "max.compaction.lag.ms", ValueType.LONG,
+        "A compacted log whose oldest dirty segment is this old is cleaned whatever its dirty ratio (Long.MAX: "
+        "never forced); it also caps segment.ms.",
+        minimum=1,
+    ))  # fmt: skip
+    delete_retention_ms: int = field(default=MS_PER_DAY, metadata=key_field(
+        "delete.retention.ms", ValueType.LONG,
+        "How long the cleaner keeps a tombstone or a removable transaction marker, from the first clean that "
+        "could remove it (1 day).",
+        minimum=0,
     ))  # fmt: skip
     flush_messages: int = field(default=LONG_MAX, metadata=key_field(
         "flush.messages", ValueType.LONG,
@@ -237,6 +309,21 @@ class LogConfig:
     def __post_init__(self) -> None:
         for key in LOG_KEYS.values():
             key.check(getattr(self, key.attribute))
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # Kafka's LogConfig.validate wording
+            raise ConfigError(
+                f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
+            )
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this topic (``cleanup.policy`` has ``compact``)."""
+        return CLEANUP_POLICY_COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Time and size retention run on this topic (``cleanup.policy`` has ``delete``)."""
+        return CLEANUP_POLICY_DELETE in self.cleanup_policy.split(",")
 
 
 LOG_KEYS: dict[str, ConfigKey] = keys_of(LogConfig)
@@ -316,11 +403,59 @@ class StoreConfig:
         "logfs's own: `follow/` handles that may be open at once in the whole mount; one more fails with EMFILE.",
         minimum=1,
     ))  # fmt: skip
+    log_cleaner_enable: bool = field(default=True, metadata=key_field(
+        "log.cleaner.enable", ValueType.BOOLEAN,
+        "Run the log cleaner; when false compacted topics are never cleaned (nor, as in Kafka, retained).",
+    ))  # fmt: skip
+    log_cleaner_threads: int = field(default=1, metadata=key_field(
+        "log.cleaner.threads", ValueType.INT,
+        "Cleaner threads; each cleans one log at a time.",
+        minimum=0,
+    ))  # fmt: skip
+    log_cleaner_dedupe_buffer_size: int = field(default=128 * 1024 * 1024, metadata=key_field(
+        "log.cleaner.dedupe.buffer.size", ValueType.LONG,
+        "Memory of the cleaners' offset maps, shared among the threads (24 bytes a key; 128 MiB); more than "
+        "1 MiB a thread.",
+        minimum=0,
+    ))  # fmt: skip
+    log_cleaner_io_max_bytes_per_second: float = field(default=DOUBLE_MAX, metadata=key_field(
+        "log.cleaner.io.max.bytes.per.second", ValueType.DOUBLE,
+        "The cleaners' read plus write rate, all threads together (Double.MAX: unthrottled).",
+        minimum=1, default_text="Double.MAX_VALUE",
+    ))  # fmt: skip
+    log_cleaner_backoff_ms: int = field(default=15_000, metadata=key_field(
+        "log.cleaner.backoff.ms", ValueType.LONG,
+        "How long a cleaner thread sleeps after finding no log to clean (15 seconds).",
+        minimum=0,
+    ))  # fmt: skip
+    # Automatic failover through ZooKeeper (issue 17: logfs/cluster/, docs/replication.md); off without it.
+    zookeeper_connect: str = field(default="", metadata=key_field(
+        "zookeeper.connect", ValueType.STRING,
+        "HOST:PORT[,HOST:PORT…][/chroot] of ZooKeeper: the node joins a cluster that elects its leader there "
+        "(empty: no ZooKeeper, this node leads).",
+    ))  # fmt: skip
+    zookeeper_session_timeout_ms: int = field(default=6000, metadata=key_field(
+        "zookeeper.session.timeout.ms", ValueType.INT,
+        "The ZooKeeper session timeout: a leader whose session expired is replaced (6 seconds, Kafka's before 2.5).",
+        minimum=1,
+    ))  # fmt: skip
+    advertised_mount: str = field(default="", metadata=key_field(
+        "advertised.mount", ValueType.STRING,
+        "With ZooKeeper: where the other nodes reach this node's mount (they tail it while it leads); empty: the "
+        "mount point.",
+    ))  # fmt: skip
+    unclean_leader_election_enable: bool = field(default=False, metadata=key_field(
+        "unclean.leader.election.enable", ValueType.BOOLEAN,
+        "With ZooKeeper: elect a live node outside the ISR when no ISR member is live (records may be lost).",
+    ))  # fmt: skip
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         for key in STORE_KEYS.values():
             key.check(getattr(self, key.attribute))
+        per_thread = self.log_cleaner_dedupe_buffer_size // max(self.log_cleaner_threads, 1)
+        if self.log_cleaner_threads > 0 and per_thread <= 1024 * 1024:  # KafkaConfig's require, its wording
+            raise ConfigError("log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.")
         if not self.replica_ids:
             object.__setattr__(self, "replica_ids", (self.node_id,))
         if self.node_id not in self.replica_ids:
@@ -366,6 +501,10 @@ BROKER_SYNONYMS: dict[str, BrokerSynonym] = {
         BrokerSynonym("log.index.interval.bytes", "index.interval.bytes"),
         BrokerSynonym("log.segment.delete.delay.ms", "file.delete.delay.ms"),
         BrokerSynonym("log.cleanup.policy", "cleanup.policy"),
+        BrokerSynonym("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"),
+        BrokerSynonym("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+        BrokerSynonym("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+        BrokerSynonym("log.cleaner.delete.retention.ms", "delete.retention.ms"),
         BrokerSynonym("log.message.timestamp.type", "message.timestamp.type"),
         BrokerSynonym("log.message.timestamp.before.max.ms", "message.timestamp.before.max.ms"),
         BrokerSynonym("log.message.timestamp.after.max.ms", "message.timestamp.after.max.ms"),

@@ -31,6 +31,9 @@ MS_PER_DAY = 24 * MS_PER_HOUR
 TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"
+CLEANUP_POLICY_BOTH = "compact,delete"  # the canonical spelling of both, whatever order or repetition was given
+CLEANUP_POLICIES = (CLEANUP_POLICY_DELETE, CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_BOTH)
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE: "unthrottled"
 
 
 class ValueType(enum.Enum):
@@ -41,9 +44,13 @@ class ValueType(enum.Enum):
     TIMESTAMP_TYPE = "timestamp type"
     CLEANUP_POLICY = "cleanup policy"
     REPLICA_IDS = "replica ids"
+    DOUBLE = "double"
+    BOOLEAN = "boolean"
+    STRING = "string"
 
 
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")  # Java's parseInt/parseLong over ASCII
+_JAVA_DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[dDfF]?")  # Double.valueOf: decimals
 _LIST_SEPARATOR = re.compile(r"\s*,\s*")  # ConfigDef's LIST: COMMA_WITH_WHITESPACE
 _INTEGER_BOUNDS = {ValueType.INT: (INT32_MIN, INT32_MAX), ValueType.LONG: (INT64_MIN, INT64_MAX)}
 
@@ -63,8 +70,8 @@ class ConfigKey:
     name: str
     type: ValueType
     doc: str
-    minimum: int | None = None
-    maximum: int | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
     attribute: str = ""
     default: Any = None
     default_text: str | None = None  # the Default column when the value alone does not say it (replica.ids)
@@ -85,6 +92,16 @@ class ConfigKey:
             value = by_name[trimmed]
         elif self.type is ValueType.CLEANUP_POLICY:
             value = _parse_cleanup_policy(name, trimmed)
+        elif self.type is ValueType.DOUBLE:
+            if not _JAVA_DOUBLE.fullmatch(trimmed) or float(trimmed.rstrip("dDfF")) in (float("inf"), float("-inf")):
+                raise invalid_value(name, trimmed, "Not a number of type DOUBLE")
+            value = float(trimmed.rstrip("dDfF"))
+        elif self.type is ValueType.BOOLEAN:
+            if trimmed.lower() not in ("true", "false"):
+                raise invalid_value(name, trimmed, "Expected value to be either true or false")
+            value = trimmed.lower() == "true"
+        elif self.type is ValueType.STRING:
+            value = trimmed
         else:
             value = _parse_replica_ids(name, trimmed)
         self.check(value, spelling=name, text=trimmed)
@@ -94,10 +111,15 @@ class ConfigKey:
         """Raise ConfigError unless ``value`` is of this key's type and in its range."""
         name = spelling or self.name
         shown = self.format(value) if text is None else text
-        if self.type in _INTEGER_BOUNDS:
-            low, high = _INTEGER_BOUNDS[self.type]
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise invalid_value(name, shown, f"Not a number of type {self.type.name}")
+        if self.type in _INTEGER_BOUNDS or self.type is ValueType.DOUBLE:
+            if self.type is ValueType.DOUBLE:
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if not number or not -DOUBLE_MAX <= value <= DOUBLE_MAX:
+                    raise invalid_value(name, shown, "Not a number of type DOUBLE")
+            else:
+                low, high = _INTEGER_BOUNDS[self.type]
+                if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                    raise invalid_value(name, shown, f"Not a number of type {self.type.name}")
             if self.minimum is not None and value < self.minimum:
                 raise invalid_value(name, shown, f"Value must be at least {self.minimum}")
             if self.maximum is not None and value > self.maximum:
@@ -106,8 +128,14 @@ class ConfigKey:
             if not isinstance(value, TimestampType):
                 raise invalid_value(name, shown, "must be a TimestampType")
         elif self.type is ValueType.CLEANUP_POLICY:
-            if value != CLEANUP_POLICY_DELETE:
-                raise invalid_value(name, shown, f"logfs implements only {self.name}={CLEANUP_POLICY_DELETE}")
+            if value not in CLEANUP_POLICIES:
+                raise invalid_value(name, shown, f"must be one of {', '.join(CLEANUP_POLICIES)}")
+        elif self.type is ValueType.BOOLEAN:
+            if not isinstance(value, bool):
+                raise invalid_value(name, shown, "Expected value to be either true or false")
+        elif self.type is ValueType.STRING:
+            if not isinstance(value, str):
+                raise invalid_value(name, shown, "must be a string")
         elif not isinstance(value, tuple) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= INT32_MAX for i in value
         ):
@@ -119,6 +147,10 @@ class ConfigKey:
             return TIMESTAMP_TYPE_NAMES[value]
         if self.type is ValueType.REPLICA_IDS:
             return ",".join(str(i) for i in value)
+        if self.type is ValueType.DOUBLE:
+            return repr(float(value)).replace("e+", "E").replace("e-", "E-")  # Java's Double.toString spelling
+        if self.type is ValueType.BOOLEAN:
+            return "true" if value else "false"
         return str(value)
 
     def valid_values(self) -> str:
@@ -126,7 +158,9 @@ class ConfigKey:
         if self.type is ValueType.TIMESTAMP_TYPE:
             return ", ".join(f"`{name}`" for name in TIMESTAMP_TYPE_NAMES.values())
         if self.type is ValueType.CLEANUP_POLICY:
-            return f"`{CLEANUP_POLICY_DELETE}`"
+            return f"`{CLEANUP_POLICY_DELETE}`, `{CLEANUP_POLICY_COMPACT}`, `{CLEANUP_POLICY_BOTH}` (either order)"
+        if self.type is ValueType.BOOLEAN:
+            return "`true`, `false`"
         if self.type is ValueType.REPLICA_IDS:
             return "comma-separated ints, at least 0, node.id among them"
         if self.minimum is not None and self.maximum is not None:
@@ -137,14 +171,15 @@ class ConfigKey:
 
 
 def _parse_cleanup_policy(name: str, text: str) -> str:
+    """Kafka's list of compact and delete (either order, repeats allowed), kept in one canonical spelling."""
     policies = _LIST_SEPARATOR.split(text) if text else []
     for policy in policies:
         if policy not in (CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE):
             raise invalid_value(name, text, f"String must be one of: {CLEANUP_POLICY_COMPACT}, {CLEANUP_POLICY_DELETE}")
-    if CLEANUP_POLICY_COMPACT in policies:
-        raise invalid_value(name, text, "logfs does not implement log compaction; the only policy is delete")
     if not policies:
-        raise invalid_value(name, text, "logfs implements only cleanup.policy=delete")
+        raise invalid_value(name, text, "logfs needs at least one of compact, delete")
+    if CLEANUP_POLICY_COMPACT in policies:
+        return CLEANUP_POLICY_BOTH if CLEANUP_POLICY_DELETE in policies else CLEANUP_POLICY_COMPACT
     return CLEANUP_POLICY_DELETE
 
 

@@ -279,7 +279,8 @@ def render_key_table(*, markdown: bool = False) -> str:
             level = "topic" if name in LOG_KEYS else "store"
             lines.append(f"| `{name}` | {level} | {shown} | {valid} | {doc} | {spellings} |")
         return "\n".join(lines) + "\n"
-    key_width, default_width, width = 32, 20, 116
+    key_width = max(32, 1 + max(len(name) for name in (*LOG_KEYS, *STORE_KEYS)))
+    default_width, width = 20, 116
     lines = [f"{'key':<{key_width}}{'default':<{default_width}}valid values; meaning; broker spellings"]
     for name, default, valid, doc, spellings in _table_rows():
         if name == next(iter(sorted(STORE_KEYS))):

@@ -13,6 +13,7 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   └── InvalidRecord                 framing: counts, lengths, varints, deltas, trailing bytes
     │       ├── ControlRecordNotAllowed   a client wrote a control batch
     │       ├── InvalidTimestamp          outside message.timestamp.{before,after}.max.ms
+    │       ├── NoKeyOnCompactedTopic     a record without a key for a topic whose cleanup.policy has compact
     │       └── UnsupportedCompression    codec id 5-7, or a codec library that is missing
     ├── RecordTooLarge                    one batch over max.message.bytes (RecordTooLargeException)
     ├── RecordBatchTooLarge               one append over segment.bytes (RecordBatchTooLargeException)
@@ -42,6 +43,7 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   └── CoordinatorFenced             a marker from an older coordinator epoch than the log knows
     ├── ConfigError                       unknown key, unsupported key or bad value
     ├── InvalidJsonRecord                 an append.jsonl line that is not a record of the spec's shape
+    ├── InvalidOffsetCommit               a consumer-group commit that is malformed or outside the log (EINVAL)
     ├── TopicError
     │   ├── InvalidTopic                  a name outside Kafka's rules (InvalidTopicException)
     │   │   └── TopicNameTooLong          over 249 characters
@@ -51,6 +53,9 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   └── TopicNotEmpty                 removing a topic that holds records without the explicit delete
     └── StorageError                      the disk failed us: I/O error, disk full, store locked, damaged file
         ├── DiskFull
+        ├── StoreOffline                  an earlier write or sync of a store file failed: no write is taken any more
+        ├── ReadFailed                    a read of a store file met an I/O error (that read fails; nothing else)
+        ├── CorruptStoredBatch            a stored batch that fails its CRC or framing when read for a client
         ├── StoreLocked
         ├── CorruptIndex                  an index file that fails its sanity check (CorruptIndexException)
         ├── CorruptTransactionLog         damage before the end of the coordinator's transaction log
@@ -96,6 +101,17 @@ class ControlRecordNotAllowed(InvalidRecord):
 
 class InvalidTimestamp(InvalidRecord):
     """A CREATE_TIME timestamp outside ``message.timestamp.before.max.ms`` / ``after.max.ms`` of now."""
+
+
+class NoKeyOnCompactedTopic(InvalidRecord):
+    """A record without a key appended to a compacted topic (Kafka's INVALID_RECORD, "Compacted topic cannot accept
+    message without key"): the cleaner keeps the latest record per key, so a keyless one could never be kept.
+    ``batch_index`` is the batch's place in its request, ``record_index`` the record's in its batch."""
+
+    def __init__(self, reason: str, *, batch_index: int, record_index: int) -> None:
+        self.batch_index = batch_index
+        self.record_index = record_index
+        super().__init__(reason)
 
 
 class UnsupportedCompression(InvalidRecord):
@@ -293,6 +309,11 @@ class InvalidJsonRecord(LogfsError):
     """An ``append.jsonl`` line that is not a JSON object of the spec's shape (the mount answers EINVAL)."""
 
 
+class InvalidOffsetCommit(LogfsError):
+    """A consumer-group offset commit that is malformed, outside [log start, log end], or an undecodable
+    ``__consumer_offsets`` record (Kafka's INVALID_COMMIT_OFFSET_SIZE / OFFSET_OUT_OF_RANGE of a commit)."""
+
+
 class TopicError(LogfsError):
     """A topic or partition that cannot be created, found or removed as asked."""
 
@@ -327,6 +348,37 @@ class StorageError(LogfsError):
 
 class DiskFull(StorageError):
     """No space left on the store's device; nothing partial was kept."""
+
+
+class StoreOffline(StorageError):
+    """The store is offline (Kafka's log directory failure): an earlier write, sync, rename or truncate of one of its
+    files failed, so nothing written since the last successful sync may be on disk and no later write, roll or fsync
+    is taken. ``failure`` is the first failure (``core/logdirfailure.py``'s Failure), the same for every refusal."""
+
+    def __init__(self, failure: object, reason: str) -> None:
+        self.failure = failure
+        super().__init__(reason)
+
+
+class ReadFailed(StorageError):
+    """A read of a store file failed with an I/O error: that read fails, the store stays online (Kafka serves reads
+    of a log directory until a write fails). ``path`` and ``errno`` say where and what."""
+
+    def __init__(self, path: str, errno: int, reason: str) -> None:
+        self.path = path
+        self.errno = errno
+        super().__init__(reason)
+
+
+class CorruptStoredBatch(StorageError):
+    """A batch of a segment that fails its CRC-32C or its framing when read to be served: its bytes are never
+    rendered. ``path`` is the ``.log`` file, ``position`` the batch's byte position in it."""
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        self.path = path
+        self.position = position
+        self.reason = reason
+        super().__init__(f"{path}: stored batch at byte {position} {reason}")
 
 
 class StoreLocked(StorageError):

@@ -56,6 +56,7 @@ from logfs.core.errors import (
     InvalidPartitions,
     InvalidTopic,
     StoreLocked,
+    StoreOffline,
     TopicExists,
     TopicNameTooLong,
     TopicNotEmpty,
@@ -64,6 +65,7 @@ from logfs.core.errors import (
 from logfs.core.log.handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
 from logfs.core.log.loader import EventSink, load_log
 from logfs.core.log.log import Log
+from logfs.core.logdirfailure import Failure, LogDirFailureChannel, register, unregister
 from logfs.core.txn.coordinator import TransactionCoordinator
 from logfs.core.txn.producerids import ProducerIdAllocator
 
@@ -144,6 +146,7 @@ class Store:
         handles: HandleCache,
         had_clean_shutdown: bool,
         on_event: EventSink | None,
+        failure: LogDirFailureChannel,
     ) -> None:
         self.path = path
         self.config = config
@@ -152,6 +155,9 @@ class Store:
         self.created = False  # Store.open found no store there (an absent or empty directory) and made one
         self._lock_fd = lock_fd
         self._on_event = on_event
+        # The one owner of the offline state (Kafka's LogDirFailureChannel, core/logdirfailure.py): registered for
+        # the root before Store.open writes or loads a file, so that every file of the store finds it.
+        self.failure: LogDirFailureChannel = failure
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
@@ -180,6 +186,7 @@ class Store:
         created = not root.is_dir() or next(root.iterdir(), None) is None  # nothing to recover: not "unclean"
         root.mkdir(parents=True, exist_ok=True)
         lock_fd = lock_store(root)
+        failure = register(root)  # a fresh, online channel: before the first write of a store file
         try:
             _check_meta_properties(root, config.node_id)
             marker = root / CLEAN_SHUTDOWN_FILE
@@ -194,10 +201,12 @@ class Store:
                 handles=HandleCache(max_open_segments),
                 had_clean_shutdown=clean or created,
                 on_event=on_event,
+                failure=failure,
             )
             store.created = created
         except BaseException:
             os.close(lock_fd)
+            unregister(failure)
             raise
         try:
             store._load_all()
@@ -237,6 +246,11 @@ class Store:
             self.path, len(self._logs),
             "a new store" if self.created else "clean shutdown" if self.had_clean_shutdown else "unclean shutdown",
         )  # fmt: skip
+
+    @property
+    def offline(self) -> Failure | None:
+        """The I/O failure that took the store offline (no write, roll, flush or fsync is taken since), or None."""
+        return self.failure.offline
 
     # --- topics and partitions -------------------------------------------------------------------------------------
 
@@ -285,12 +299,15 @@ class Store:
     def _create_partition(self, topic: str, partition: int) -> None:
         directory = self.path / partition_dir_name(topic, partition)
         tp = TopicPartition(topic, partition)
+        self.failure.check()
         log = load_log(directory, self.topic_config(topic), self.handles, had_clean_shutdown=True)
+        fsync_dir(directory)  # its first segment's name, then the directory's own (Kafka's flushDir on creation)
         fsync_dir(self.path)
         self._logs[tp] = log
 
     def delete_topic(self, topic: str, *, only_if_empty: bool = False) -> None:
         """Delete ``topic`` and all its data (``only_if_empty``: refuse with TopicNotEmpty when it has records)."""
+        self.failure.check()  # offline: nothing is closed, renamed or forgotten
         with self._lock:
             tps = [tp for tp in self._logs if tp.topic == topic]
             if not tps:
@@ -301,7 +318,8 @@ class Store:
                 log = self._logs.pop(tp)
                 log.close()
                 doomed = log.directory.with_name(_delete_dir_name(tp))
-                os.rename(log.directory, doomed)
+                with self.failure.guard(log.directory, "rename"):
+                    os.rename(log.directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
             self._overrides_path(topic).unlink(missing_ok=True)
             self._overrides.pop(topic, None)
@@ -336,13 +354,25 @@ class Store:
 
     def delete_records(self, topic: str, partition: int, offset: int) -> None:
         """Kafka's deleteRecords: raise the log start offset to ``offset`` (never past the HW), then retention."""
+        self.failure.check()  # offline: the log start offset does not move either
         log = self.log(topic, partition)
         log.maybe_increment_log_start_offset(offset)
         log.delete_old_segments()
         self._write_checkpoints(hw=False, offsets=True)
 
     def tick(self, now_ms: int | None = None) -> None:
-        """Run the periodic jobs that are due (see the module docstring). Blocking: call from a worker thread."""
+        """Run the periodic jobs that are due (see the module docstring). Blocking: call from a worker thread.
+
+        Offline (``core/logdirfailure.py``), it does nothing: no flush, checkpoint or deletion is written any more,
+        and a failure during it is logged once by the failure channel, not raised again here."""
+        if self.offline is not None:
+            return  # reads go on; only a restart on a healthy disk brings the store back
+        try:
+            self._tick(now_ms)
+        except StoreOffline:
+            pass  # this tick took the store offline: logged once, at ERROR, where it failed
+
+    def _tick(self, now_ms: int | None) -> None:
         now = wall_clock_ms() if now_ms is None else now_ms
         due = self._due
         logs = list(self._logs.values())
@@ -389,18 +419,31 @@ class Store:
     # --- closing ---------------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Clean shutdown: flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        """Clean shutdown: flush and close every log, write the checkpoints, then the clean-shutdown marker.
+
+        Offline (or going offline on the way), it gives every descriptor and the lock back without writing anything
+        more, and raises StoreOffline: the shutdown was not clean, and the next open recovers."""
         with self._lock:
             if self._closed:
                 return
-            if self.transactions is not None:
-                self.transactions.close()
-            for log in self._logs.values():
-                log.close()
-            self._write_checkpoints(hw=True, offsets=True)
-            replace_file(self.path / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": 0}).encode())
+            if self.offline is not None:  # closed as after a crash, and said so: the shutdown was not clean
+                _log.error("store %s is offline (%s): closed without a flush, a checkpoint or the clean-shutdown "
+                           "marker; the next open recovers it", self.path, self.offline.describe())  # fmt: skip
+                self.abandon()
+                self.failure.check()
+            try:
+                if self.transactions is not None:
+                    self.transactions.close()
+                for log in self._logs.values():
+                    log.close()
+                self._write_checkpoints(hw=True, offsets=True)
+                replace_file(self.path / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": 0}).encode())
+            except StoreOffline:
+                self.abandon()  # the failure is logged; no marker: the next open recovers
+                raise
             self._closed = True
             os.close(self._lock_fd)
+            unregister(self.failure)
 
     def abandon(self) -> None:
         """Give back every descriptor and the lock without a clean shutdown: no flush, no checkpoint, no marker
@@ -417,6 +460,7 @@ class Store:
                     segment.close_handler()
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
+            unregister(self.failure)
 
     def __enter__(self) -> Store:
         return self

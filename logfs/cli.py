@@ -213,7 +213,9 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
     """Serve STORE as a filesystem at MOUNTPOINT, in the foreground, until SIGINT, SIGTERM or `logfs umount`.
 
     STORE is the leader of every partition, in a new leader epoch; followers (`logfs follow`) fetch through
-    MOUNTPOINT/.logfs/fetch/ when --config replica.ids lists them. Shuts down cleanly (flush, checkpoints,
+    MOUNTPOINT/.logfs/fetch/ when --config replica.ids lists them. With --config zookeeper.connect=HOST:PORT the
+    node joins a cluster instead: ZooKeeper elects the leader, and the mount leads or follows in place
+    (docs/replication.md, "Automatic failover"). Shuts down cleanly (flush, checkpoints,
     clean-shutdown marker, unmount) and exits 0. A stale mount left at MOUNTPOINT by a process that died is cleared
     first. STORE is created when missing, but only once the mount point is known to be usable. Exits 1 when the
     store is in use by another process, the mount point cannot be used (missing, not a directory, already a mount
@@ -226,10 +228,17 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
         config = parse_store_config(config_pairs)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if config.zookeeper_connect and unclean:
+        raise click.UsageError("with zookeeper.connect, use --config unclean.leader.election.enable=true")
     from logfs.mount.server import serve  # pyfuse3 and trio only for this command
 
     try:
-        code = serve(store, mountpoint, config, unclean=unclean)
+        if config.zookeeper_connect:  # a node of a ZooKeeper cluster: elected, not started as leader
+            from logfs.cluster.serve import serve_cluster
+
+            code = serve_cluster(store, mountpoint, config)
+        else:
+            code = serve(store, mountpoint, config, unclean=unclean)
     except ConfigError as exc:  # a node.id the store refuses
         raise click.UsageError(str(exc)) from None
     sys.exit(code)
@@ -384,6 +393,21 @@ def delete_topic(mountpoint: Path, topic: str) -> None:
 
     _admin(lambda: delete(mountpoint, topic))
     click.echo(f"deleted topic {topic}")
+
+
+@main.command()
+@click.argument("mountpoint", type=_MOUNT_ARG)
+@click.option("--group", default=None, metavar="GROUP", help="Only this consumer group.")
+def groups(mountpoint: Path, group: str | None) -> None:
+    """Print the consumer groups of the mount at MOUNTPOINT with their committed offsets and lag, as
+    `kafka-consumer-groups --describe` does (from MOUNTPOINT/.logfs/groups/<group>/lag).
+
+    LOG-END-OFFSET is the high watermark and LAG what remains to read up to it. Prints nothing when no group has
+    committed. Exits 1 when MOUNTPOINT is not a logfs mount or --group names no group.
+    """
+    from logfs.groups import describe, format_rows
+
+    click.echo(format_rows(_admin(lambda: describe(mountpoint, group))), nl=False)
 
 
 @main.command()

@@ -4,7 +4,9 @@ Plain functions that yield lines, so the CLI prints them as they come and tests 
 
 * ``.log``: one line per batch (base and last offset, count, position, size, header fields, ``crc=ok`` or
   ``crc=invalid``, and ``invalid=<reason>`` when the framing breaks a rule), with ``records=True`` one ``|`` line
-  per record; a torn or damaged tail is reported where the scan stops.
+  per record; a torn or damaged tail is reported where the scan stops. Offsets no batch (or, with ``records``, no
+  record of a batch) holds, the gaps the log cleaner leaves, are a ``gap: offsets A..B (n)`` line; a batch with a
+  delete horizon (a cleaned batch that kept a tombstone or a marker) shows ``deleteHorizonMs``.
 * ``.index`` / ``.timeindex``: one line per entry, stopping at the zero-filled preallocated tail as Kafka's tool
   does (an entry back at the base offset after the first one).
 """
@@ -19,7 +21,13 @@ from pathlib import Path
 import crc32c
 
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.format.batch import ATTRIBUTES_OFFSET, TimestampType, batch_size_at, read_header
+from logfs.core.format.batch import (
+    ATTRIBUTES_OFFSET,
+    DELETE_HORIZON_MASK,
+    TimestampType,
+    batch_size_at,
+    read_header,
+)
 from logfs.core.format.compression import Compression
 from logfs.core.format.decode import decode_records
 from logfs.core.format.validate import validate_batch
@@ -74,13 +82,14 @@ def _dump_log(path: Path, *, records: bool, result: DumpResult) -> Iterator[str]
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             buf = memoryview(mm)
             try:
-                yield from _dump_batches(buf, records=records, result=result)
+                yield from _dump_batches(buf, records=records, result=result, base_offset=_base_offset(path))
             finally:
                 buf.release()
 
 
-def _dump_batches(buf: memoryview, *, records: bool, result: DumpResult) -> Iterator[str]:
+def _dump_batches(buf: memoryview, *, records: bool, result: DumpResult, base_offset: int = 0) -> Iterator[str]:
     position = 0
+    expected = base_offset  # the next offset if nothing were missing: a batch past it shows a compaction gap
     while position < len(buf):
         try:
             size = batch_size_at(buf, position)
@@ -93,10 +102,21 @@ def _dump_batches(buf: memoryview, *, records: bool, result: DumpResult) -> Iter
             yield f"torn tail at position {position}: {len(buf) - position} bytes, less than a whole batch"
             return
         result.batches += 1
+        if size >= 61:
+            header = read_header(buf, position)
+            if header.base_offset > expected:
+                yield _gap_line(expected, header.base_offset)
+            expected = max(expected, header.last_offset + 1)
         yield _batch_line(buf, position, size, records=records, result=result)
         if records:
             yield from _record_lines(buf, position)
         position += size
+
+
+def _gap_line(first: int, end: int) -> str:
+    """Offsets ``[first, end)`` that no batch holds: removed by the log cleaner (compacted topics), or skipped by a
+    follower's roll."""
+    return f"gap: offsets {first}..{end - 1} ({end - first}) hold no batch (removed by compaction)"
 
 
 def _batch_line(buf: memoryview, position: int, size: int, *, records: bool, result: DumpResult) -> str:
@@ -122,6 +142,7 @@ def _batch_line(buf: memoryview, position: int, size: int, *, records: bool, res
         f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
         f"position: {position} {ts_name}: {h.max_timestamp} size: {size} magic: {h.magic} "
         f"compresscodec: {codec} crc={'ok' if crc_ok else 'invalid'}{problem}"
+        + (f" deleteHorizonMs: {h.base_timestamp}" if h.attributes & DELETE_HORIZON_MASK else "")
     )
 
 
@@ -133,7 +154,11 @@ def _record_lines(buf: memoryview, position: int) -> Iterator[str]:
         yield f"| records not readable: {exc.reason}"
         return
     ts_name = "LogAppendTime" if header.timestamp_type == TimestampType.LOG_APPEND_TIME else "CreateTime"
+    expected = header.base_offset
     for r in decoded:
+        if r.offset > expected:
+            yield f"| {_gap_line(expected, r.offset)}"
+        expected = r.offset + 1
         payload = "" if r.value is None else r.value[:PAYLOAD_PREVIEW_BYTES].decode("utf-8", "backslashreplace")
         yield (
             f"| offset: {r.offset} {ts_name}: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "

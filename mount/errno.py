@@ -61,6 +61,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.Interrupted, errno.EINTR, DEBUG),
     (mount.InvalidName, errno.EINVAL, DEBUG),
     (mount.InvalidCommand, errno.EINVAL, DEBUG),
+    (mount.KeylessLines, errno.EINVAL, INFO),
     (mount.UnfinishedBatch, errno.EBADMSG, DEBUG),
     (mount.BrokenByTooLarge, errno.EFBIG, DEBUG),
     (mount.BrokenFraming, errno.EBADMSG, DEBUG),
@@ -77,6 +78,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.InvalidPartitions, errno.EINVAL, INFO),
     (core.ConfigError, errno.EINVAL, INFO),
     (core.InvalidJsonRecord, errno.EINVAL, INFO),
+    (core.InvalidOffsetCommit, errno.EINVAL, INFO),
     (core.DiskFull, errno.ENOSPC, ERROR),
     (core.NotEnoughReplicas, errno.EAGAIN, INFO),
     (core.NotEnoughReplicasAfterAppend, errno.EIO, ERROR),
@@ -88,6 +90,9 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.InvalidTransactionalId, errno.EINVAL, INFO),
     (core.CoordinatorFenced, errno.ESTALE, INFO),
     (core.InvalidLeaderEpoch, errno.EIO, ERROR),
+    (core.StoreOffline, errno.EIO, DEBUG),  # the failure is logged once, at ERROR, where it happened
+    (core.ReadFailed, errno.EIO, DEBUG),  # logged where it happened, rate-limited per file
+    (core.CorruptStoredBatch, errno.EIO, DEBUG),  # logged where it happened (segment, position), rate-limited
     (core.StorageError, errno.EIO, ERROR),
     (core.LogfsError, errno.EIO, ERROR),
 )

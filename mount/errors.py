@@ -19,6 +19,7 @@ topic that exists, a record too large) stays the core's error.
     ├── Interrupted             a waiting follow/ read whose opener got a signal (EINTR)
     ├── InvalidName             mkdir of a name that cannot be one (undecodable, not a partition number) (EINVAL)
     ├── InvalidCommand          a command-file line that is not one (EINVAL)
+    ├── KeylessLines            a text or JSON line without a key for a compacted topic (EINVAL)
     ├── UnfinishedBatch         close of a ``batches`` handle holding part of a batch (EBADMSG)
     └── BrokenFraming           a write handle whose framing an earlier write lost (EBADMSG) …
         └── BrokenByTooLarge    … to a line or batch too large (EFBIG)
@@ -81,6 +82,12 @@ class InvalidName(MountRefusal):
 class InvalidCommand(MountRefusal):
     """A line written to a command file (``.logfs/delete-records``, a transaction's ``control``) that is not a
     command."""
+
+
+class KeylessLines(MountRefusal):
+    """Text lines (which carry no key) or a JSON line without a key written to a compacted topic: the core's
+    NoKeyOnCompactedTopic, which the spec answers with EINVAL for lines (a line is not a batch: EBADMSG is for
+    ``batches``). Nothing of the write is stored."""
 
 
 class UnfinishedBatch(MountRefusal):

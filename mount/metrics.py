@@ -156,3 +156,15 @@ def render(stats: Statistics) -> bytes:
         lines += _family(f"logfs_render_cache_{name}", "gauge", f"Render cache: {name.replace('_', ' ')}.",
                          [("", value)])  # fmt: skip
     return ("\n".join(lines) + "\n").encode()
+
+
+def render_store_health(offline: bool, read_errors: int, corrupt_batches: int) -> bytes:
+    """The store's failure families (issue 16, ``core/logdirfailure.py``): the offline gauge and the read-failure
+    counters; appended after :func:`render`'s."""
+    lines = _family("logfs_store_offline", "gauge", "1 once an I/O error writing or syncing a store file took the "
+                    "store offline (every write and fsync fails with EIO).", [("", int(offline))])  # fmt: skip
+    lines += _family("logfs_read_errors_total", "counter", "Reads of store files that met an I/O error (EIO).",
+                     [("", read_errors)])  # fmt: skip
+    lines += _family("logfs_corrupt_batches_total", "counter", "Reads that met a stored batch failing its CRC or "
+                     "framing (EIO, never served).", [("", corrupt_batches)])  # fmt: skip
+    return ("\n".join(lines) + "\n").encode()

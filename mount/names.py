@@ -35,7 +35,7 @@ from logfs.mount.errors import MountRefusal, NoEntry
 from logfs.mount.render.renderspan import Format
 
 _PARTITION_NAME = re.compile(r"0|[1-9][0-9]{0,9}")
-_FETCH_NAME = re.compile(r"(0|[1-9][0-9]{0,18})\.(-1|0|[1-9][0-9]{0,9})")
+_FETCH_NAME = re.compile(r"(0|[1-9][0-9]{0,18})\.(-1|0|[1-9][0-9]{0,9})(?:\.(0|[1-9][0-9]{0,9}))?")
 _STEM = re.compile(r"earliest|latest|[0-9]+|@[^@]+|[0-9]+-[0-9]+")  # @<time>: parse_time says which times
 _RANGE = re.compile(r"([0-9]+)-([0-9]+)")
 _EPOCH_MS = re.compile(r"[0-9]+")
@@ -65,13 +65,14 @@ def parse_partition_name(name: str) -> int | None:
     return int(name) if _PARTITION_NAME.fullmatch(name) else None
 
 
-def parse_fetch_name(name: str) -> tuple[int, int]:
-    """A fetch file's name ``<fetch offset>.<last fetched epoch>`` → ``(offset, epoch)`` (epoch -1: none); NoEntry
-    for anything else."""
+def parse_fetch_name(name: str) -> tuple[int, int, int | None]:
+    """A fetch file's name ``<fetch offset>.<last fetched epoch>[.<current leader epoch>]`` → ``(offset, epoch,
+    current leader epoch)`` (epoch -1: none; the current leader epoch None when the name has two parts, as
+    ``logfs follow`` sends); NoEntry for anything else."""
     m = _FETCH_NAME.fullmatch(name)
     if m is None:
-        raise NoEntry(f"{name!r} is not <fetch offset>.<last fetched epoch>")
-    return int(m[1]), int(m[2])
+        raise NoEntry(f"{name!r} is not <fetch offset>.<last fetched epoch>[.<current leader epoch>]")
+    return int(m[1]), int(m[2]), None if m[3] is None else int(m[3])
 
 
 def hw_file_name(base_offset: int) -> str:

@@ -6,6 +6,7 @@ Paths::
     /.logfs/                            LOGFS_DIR
         metrics                         METRICS            r   Prometheus text
         errors                          ERRORS             r   the last refusals, JSON lines (mount/refusals.py)
+        leader                          LEADER             r   {"node_id","mount","leader_epoch"} of the leader
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
         producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
         labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
@@ -14,6 +15,13 @@ Paths::
                 control                 TXN_CONTROL        w   "commit [<label>]" or "abort"
                 <topic>/<partition>/    TXN_TOPIC, TXN_PARTITION
                     append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (Node.txn = <id>)   w
+        groups/                         GROUPS_DIR         consumer groups (mount/groups.py); rmdir <group> deletes one
+            <group>/                    GROUP              any name; lists config, lag and the topics it committed
+                config                  GROUP_CONFIG       rw  auto.offset.reset, auto.commit.interval.ms
+                lag                     GROUP_LAG          r   "<topic> <partition> <committed> <hw> <leo> <lag>"
+                <topic>/<partition>/    GROUP_TOPIC, GROUP_PARTITION
+                    offset              GROUP_OFFSET       rw  "<offset>[ <metadata>]": read, or write to commit
+                    follow              GROUP_FOLLOW       r   a follow/ stream from the committed offset
         fetch/                          FETCH_DIR          the replication fetch files (docs/replication.md); looked up,
             <replica id>/               FETCH_REPLICA      never listed: every directory below lists nothing
                 <topic>/                FETCH_TOPIC
@@ -58,6 +66,7 @@ class Kind(enum.Enum):
     LOGFS_DIR = ("logfs_dir", True, 0o555, False)
     METRICS = ("metrics", False, 0o444, False)
     ERRORS = ("errors", False, 0o444, False)
+    LEADER = ("leader", False, 0o444, False)
     DELETE_TOPIC = ("delete_topic", False, 0o220, False)
     DELETE_RECORDS = ("delete_records", False, 0o220, False)
     TOPIC = ("topic", True, 0o755, False)
@@ -89,6 +98,14 @@ class Kind(enum.Enum):
     TXN_CONTROL = ("txn_control", False, 0o220, False)
     TXN_TOPIC = ("txn_topic", True, 0o555, False)
     TXN_PARTITION = ("txn_partition", True, 0o555, False)
+    GROUPS_DIR = ("groups_dir", True, 0o755, False)
+    GROUP = ("group", True, 0o755, False)
+    GROUP_CONFIG = ("group_config", False, 0o644, False)
+    GROUP_LAG = ("group_lag", False, 0o444, False)
+    GROUP_TOPIC = ("group_topic", True, 0o555, False)
+    GROUP_PARTITION = ("group_partition", True, 0o555, False)
+    GROUP_OFFSET = ("group_offset", False, 0o644, False)
+    GROUP_FOLLOW = ("group_follow", False, 0o444, True)
 
     @property
     def is_dir(self) -> bool:
@@ -124,13 +141,16 @@ class Kind(enum.Enum):
 _APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
 WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
 TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
+GROUP_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC,
+                         Kind.GROUP_PARTITION, Kind.GROUP_OFFSET, Kind.GROUP_FOLLOW})  # fmt: skip
 FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE})
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name, (under
-    ``.logfs/fetch/``) replica id and (under ``.logfs/transactions/``) transactional id it needs."""
+    ``.logfs/fetch/``) replica id, (under ``.logfs/transactions/``) transactional id and (under
+    ``.logfs/groups/``) consumer group it needs."""
 
     kind: Kind
     topic: str = ""
@@ -139,8 +159,14 @@ class Node:
     name: str = ""
     replica: int = -1
     txn: str = ""
+    group: str = ""
 
     def __str__(self) -> str:
+        if self.kind in GROUP_KINDS:
+            parts = [LOGFS_DIR_NAME, GROUPS_DIR_NAME, self.group, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [_GROUP_FILE_NAMES.get(self.kind, "")]
+            return "/" + "/".join(p for p in parts if p)
         if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
             return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
         if self.txn or self.kind is Kind.TXN_DIR:
@@ -170,6 +196,7 @@ _NAMES = {
     Kind.COMMITTED: "",
     Kind.METRICS: ".logfs/metrics",
     Kind.ERRORS: ".logfs/errors",
+    Kind.LEADER: ".logfs/leader",
     Kind.DELETE_TOPIC: ".logfs/delete-topic",
     Kind.DELETE_RECORDS: ".logfs/delete-records",
     Kind.TOPIC_APPEND: "append",
@@ -188,14 +215,22 @@ _NAMES = {
 # Children with fixed names, per directory kind.
 TXN_DIR_NAME = "transactions"
 LABELS_DIR_NAME = "labels"
+GROUPS_DIR_NAME = "groups"
 LOGFS_CHILDREN = {
     "metrics": Kind.METRICS,
     "errors": Kind.ERRORS,
+    "leader": Kind.LEADER,
     "delete-topic": Kind.DELETE_TOPIC,
     "delete-records": Kind.DELETE_RECORDS,
     "producer-id": Kind.PRODUCER_ID,
     TXN_DIR_NAME: Kind.TXN_DIR,
     LABELS_DIR_NAME: Kind.LABELS_DIR,
+    GROUPS_DIR_NAME: Kind.GROUPS_DIR,
+}
+GROUP_CHILDREN = {"config": Kind.GROUP_CONFIG, "lag": Kind.GROUP_LAG}
+GROUP_PARTITION_CHILDREN = {"offset": Kind.GROUP_OFFSET, "follow": Kind.GROUP_FOLLOW}
+_GROUP_FILE_NAMES = {
+    Kind.GROUP_CONFIG: "config", Kind.GROUP_LAG: "lag", Kind.GROUP_OFFSET: "offset", Kind.GROUP_FOLLOW: "follow"
 }
 TXN_PARTITION_CHILDREN = {"append": Kind.APPEND, "append.jsonl": Kind.APPEND_JSONL, "batches": Kind.BATCHES}
 TOPIC_CHILDREN = {"append": Kind.TOPIC_APPEND, "append.jsonl": Kind.TOPIC_APPEND_JSONL, "config": Kind.CONFIG}
@@ -231,6 +266,8 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.LABELS_DIR)
     if node.txn:
         return _txn_parent(node)
+    if k in GROUP_KINDS:
+        return _group_parent(node)
     if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
         return Node(Kind.TOPIC, node.topic)
     if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):
@@ -263,3 +300,14 @@ def _fetch_parent(node: Node) -> Node:
     if k is Kind.FETCH_PARTITION:
         return Node(Kind.FETCH_TOPIC, node.topic, replica=node.replica)
     return Node(Kind.FETCH_PARTITION, node.topic, node.partition, replica=node.replica)
+
+
+def _group_parent(node: Node) -> Node:
+    k = node.kind
+    if k is Kind.GROUP:
+        return Node(Kind.GROUPS_DIR)
+    if k in (Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC):
+        return Node(Kind.GROUP, group=node.group)
+    if k is Kind.GROUP_PARTITION:
+        return Node(Kind.GROUP_TOPIC, node.topic, group=node.group)
+    return Node(Kind.GROUP_PARTITION, node.topic, node.partition, group=node.group)  # offset, follow

@@ -57,6 +57,7 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.log.log import Log
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.replication.replica import LeaderReplicas
@@ -75,15 +76,16 @@ from logfs.mount.errors import (
 )
 from logfs.mount.follow import FollowReaders
 from logfs.mount.framing import BatchFramer, LineFramer
-from logfs.mount.handles import Handle, Partitions, WriteHandle
+from logfs.mount.groups import GROUP_DIR_KINDS, Groups
+from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name, parse_partition_name
-from logfs.mount.nodes import Kind, Node, parent_of
+from logfs.mount.nodes import GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.reads import Reader, ReplicaView
 from logfs.mount.refusals import refusal_target
 from logfs.mount.render.rangeview import RangeView
 from logfs.mount.render.views import RenderCache
-from logfs.mount.replication import LeaderReplication
+from logfs.mount.replication import FETCH_TASKS_PER_FOLLOWER, LeaderReplication
 from logfs.mount.transactions import Transactions
 from logfs.mount.tree import Entry, Tree
 from logfs.mount.writes import Writer, max_batch_bytes
@@ -150,12 +152,16 @@ class Operations(pyfuse3.Operations):
             store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
         )  # fmt: skip
         self.writer.transactions = self.transactions
+        self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication,
+                             read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
+        self.writer.groups = self.groups
+        self.reader.extra_metrics = self.groups.render_metrics
 
     @property
     def max_tasks(self) -> int:
         """pyfuse3's task limit: every follow reader may wait in one, and so may each follower's long-polling
-        fetches, with room for everything else."""
-        fetches = 0 if self.replication is None else self.replication.fetch_tasks
+        fetches, with room for everything else (counted for every replica: with ZooKeeper a node may come to lead)."""
+        fetches = FETCH_TASKS_PER_FOLLOWER * (len(self.store.config.replica_ids) - 1)
         return self.max_follow_readers + fetches + EXTRA_TASKS
 
     # --- plumbing -------------------------------------------------------------------------------------------------
@@ -215,6 +221,22 @@ class Operations(pyfuse3.Operations):
         if self.transactions is not None:
             await self.transactions.watch()
 
+    def set_role(self, replication: LeaderReplication | None, follower: ReplicaView | None) -> None:
+        """Switch this mount's role in place (with ZooKeeper, ``logfs/cluster/node.py``): lead with ``replication``,
+        or serve read-only with ``follower`` as what ``state`` shows. The mount point stays mounted; open write
+        handles answer EROFS from their next write on. Trio thread."""
+        self.replication = self.writer.replication = self.reader.replication = self.groups.replication = replication
+        self.follower = self.reader.follower = follower
+        self.read_only = replication is None
+        self.transactions = self.writer.transactions = None if replication is None else Transactions(
+            self.store, self.tree, self.partitions, replication, write_thread=self._write_thread
+        )  # fmt: skip
+
+    async def watch_groups(self) -> None:
+        """Consumer groups' auto-commits and background catch-up (``mount/groups.py``). A task of the server's
+        nursery."""
+        await self.groups.watch()
+
     def notify_hw(self, topic: str, partition: int) -> None:
         """The HW of a partition moved outside the mount's own writes (a follower's fetch): wake its follow/ readers
         and pollers. Trio thread."""
@@ -258,7 +280,10 @@ class Operations(pyfuse3.Operations):
                 self.reader.hw_file(node)
             inode = self.tree.stable_inode(node)
             return await self.reader.attributes(self.tree.entry(inode))
-        entry = await self.reader.lookup_fresh(node)
+        if node.kind is Kind.GROUP_FOLLOW:
+            entry = await self.groups.lookup_follow(node)
+        else:
+            entry = await self.reader.lookup_fresh(node)
         try:
             attr = await self.reader.attributes(entry)
         except BaseException:
@@ -293,7 +318,10 @@ class Operations(pyfuse3.Operations):
         hw_names = self.reader.hw_names(node) if node.kind is Kind.HW_DIR else None
         fh = self._next_fh
         self._next_fh += 1
-        self._dirs[fh] = self.tree.children(node, hw_names)  # listed as of opendir
+        if node.kind in GROUP_DIR_KINDS:
+            self._dirs[fh] = await self.groups.children(node)
+        else:
+            self._dirs[fh] = self.tree.children(node, hw_names)  # listed as of opendir
         return fh
 
     @handler
@@ -352,7 +380,12 @@ class Operations(pyfuse3.Operations):
         self._refuse_if_read_only()
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name)
+        if parent.kind is Kind.GROUPS_DIR:
+            await self.groups.delete(text)
+            return
         if parent.kind is Kind.ROOT and text != ".logfs":
+            if text == OFFSETS_TOPIC:
+                raise NotPermitted(f"{OFFSETS_TOPIC} is internal: rmdir .logfs/groups/<group> deletes a group")
             if not self.store.has_topic(text):
                 raise NoEntry(f"no topic {text!r}")
             await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
@@ -422,9 +455,16 @@ class Operations(pyfuse3.Operations):
             raise WrongAccessMode(f"{node} is for writing")
         if kind.read_only and access != os.O_RDONLY:
             raise WrongAccessMode(f"{node} is for reading")
+        if kind in GROUP_KINDS:
+            if access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW:
+                self._refuse_if_read_only()  # commits and group follow files: a leader's
+            h, _ = await self.groups.open(entry, access, ctx.pid, bool(flags & os.O_DSYNC))
+            return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (spec §3).
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             self._refuse_if_read_only()
+            if node.topic == OFFSETS_TOPIC:
+                raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
             return self._open_write(entry, flags, access)
         h, info = await self.reader.open(entry, ctx.pid)
         info.fh = self._new_fh(h)
@@ -474,6 +514,7 @@ class Operations(pyfuse3.Operations):
                         await self.writer.tail(h)  # flush normally did this; release errors are discarded
             else:
                 self.reader.release(fh, h)
+                await self.groups.closed(h)  # a group follow commits what it delivered
         finally:
             self.tree.closed(h.entry)
 
@@ -483,13 +524,19 @@ class Operations(pyfuse3.Operations):
         if not isinstance(h, WriteHandle):
             return
         async with h.lock:
-            await self.writer.fsync(h)
+            if h.node.kind in GROUP_KINDS:
+                await self.groups.fsync(h)
+            else:
+                await self.writer.fsync(h)
 
     # --- reads and writes -----------------------------------------------------------------------------------------
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        return await self.reader.read(self._handle(fh), off, size)
+        h = self._handle(fh)
+        if isinstance(h, FollowHandle) and h.node.kind is Kind.GROUP_FOLLOW:
+            return await self.groups.read_follow(h, off, size)
+        return await self.reader.read(h, off, size)
 
     @handler
     async def poll(self, inode: int, fh: int, poll_handle: Any, ctx: pyfuse3.RequestContext) -> int:

@@ -26,6 +26,7 @@ threads under the mount's read limiter; index work (a time index lookup, a segme
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import time
@@ -36,13 +37,15 @@ import pyfuse3
 
 from logfs.core.configtext import render_config
 from logfs.core.log.log import Log
+from logfs.core.log.segment import LogSegment
 from logfs.core.store import Store
+from logfs.mount.cleaning import CleanerTask
 from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders
 from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
-from logfs.mount.metrics import Metrics, PartitionGauges, render
+from logfs.mount.metrics import Metrics, PartitionGauges, render, render_store_health
 from logfs.mount.names import parse_at_name
-from logfs.mount.nodes import Kind, Node, parent_of
+from logfs.mount.nodes import Kind, Node
 from logfs.mount.render.rangeview import RangeView, open_range
 from logfs.mount.render.views import (
     Format,
@@ -105,11 +108,17 @@ class Reader:
         self._handles = handles
         self._read_thread = read_thread
         self._write_thread = write_thread
-        # (id of the log, committed, start, end) → (size, mtime) of that hw/ file (see _hw_attributes)
-        self._hw_sizes: dict[tuple[int, bool, int, int], tuple[int, int | None]] = {}
+        # (id of the log, committed, start, end) → (size, mtime, segment) of that hw/ file (see _hw_attributes)
+        self._hw_sizes: dict[tuple[int, bool, int, int], tuple[int, int | None, LogSegment | None]] = {}
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._mounted_ns = time.time_ns()
+        self.extra_metrics: Callable[[], str] | None = None  # more .logfs/metrics lines (consumer groups)
+        self.cleaner: CleanerTask | None = None  # the store's log cleaner (state's "cleaner", its metrics)
+        self.mountpoint = ""  # where this mount is (set by the server): .logfs/leader of a leader without ZooKeeper
+        # With ZooKeeper (logfs/cluster/node.py): .logfs/leader's object, and the fields ``state`` gains
+        self.leader_info: Callable[[], dict[str, Any]] | None = None
+        self.cluster_state: Callable[[], dict[str, Any]] | None = None
 
     # --- attributes -----------------------------------------------------------------------------------------------
 
@@ -155,7 +164,7 @@ class Reader:
             snapshot: FetchSnapshot = entry.payload
             return self._attr(inode, node, size=len(snapshot.data), mtime_ns=entry.created_ns,
                              attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
-        if kind is Kind.FOLLOW_FILE:  # what was committed since its lookup, never cached: `tail -f` sees it grow
+        if kind is Kind.FOLLOW_FILE or (kind is Kind.GROUP_FOLLOW and entry.payload):  # grows: `tail -f` sees it
             return self._attr(inode, node, size=await self.follows.size(entry), mtime_ns=entry.created_ns,
                              attr_timeout=MOVING_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
         if kind.fresh:  # write files: size 0, looked up again on every open
@@ -179,8 +188,9 @@ class Reader:
         if kind is Kind.CONFIG:
             data = self.render_config(node.topic)
             return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
-        if kind in (Kind.METRICS, Kind.ERRORS):
-            data = self.render_metrics() if kind is Kind.METRICS else self.metrics.refusals.render()
+        if kind in (Kind.METRICS, Kind.ERRORS, Kind.LEADER):
+            data = {Kind.METRICS: self.render_metrics, Kind.LEADER: self.render_leader,
+                    Kind.ERRORS: self.metrics.refusals.render}[kind]()  # fmt: skip
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
 
@@ -205,7 +215,7 @@ class Reader:
         now = time.time_ns()
         if node.kind is Kind.FETCH_FILE:
             assert self.replication is not None  # Operations checks the fetch first
-            return self.tree.add_fresh(node, await self.replication.fetch(node), created_ns=now)
+            return self.tree.fetch_entry(node, await self.replication.fetch(node), created_ns=now)
         if node.kind is Kind.AT_FILE:
             view = await self._open_at(node)
             return self.tree.add_fresh(node, view, created_ns=now)
@@ -259,10 +269,11 @@ class Reader:
         log = self._log(node)
         key = (id(log), node.committed, start, end)  # id(log): a topic deleted and made again is another log
         known = self._hw_sizes.get(key)
-        if known is None:
+        segment = log.segment_for(start)  # the cleaner replaces a segment: the same range, other bytes
+        if known is None or known[2] is not segment:
             view, mtime_ns = await self._read_thread(_open_hw_view, log, self.cache, node, start, end)
             try:
-                known = (view.size, mtime_ns)
+                known = (view.size, mtime_ns, segment)
             finally:
                 view.close()
             if len(self._hw_sizes) >= HW_SIZES_MAX:
@@ -290,7 +301,12 @@ class Reader:
             return ViewHandle(entry, entry.payload), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.HW_FILE:
             start, end, _ = self.hw_file(node)
-            view, mtime_ns = await self._read_thread(_open_hw_view, self._log(node), self.cache, node, start, end)
+            log = self._log(node)
+            segment = log.segment_for(start)  # before the view: a clean meanwhile leaves the handle never growing
+            view, mtime_ns = await self._read_thread(_open_hw_view, log, self.cache, node, start, end)
+            if log.config.compact:  # the cleaner changes these bytes: the handle reads its own view, never the cache
+                handle = HwHandle(entry, start, view, mtime_ns=mtime_ns, segment=segment)
+                return handle, pyfuse3.FileInfo(direct_io=True)
             # Page cache kept for active segments too: their bytes are prefix-stable (spec §5), and the kernel drops a
             # file's cached pages whenever a getattr (asked before every read: attr_timeout 0) reports another size or
             # mtime. A re-read of unchanged data (Spark's runs, a second cat) then never reaches the mount.
@@ -301,13 +317,12 @@ class Reader:
             return await self.follows.open(entry, pid), pyfuse3.FileInfo(direct_io=True)
         if kind is Kind.FETCH_FILE:
             snapshot: FetchSnapshot = entry.payload
-            assert self.replication is not None
+            if self.replication is None:  # this mount stopped leading since the lookup (ZooKeeper: logfs/cluster/)
+                raise NoEntry(f"{node}: this mount no longer leads")
             self.replication.opened(snapshot)
-            # Drop the kernel's dentry of this name now (the open file keeps its inode): a follower at the log end
-            # looks the same name up again, and a cached dentry would first be revalidated by a lookup of its own,
-            # one more fetch and long poll whose answer the kernel throws away.
-            parent = self.tree.stable_inode(parent_of(node))
-            pyfuse3.invalidate_entry_async(parent, node.name.encode(), ignore_enoent=True)
+            # No invalidate_entry of this name: it would wait for the fetch directory's lock, held by the follower's
+            # next long-polling lookup (killed then, this process could never exit). A lookup of the same name again
+            # revalidates the dentry and gets this inode back with its new snapshot (Tree.fetch_entry): one fetch.
             # direct_io: a follower reads its answer once, whole; through the page cache the kernel would cut that
             # read into 128 KiB requests and copy every page in (a 1 MiB answer: ~1.5 ms against ~1.0 ms).
             return SnapshotHandle(entry, snapshot.data), pyfuse3.FileInfo(direct_io=True)
@@ -321,6 +336,8 @@ class Reader:
             data = self.render_config(node.topic)
         elif kind is Kind.ERRORS:
             data = self.metrics.refusals.render()
+        elif kind is Kind.LEADER:
+            data = self.render_leader()
         else:
             data = self.render_metrics()
         return SnapshotHandle(entry, data), pyfuse3.FileInfo(direct_io=True)
@@ -377,7 +394,8 @@ class Reader:
                     start, end, _ = self.hw_file(h.node)
                 except MountRefusal:
                     start, end = h.start, view.end_offset
-                if start == h.start and end > view.end_offset:
+                same = h.segment is None or h.segment is self._log(h.node).segment_for(start)  # not cleaned since
+                if start == h.start and end > view.end_offset and same:
                     node = h.node
                     grown = await self._read_thread(open_range, self._log(node), self.cache, node.topic,
                                                     node.partition, Format.JSONL, start, end,
@@ -401,19 +419,42 @@ class Reader:
     def render_config(self, topic: str) -> bytes:
         return render_config(self.store.topic_config(topic), self.store.topic_overrides(topic)).encode()
 
+    def render_leader(self) -> bytes:
+        """``.logfs/leader``: the leader ZooKeeper names (``leader_info``); without ZooKeeper a leader's mount names
+        itself, a follower's mount (``logfs follow --mount``) nobody (node_id -1)."""
+        if self.leader_info is not None:
+            doc = self.leader_info()
+        elif self.replication is not None:
+            config = self.store.config
+            doc = {"node_id": config.node_id, "mount": config.advertised_mount or self.mountpoint,
+                   "leader_epoch": self.replication.leader_epoch}  # fmt: skip
+        else:
+            doc = {"node_id": -1, "mount": "", "leader_epoch": -1}
+        return json.dumps(doc).encode() + b"\n"
+
     async def render_state(self, node: Node) -> bytes:
+        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster."""
+        data = await self._render_state(node)
+        if self.cluster_state is None:
+            return data
+        doc = json.loads(data)
+        doc.update(self.cluster_state())
+        return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+    async def _render_state(self, node: Node) -> bytes:
         """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
         as its fetches left it), or what a follower's last fetch told it."""
         log = self._log(node)
         if self.follower is not None:  # a follower's mount: the leader's epoch and ISR as its last fetch told
             epoch, isr = self.follower(node.topic, node.partition)
-            follower_job = functools.partial(render_state, log, node.topic, node.partition, role="follower",
-                                             leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
+            follower_job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
+                                             role="follower", leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
             return cast(bytes, await self._read_thread(follower_job))
         assert self.replication is not None
         leader = self.replication.partition(node.topic, node.partition)
-        job = functools.partial(render_state, log, node.topic, node.partition, leader_epoch=leader.leader_epoch,
-                                isr=leader.isr, replicas=leader.replicas_view())  # fmt: skip
+        job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
+                                leader_epoch=leader.leader_epoch, isr=leader.isr,
+                                replicas=leader.replicas_view())  # fmt: skip
         return cast(bytes, await self._read_thread(job))
 
     def _replication_gauges(self, topic: str, partition: int) -> dict[str, Any]:
@@ -456,7 +497,17 @@ class Reader:
                 "misses": cache.rendered_misses,
             },
         )
-        return render(stats)
+        extra = "" if self.extra_metrics is None else self.extra_metrics()
+        failure = self.store.failure
+        health = render_store_health(failure.offline is not None, failure.read_errors, failure.corrupt_batches)
+        cleaner = "" if self.cleaner is None else self.cleaner.metrics_text()
+        return render(stats) + health + extra.encode() + cleaner.encode()
+
+
+def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, partition: int, **kwargs: Any) -> bytes:
+    """``state`` with a compacted topic's dirty section (``mount/cleaning.py``). Worker thread: reads the disk."""
+    dirty = None if cleaner is None else cleaner.state_of(topic, partition, log)
+    return render_state(log, topic, partition, cleaner=dirty, **kwargs)
 
 
 def _open_hw_view(log: Log, cache: RenderCache, node: Node, start: int, end: int) -> tuple[RangeView, int | None]:

@@ -5,8 +5,10 @@ The rules themselves live in the core (``core/replication/replica.py``: ISR, HW,
 ``core/replication/fetch.py``: the fetch answer); this module runs them from FUSE requests without ever blocking the
 trio thread or holding a lock across a wait.
 
-* **A fetch** is the lookup of ``.logfs/fetch/<replica>/<topic>/<partition>/<offset>.<epoch>``
-  (:meth:`LeaderReplication.fetch`). First it is validated and recorded (the follower's LEO, the ISR, the HW; a
+* **A fetch** is the lookup of ``.logfs/fetch/<replica>/<topic>/<partition>/<offset>.<epoch>[.<leader epoch>]``
+  (:meth:`LeaderReplication.fetch`; the third part, the fetcher's current leader epoch, is refused when it is not
+  this leader's: FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH at once, no long poll).
+  First it is validated and recorded (the follower's LEO, the ISR, the HW; a
   change wakes the partition's waiters). That is in-memory work, so it runs on the trio thread, saving two thread
   hand-offs on the acks=all path; when an append holds the partition or its log, the part that would wait runs in
   a worker thread instead (the trio thread never waits for the disk). Then, when the follower is at the log end
@@ -33,6 +35,7 @@ Threads: the trio thread; the core calls run in worker threads through the runne
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -113,15 +116,18 @@ class LeaderReplication:
     async def fetch(self, node: Node) -> FetchSnapshot:
         """The lookup of a fetch file: record the fetch, long-poll at the log end, fix the answer."""
         self.check_replica(node)
-        fetch_offset, last_fetched_epoch = parse_fetch_name(node.name)
+        fetch_offset, last_fetched_epoch, current_epoch = parse_fetch_name(node.name)
         leader = self.partition(node.topic, node.partition)
         state = self.partitions.get(node.topic, node.partition)
+        accept = functools.partial(accept_fetch, leader, node.replica, fetch_offset, last_fetched_epoch,
+                                   current_leader_epoch=current_epoch)  # fmt: skip
         try:  # in-memory work, done here unless an append holds the partition (the trio thread never waits)
-            validation, change = accept_fetch(leader, node.replica, fetch_offset, last_fetched_epoch, blocking=False)
+            validation, change = accept(blocking=False)
         except LockBusy:
-            validation, change = await self._read_thread(
-                accept_fetch, leader, node.replica, fetch_offset, last_fetched_epoch
-            )
+            validation, change = await self._read_thread(accept)
+        if validation.leader_epoch_error is not None:
+            _log.debug("fetch %s by replica %d at leader epoch %s refused: %s (the leader's is %d)", node.name,
+                       node.replica, current_epoch, validation.leader_epoch_error, leader.leader_epoch)  # fmt: skip
         if change.high_watermark_deferred:  # recorded; the log was busy: the HW rule in a worker thread
             moved = await self._read_thread(leader.maybe_increment_high_watermark)
             change = ReplicaChange(change.isr_changed, moved)

@@ -53,7 +53,9 @@ from logfs.core.config import StoreConfig
 from logfs.core.errors import StorageError
 from logfs.core.replication.promotion import start_leader_epoch
 from logfs.core.store import Store
+from logfs.mount.cleaning import CleanerTask
 from logfs.mount.operations import Operations
+from logfs.mount.predecessor import stuck_predecessor_message
 
 _log = logging.getLogger(__name__)
 
@@ -68,8 +70,13 @@ class MountError(StorageError):
     """The mount point cannot be used: missing, a live mount, or a stale mount that would not clear."""
 
 
-def clear_stale_mount(mountpoint: Path) -> None:
-    """Unmount a dead FUSE mount at ``mountpoint`` (lazily); MountError when that fails or it is a live mount."""
+def clear_stale_mount(mountpoint: Path, store: Path | None = None) -> None:
+    """Unmount a dead FUSE mount at ``mountpoint`` (lazily); MountError when that fails or it is a live mount, and
+    first (from /proc, before a stat that could hang) when ``store``'s last owner was killed but cannot exit, with
+    what to do (mount/predecessor.py)."""
+    stuck = None if store is None else stuck_predecessor_message(store, mountpoint)
+    if stuck is not None:
+        raise MountError(stuck)
     try:
         os.stat(mountpoint)
     except OSError as exc:
@@ -112,7 +119,7 @@ def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: b
     followed, and not ``unclean``) before anything is mounted.
     """
     raise_open_file_limit()
-    clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store directory
+    clear_stale_mount(mountpoint, store_path)  # first: an unusable mount point must leave no new store directory
     store = Store.open(store_path, config)
     try:
         leader_epoch = start_leader_epoch(store, unclean=unclean)
@@ -124,11 +131,17 @@ def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: b
 
 async def _run(store: Store, mountpoint: Path, leader_epoch: int) -> int:
     ops = Operations(store, leader_epoch=leader_epoch)
-    background: list[Callable[[], Awaitable[None]]] = [
-        functools.partial(_on_signals, ops), functools.partial(_tick, store), ops.watch_replicas,
-        ops.watch_transactions,
-    ]  # fmt: skip
+    background = [*standard_tasks(ops, store), ops.watch_replicas, ops.watch_transactions]
     return await run_mount(ops, mountpoint, background)
+
+
+def standard_tasks(ops: Operations, store: Store) -> list[Callable[[], Awaitable[None]]]:
+    """What every ``logfs mount`` runs beside the main loop (a ZooKeeper node too, ``logfs/cluster/serve.py``):
+    SIGINT/SIGTERM → a clean shutdown, the store's periodic work, and the log cleaner (``mount/cleaning.py``:
+    one per store, whatever role the node plays, as every Kafka broker cleans its own replicas)."""
+    cleaner = CleanerTask(store)
+    ops.reader.cleaner = cleaner
+    return [functools.partial(_on_signals, ops), functools.partial(_tick, store), cleaner.run]
 
 
 async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Callable[[], Awaitable[None]]] = ()) -> int:
@@ -136,8 +149,11 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
     exit code (0, or 1 when the main loop failed). ``background`` tasks run in the same nursery beside the main loop
     and the signal watcher, and are cancelled when it ends. Whatever happens, every view is released and the mount
     point unmounted before this returns. A read-only ``ops`` (a follower's) is mounted ``ro``. Trio thread."""
-    options = set(MOUNT_OPTIONS | ({"ro"} if ops.read_only else set()))
+    # ro for a follower's mount; never with ZooKeeper (logfs/cluster/), where the node may come to lead in place
+    read_only = ops.read_only and not ops.store.config.zookeeper_connect
+    options = set(MOUNT_OPTIONS | ({"ro"} if read_only else set()))
     where = os.path.realpath(mountpoint)  # before mounting: after it, resolving it would ask this very process
+    ops.reader.mountpoint = ops.reader.mountpoint or where
     pyfuse3.init(ops, str(mountpoint), options)
     _log.info(
         "serving %s at %s%s (max.follow.readers=%d)",
@@ -149,6 +165,7 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
             for task in background:
                 nursery.start_soon(task)
             nursery.start_soon(ops.watch_signals)
+            nursery.start_soon(ops.watch_groups)
             nursery.start_soon(_watch_unmount, ops, where)
             await pyfuse3.main(min_tasks=1, max_tasks=ops.max_tasks)
             nursery.cancel_scope.cancel()

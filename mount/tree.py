@@ -17,7 +17,18 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
 * pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
   counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
 * ``.logfs/fetch/…`` files are fresh too (each lookup is one fetch: the leader records the follower's offset and
-  fixes the response), and the directories above them are stable but list nothing, as ``at/`` does.
+  fixes the response), and the directories above them are stable but list nothing, as ``at/`` does. One thing
+  differs: a name looked up again while the kernel still holds its inode gets that same inode back, with the new
+  snapshot as its payload (:meth:`Tree.fetch_entry`). With entry_timeout 0 the kernel revalidates a cached dentry by a
+  LOOKUP; answered with the same inode it keeps the dentry and updates the size, so a follower at the log end
+  (looking one name up again and again) pays one fetch per lookup, not two, and nothing needs the kernel to drop
+  dentries (an ``invalidate_entry`` waits for the directory's lock, which a follower's long-polling lookup holds:
+  killed then, the mount's process could never exit). The open binds the snapshot of the inode's latest lookup, so
+  one fetcher per name is the rule (the follower daemon has one per replica and partition, and looks up, opens,
+  reads and closes in turn); two fetchers of one name may read each other's answer, which is still an answer to
+  that same name. The table keeps the last FETCH_NAMES_KEPT names per replica and partition; older ones with no
+  open handle leave it at once (the kernel forgets their dentries when it reclaims them; a lookup of such a name
+  again gets a new inode: a second fetch, as before).
 * ``at/`` and ``follow/`` list nothing (their names are looked up, never enumerated, so ``ls -R``, ``find`` and
   Spark never walk an unbounded set of offsets). Lookups of names starting with ``.`` or ``_`` below the root
   (Spark's ``.<name>.crc`` and ``_spark_metadata``) answer ENOENT at once.
@@ -34,12 +45,16 @@ from typing import Any
 
 import pyfuse3
 
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.store import Store
 from logfs.mount.errors import NoEntry
 from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_follow_name, parse_partition_name
 from logfs.mount.nodes import (
     COMMITTED_CHILDREN,
     FETCH_DIR_NAME,
+    GROUP_CHILDREN,
+    GROUP_KINDS,
+    GROUP_PARTITION_CHILDREN,
     LOGFS_CHILDREN,
     LOGFS_DIR_NAME,
     PARTITION_CHILDREN,
@@ -51,6 +66,7 @@ from logfs.mount.nodes import (
 )
 
 ROOT_INODE: int = pyfuse3.ROOT_INODE
+FETCH_NAMES_KEPT = 4  # fetch names per replica and partition whose inodes the table keeps for a repeated lookup
 
 
 @dataclass(slots=True)
@@ -75,6 +91,7 @@ class Tree:
         self._next_inode = ROOT_INODE + 1
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
+        self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
         root = Node(Kind.ROOT)
         self._entries[ROOT_INODE] = Entry(ROOT_INODE, root)
         self._stable[root] = ROOT_INODE
@@ -91,10 +108,10 @@ class Tree:
         if kind is Kind.ROOT:
             if name == LOGFS_DIR_NAME:
                 return Node(Kind.LOGFS_DIR)
-            if is_hidden(name) or not self.store.has_topic(name):
-                raise NoEntry(f"no topic {name!r}")
+            if (is_hidden(name) and name != OFFSETS_TOPIC) or not self.store.has_topic(name):
+                raise NoEntry(f"no topic {name!r}")  # __consumer_offsets is readable like any topic
             return Node(Kind.TOPIC, name)
-        if is_hidden(name):
+        if is_hidden(name) and name != OFFSETS_TOPIC:
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
             if name == FETCH_DIR_NAME:
@@ -104,6 +121,8 @@ class Tree:
             return self._resolve_fetch(parent, name)
         if kind in TXN_KINDS:
             return self._resolve_txn(parent, name)
+        if kind in GROUP_KINDS:
+            return self._resolve_group(parent, name)
         if kind is Kind.LABELS_DIR:
             coordinator = self.store.transactions
             if coordinator is None or not coordinator.has_committed_label(name):
@@ -112,9 +131,7 @@ class Tree:
         if kind is Kind.TOPIC:
             if name in TOPIC_CHILDREN:
                 return Node(TOPIC_CHILDREN[name], parent.topic)
-            partition = parse_partition_name(name)
-            if partition is None or partition not in self.store.partitions(parent.topic):
-                raise NoEntry(name)
+            partition = self._existing_partition(parent.topic, name)
             return Node(Kind.PARTITION, parent.topic, partition)
         if kind is Kind.PARTITION:
             return Node(_child(PARTITION_CHILDREN, name), parent.topic, parent.partition)
@@ -147,16 +164,43 @@ class Tree:
         if kind is Kind.TXN:
             if name == "control":
                 return Node(Kind.TXN_CONTROL, txn=txn)
-            if not self.store.has_topic(name):
-                raise NoEntry(name)
+            self._existing_topic(name)
             return Node(Kind.TXN_TOPIC, name, txn=txn)
         if kind is Kind.TXN_TOPIC:
-            partition = parse_partition_name(name)
-            if partition is None or partition not in self.store.partitions(parent.topic):
-                raise NoEntry(name)
+            partition = self._existing_partition(parent.topic, name)
             return Node(Kind.TXN_PARTITION, parent.topic, partition, txn=txn)
         if kind is Kind.TXN_PARTITION:
             return Node(_child(TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn)
+        raise NoEntry(name)
+
+    def _existing_topic(self, name: str) -> None:
+        """A topic name under a scoped directory (transactions, groups, fetch) names an existing topic, or ENOENT."""
+        if not self.store.has_topic(name):
+            raise NoEntry(name)
+
+    def _existing_partition(self, topic: str, name: str) -> int:
+        """A partition name (canonical digits) of an existing partition of ``topic``, or ENOENT."""
+        partition = parse_partition_name(name)
+        if partition is None or partition not in self.store.partitions(topic):
+            raise NoEntry(name)
+        return partition
+
+    def _resolve_group(self, parent: Node, name: str) -> Node:
+        """A name under ``.logfs/groups/``: any group name (no mkdir: a commit makes it), its ``config`` and
+        ``lag``, and the topics and partitions that exist (mount/groups.py)."""
+        kind, group = parent.kind, parent.group
+        if kind is Kind.GROUPS_DIR:
+            return Node(Kind.GROUP, group=name)
+        if kind is Kind.GROUP:
+            if name in GROUP_CHILDREN:
+                return Node(GROUP_CHILDREN[name], group=group)
+            self._existing_topic(name)
+            return Node(Kind.GROUP_TOPIC, name, group=group)
+        if kind is Kind.GROUP_TOPIC:
+            partition = self._existing_partition(parent.topic, name)
+            return Node(Kind.GROUP_PARTITION, parent.topic, partition, group=group)
+        if kind is Kind.GROUP_PARTITION:
+            return Node(_child(GROUP_PARTITION_CHILDREN, name), parent.topic, parent.partition, group=group)
         raise NoEntry(name)
 
     def _resolve_fetch(self, parent: Node, name: str) -> Node:
@@ -169,13 +213,10 @@ class Tree:
                 raise NoEntry(name)
             return Node(Kind.FETCH_REPLICA, replica=replica)
         if kind is Kind.FETCH_REPLICA:
-            if not self.store.has_topic(name):
-                raise NoEntry(name)
+            self._existing_topic(name)
             return Node(Kind.FETCH_TOPIC, name, replica=parent.replica)
         if kind is Kind.FETCH_TOPIC:
-            partition = parse_partition_name(name)
-            if partition is None or partition not in self.store.partitions(parent.topic):
-                raise NoEntry(name)
+            partition = self._existing_partition(parent.topic, name)
             return Node(Kind.FETCH_PARTITION, parent.topic, partition, replica=parent.replica)
         if kind is Kind.FETCH_PARTITION:
             parse_fetch_name(name)
@@ -241,6 +282,23 @@ class Tree:
         self._entries[entry.inode] = entry
         return entry
 
+    def fetch_entry(self, node: Node, payload: Any, created_ns: int) -> Entry:
+        """The entry of one lookup of a fetch file: the inode of that name's last lookup when the table still holds it
+        (its payload and time replaced: the open binds the latest), else a new one; the caller counts the lookup with
+        :meth:`remember`. See the module docstring."""
+        names = self._fetch_names.setdefault((node.replica, node.topic, node.partition), {})
+        entry = names.pop(node, None)
+        if entry is None:
+            entry = self.add_fresh(node, payload, created_ns)
+        else:
+            entry.payload, entry.created_ns = payload, created_ns
+        names[node] = entry  # the newest last
+        excess = max(0, len(names) - FETCH_NAMES_KEPT)
+        for old in [e for e in names.values() if e.opens == 0 and e.lookups and e is not entry][:excess]:
+            del names[old.node]
+            self._release(old)  # the kernel may still hold it: a getattr answers ENOENT, a lookup gets a new inode
+        return entry
+
     def remember(self, entry: Entry) -> None:
         """Count one successful lookup (or mkdir) reply naming ``entry``."""
         entry.lookups += 1
@@ -269,16 +327,24 @@ class Tree:
 
     def _maybe_release(self, entry: Entry) -> None:
         if entry.node.kind.fresh and entry.lookups == 0 and entry.opens == 0:
-            del self._entries[entry.inode]
-            if self._on_release is not None:
-                self._on_release(entry)
+            if entry.node.kind is Kind.FETCH_FILE:
+                key = (entry.node.replica, entry.node.topic, entry.node.partition)
+                names = self._fetch_names.get(key, {})
+                if names.get(entry.node) is entry:
+                    del names[entry.node]
+                if not names:
+                    self._fetch_names.pop(key, None)
+            self._release(entry)
+
+    def _release(self, entry: Entry) -> None:
+        if self._entries.pop(entry.inode, None) is not None and self._on_release is not None:
+            self._on_release(entry)
 
     def release_all(self) -> None:
         """At unmount: release every fresh entry's payload (the kernel need not forget everything)."""
+        self._fetch_names.clear()
         for entry in [e for e in self._entries.values() if e.node.kind.fresh]:
-            del self._entries[entry.inode]
-            if self._on_release is not None:
-                self._on_release(entry)
+            self._release(entry)
 
     @property
     def fresh_entries(self) -> int:

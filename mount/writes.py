@@ -35,10 +35,12 @@ import trio
 
 from logfs.core.configtext import parse_config_lines
 from logfs.core.durable import now_ms
-from logfs.core.errors import InvalidJsonRecord, RecordError, RecordTooLarge
+from logfs.core.errors import InvalidJsonRecord, NoKeyOnCompactedTopic, RecordError, RecordTooLarge
 from logfs.core.format.batch import Record
 from logfs.core.format.lines import (
     LineRun,
+    encode_jsonl_lines,
+    encode_jsonl_run,
     encode_record_batches,
     encode_text_batches,
     encode_text_run,
@@ -54,11 +56,13 @@ from logfs.mount.errors import (
     BrokenByTooLarge,
     BrokenFraming,
     InvalidCommand,
+    KeylessLines,
     NoEntry,
     ReadOnlyMount,
     UnfinishedBatch,
 )
 from logfs.mount.framing import BatchFramer, LineFramer, LineTooLong
+from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.nodes import Kind
@@ -74,6 +78,7 @@ T = TypeVar("T")
 
 APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL})
 TEXT_KINDS = frozenset({Kind.APPEND, Kind.TOPIC_APPEND})  # one record per line: framed unsplit (LineRun)
+RUN_KINDS = TEXT_KINDS | {Kind.APPEND_JSONL}  # the kinds whose lines are framed unsplit
 
 
 def append_batches(
@@ -140,6 +145,7 @@ class Writer:
         self._write_thread = write_thread
         self._sticky: dict[str, int] = {}
         self.transactions: Transactions | None = None  # a leader's mount: .logfs/transactions/
+        self.groups: Groups | None = None  # .logfs/groups/: commits and group config (mount/groups.py)
 
     async def write(self, h: WriteHandle, buf: bytes) -> None:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
@@ -154,14 +160,16 @@ class Writer:
         run: LineRun | None = None
         lines: list[bytes] = []
         try:
-            if h.node.kind in TEXT_KINDS:
+            if h.node.kind in RUN_KINDS:
                 run = h.framer.feed_run(buf)
             else:
                 lines = h.framer.feed(buf)
         except LineTooLong:
             h.broken = BrokenByTooLarge  # the rest of that line would otherwise become a record of its own
             raise
-        if run is not None:
+        if run is not None and h.node.kind is Kind.APPEND_JSONL:
+            await self._jsonl(h, functools.partial(encode_jsonl_run, run))
+        elif run is not None:
             text_run = run
             await self._text(h, lambda now, limit: encode_text_run(text_run, now, limit))
         elif lines:
@@ -218,6 +226,8 @@ class Writer:
         try:
             if batches:
                 await self._append(h, h.node.partition, lambda: batches)
+        except NoKeyOnCompactedTopic:
+            raise  # a whole batch refused: the framing is intact
         except RecordError:
             h.broken = BrokenFraming  # spec §3: the handle's framing is lost; it refuses further writes
             raise
@@ -232,9 +242,7 @@ class Writer:
         if kind in TEXT_KINDS:
             await self._text(h, lambda now, limit: encode_text_batches(lines, now, limit))
         elif kind is Kind.APPEND_JSONL:
-            limit = max_batch_bytes(self.store.log(node.topic, node.partition))
-            # parsed, encoded and appended in one worker call: one thread hand-off per request
-            await self._append(h, node.partition, lambda: _jsonl_batches(lines, now_ms(), limit))
+            await self._jsonl(h, functools.partial(encode_jsonl_lines, lines))
         elif kind is Kind.TOPIC_APPEND_JSONL:
             await self._topic_jsonl(h, lines)
         elif kind is Kind.CONFIG:
@@ -249,8 +257,17 @@ class Writer:
                 await self._delete_records(line)
         elif kind is Kind.TXN_CONTROL:
             await self._control(h, _commands(lines))
+        elif kind in GROUP_WRITE_KINDS and self.groups is not None:
+            await self.groups.lines(h, lines)
         else:
             raise BadFileHandle(f"{node} takes no lines")
+
+    async def _jsonl(self, h: WriteHandle, encode: Callable[[int, int], Sequence[bytes | bytearray]]) -> None:
+        """Lines written to a partition's ``append.jsonl``: ``encode(now_ms, max_batch_bytes)`` parses and encodes
+        them in the worker thread that appends them (one thread hand-off per request)."""
+        node = h.node
+        limit = max_batch_bytes(self.store.log(node.topic, node.partition))
+        await self._append(h, node.partition, lambda: encode(now_ms(), limit))
 
     async def _text(self, h: WriteHandle, encode: Callable[[int, int], Sequence[bytes | bytearray]]) -> None:
         """Lines written to ``append`` (the file's partition) or the topic's ``append`` (Kafka's sticky rule), one
@@ -273,6 +290,10 @@ class Writer:
         topic = h.node.topic
         partitions = self.store.partitions(topic)
         records = await self._read_thread(parse_json_lines, lines, now_ms())
+        if partitions and self.store.log(topic, partitions[0]).config.compact:
+            keyless = next((n for n, r in enumerate(records) if r.record.key is None), None)
+            if keyless is not None:  # before any partition's append: nothing of the write stored
+                raise KeylessLines(f"{h.node}: line {keyless + 1} of the write has no key; {topic!r} is compacted")
         groups: dict[int, list[Record]] = {}
         sticky: int | None = None
         for r in records:
@@ -318,6 +339,8 @@ class Writer:
                 state.notify()
             else:
                 state.appended()
+        if isinstance(error, NoKeyOnCompactedTopic) and h.node.kind is not Kind.BATCHES:
+            raise KeylessLines(f"{h.node}: {error.reason}") from error  # lines: EINVAL, batches: EBADMSG
         if error is not None:
             raise error
         if infos and h.sync:  # O_SYNC / O_DSYNC: write + fsync (flushed in the append call)
@@ -358,11 +381,6 @@ class Writer:
         async with state.append_lock:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
         _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
-
-
-def _jsonl_batches(lines: list[bytes], now: int, limit: int) -> list[bytes | bytearray]:
-    """A partition's ``append.jsonl`` lines as batches (worker thread): every line parsed before any is encoded."""
-    return encode_record_batches([r.record for r in parse_json_lines(lines, now)], limit)
 
 
 def _commands(lines: list[bytes]) -> list[str]:

@@ -19,6 +19,11 @@ Rows:
   from its write(2) returning to the follower's HW passing its last offset, seen by a reader of the follower
   mount's ``follow/0.kafka`` (``--mount``), which gets each batch when the follower's HW passes it. Target: p99
   ≤ 100 ms at 50 MB/s.
+* **automatic failover with ZooKeeper** (issue 17; ``scripts/zkbench.py``): failover time (leader SIGKILL → first
+  acknowledged write on the new leader) p50/p99 over ``--zk-failovers`` failovers with
+  ``zookeeper.session.timeout.ms`` = ``--zk-session-ms`` and tickTime 200 ms (target ≤ session timeout + 1 s), and
+  acks=all throughput of a three-node cluster with ZooKeeper against today's static one (a leader and two ``logfs
+  follow`` followers) in alternating rounds of the same run (target ≥ 95 %).
 * **failover time**: the leader is killed (SIGKILL), then the documented procedure runs: stop the follower
   (SIGTERM), ``logfs mount`` its store as the new leader, and the first append there returns. Reported: the time
   from the kill to that first append, and its parts (the follower's stop, the mount's start). Best of
@@ -46,6 +51,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import realdata
+import zkbench
 
 from logfs.core.format.batch import iter_batch_positions
 from logfs.core.format.encode import encode_values
@@ -307,16 +313,22 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10, help="seconds of that load (default 10)")
     ap.add_argument("--failovers", type=int, default=3, help="failovers timed (default 3)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the realistic data")
-    ap.add_argument("--quick", action="store_true", help="--mib 8 --rounds 3 --seconds 3 --failovers 1")
+    ap.add_argument("--zk-failovers", type=int, default=20, help="failovers timed with ZooKeeper (default 20)")
+    ap.add_argument("--zk-session-ms", type=int, default=1500, help="their zookeeper.session.timeout.ms (1500)")
+    ap.add_argument("--quick", action="store_true",
+                    help="--mib 8 --rounds 3 --seconds 3 --failovers 1 --zk-failovers 3")
     args = ap.parse_args()
     if args.quick:
-        args.mib, args.rounds, args.seconds, args.failovers = 8, 3, 3, 1
+        args.mib, args.rounds, args.seconds, args.failovers, args.zk_failovers = 8, 3, 3, 1, 3
     with tempfile.TemporaryDirectory(prefix="bench-replication-", dir=os.environ.get("TMPDIR")) as tmp:
         root = Path(tmp)
         real_alone, real_replicated = bench_acks_all(root, real_writes(args.mib, args.seed), args.rounds)
         alone_rounds, replicated_rounds = bench_acks_all(root, batches(args.mib), args.rounds)
         lags, produced = bench_lag(root, args.rate, args.seconds)
         failovers = [bench_failover(root) for _ in range(args.failovers)]
+        zk_times = zkbench.bench_zk_failovers(root, args.zk_failovers, args.zk_session_ms)
+        zk_static, zk_auto = zkbench.bench_zk_throughput(root, batches(args.mib), args.rounds, args.zk_session_ms,
+                                                         cluster, produce_acks_all)  # fmt: skip
     best = min(failovers)
     med = statistics.median(f[0] for f in failovers)
     alone, replicated = statistics.median(alone_rounds), statistics.median(replicated_rounds)
@@ -343,6 +355,17 @@ def main() -> None:
     print(f"| failover: leader SIGKILL → first append on the promoted follower (best of {len(failovers)}) "
           f"| {best[0] * 1000:,.0f} ms (follower stop {best[1] * 1000:,.0f} ms, mount {best[2] * 1000:,.0f} ms); "
           f"median {med * 1000:,.0f} ms | |")  # fmt: skip
+    bound = args.zk_session_ms / 1000 + 1
+    print(f"| automatic failover with ZooKeeper: leader SIGKILL → first acknowledged write on the new leader "
+          f"({len(zk_times)} failovers, zookeeper.session.timeout.ms={args.zk_session_ms}, tickTime 200 ms) "
+          f"| p50 {percentile(zk_times, 0.5) * 1000:,.0f} ms, p99 {percentile(zk_times, 0.99) * 1000:,.0f} ms, "
+          f"max {max(zk_times) * 1000:,.0f} ms | <= {bound * 1000:,.0f} ms |")  # fmt: skip
+    s_med, z_med = statistics.median(zk_static), statistics.median(zk_auto)
+    print(f"| acks=all produce, 1 MiB writes + fsync, 3 replicas, static leader + 2 followers ({rounds}) "
+          f"| {s_med:,.0f} MB/s ({min(zk_static):,.0f}–{max(zk_static):,.0f}) | |")  # fmt: skip
+    print(f"| acks=all produce, 1 MiB writes + fsync, 3 nodes with ZooKeeper ({rounds}) | {z_med:,.0f} MB/s "
+          f"({min(zk_auto):,.0f}–{max(zk_auto):,.0f}), {z_med / s_med:.0%} of static "
+          "| >= 95 % of static |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,6 +44,16 @@ WRITE_STEPS = [
      "BatchFramer.feed"),
     ("append_records_to_leader (the whole worker-thread part)", "logfs.core.replication.replica",
      "LeaderPartition.append_records_to_leader"),
+    ("  Log.append_batches_as_leader (the request at once)", "logfs.core.log.log", "Log.append_batches_as_leader"),
+    ("    check_leader_request (every batch checked, outside the lock)", "logfs.core.log.log", "check_leader_request"),
+    ("      check_plain_batches (the compiled check: header, CRC, walk)", "logfs.core.log.appendcheck",
+     "check_plain_batches"),
+    ("        decompression (compression.decompress, called from the compiled check)", "logfs.core.format.validate",
+     "decompress"),
+    ("    append_request (runs: stamping, the roll check, writes)", "logfs.core.log.log", "append_request"),
+    ("      LocalLog.append_parts (one pwritev per run, index entries)", "logfs.core.log.local",
+     "LocalLog.append_parts"),
+    ("      Log._append_one (a batch that goes alone)", "logfs.core.log.log", "Log._append_one"),
     ("  Log.append_as_leader (per batch)", "logfs.core.log.log", "Log.append_as_leader"),
     ("    check_leader_batch (size, timestamps, validation)", "logfs.core.log.log", "check_leader_batch"),
     ("      validate_batch", "logfs.core.log.appendcheck", "validate_batch"),
@@ -114,6 +124,7 @@ def profile_write(data: bytes, work: Path) -> tuple[int, dict[str, float], list[
             assert done.error is None, done.error
         requests += 1
     TOTALS["total (framing + append_records_to_leader, per request)"] = time.perf_counter() - began
+    CALLS["total (framing + append_records_to_leader, per request)"] = requests
     store.close()
     return requests, dict(TOTALS), missing
 
@@ -209,7 +220,7 @@ def main() -> None:
         if step in missing:
             print(f"| {step} | not in this code | - |")
         else:
-            calls = CALLS.get(step, requests) / requests
+            calls = CALLS.get(step, 0) / requests
             print(f"| {step} | {calls:,.1f} | {totals.get(step, 0.0) / requests * 1e6:,.0f} |")
     print("\n| step of one 1 MiB read of `at/earliest` (events, plain) | µs |")
     print("|---|---|")

@@ -229,7 +229,9 @@ def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
 
 
 # What ``ls MOUNT/.logfs`` shows (fetch/ is looked up, never listed).
-LOGFS_LISTING = ["delete-records", "delete-topic", "errors", "labels", "metrics", "producer-id", "transactions"]
+LOGFS_LISTING = [
+    "delete-records", "delete-topic", "errors", "groups", "labels", "leader", "metrics", "producer-id", "transactions"
+]  # fmt: skip
 
 
 def state(mnt: Path, topic: str, partition: int = 0) -> dict:  # type: ignore[type-arg]
@@ -248,3 +250,19 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[Any]:
+    """A standalone ZooKeeper server (tests/zkserver.py: Debian's package, a free loopback port, tickTime 200 ms) for
+    one test; always stopped. No ZooKeeper installed fails the test (scripts/setup installs it). Here rather than in
+    tests/cluster/conftest.py: a second conftest.py would take the module name ``conftest`` that every test's ``from
+    conftest import …`` relies on."""
+    import zkserver
+
+    server = zkserver.ZooKeeperServer(tmp_path / "zookeeper")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -76,9 +76,16 @@ class Follower:
 
 
 def start_follower(
-    leader: Path, store: Path, replica_id: int, *, mount: Path | None = None, log_path: Path | None = None
+    leader: Path,
+    store: Path,
+    replica_id: int,
+    *,
+    mount: Path | None = None,
+    log_path: Path | None = None,
+    config: tuple[str, ...] = (),
 ) -> Follower:
-    """Start ``logfs follow`` and wait until it runs (its --mount mounted, or its first log line)."""
+    """Start ``logfs follow`` (``config``: its ``--config`` pairs) and wait until it runs (its --mount mounted, or its
+    first log line)."""
     if mount is not None:
         with contextlib.suppress(FileExistsError):
             mount.mkdir(parents=True)
@@ -86,6 +93,8 @@ def start_follower(
     args = ["--log-level", "info", "follow", str(leader), str(store), "--replica-id", str(replica_id)]
     if mount is not None:
         args += ["--mount", str(mount)]
+    for pair in config:
+        args += ["--config", pair]
     follower = Follower(leader, store, replica_id, spawn_logfs(args, log_path), log_path, mount)
     wait_started(
         follower,
@@ -106,10 +115,16 @@ def finish_follower(follower: Follower) -> None:
 
 @contextlib.contextmanager
 def following(
-    leader: Path, store: Path, replica_id: int, *, mount: Path | None = None, allow: tuple[str, ...] = ()
+    leader: Path,
+    store: Path,
+    replica_id: int,
+    *,
+    mount: Path | None = None,
+    allow: tuple[str, ...] = (),
+    config: tuple[str, ...] = (),
 ) -> Iterator[Follower]:
     """A follower for the body of a ``with``; always stopped, checked when the body did not fail."""
-    follower = start_follower(leader, store, replica_id, mount=mount)
+    follower = start_follower(leader, store, replica_id, mount=mount, config=config)
     for pattern in allow:
         follower.allow_log(pattern)
     try:

@@ -3,7 +3,8 @@ anywhere — the checkout itself included, without ``-P`` — in the three ways 
 
 - The wheel, installed in a fresh virtual environment with only the runtime dependencies (plus the ``fuse`` extra,
   which logfs.mount needs to import), imports every module and runs ``logfs --help``. Modules that need the
-  ``spark`` extra may fail to import only for want of it. It holds the compiled record walker (setup.py); a wheel
+  ``spark`` extra (or the ``cluster`` extra: kazoo, for logfs.cluster.zk) may fail to import only for want
+  of it. It holds the compiled record walker (setup.py); a wheel
   built without a compiler lacks it and works the same on the pure-Python walker.
 - The development environment's editable install is strict and maps logfs.core to the checkout's core/ folder,
   and every module in the checkout is importable (a strict install links files one by one: a module added since the
@@ -47,17 +48,17 @@ def source_packages() -> list[str]:
 
 
 # Imports every module named in argv[1] (a JSON list) and prints where each came from; a module that needs a missing
-# extra (pyspark, pyarrow) is reported apart, any other failure is an error.
+# extra (spark: pyspark, pyarrow; cluster: kazoo) is reported apart, any other failure is an error.
 IMPORT_EVERY_MODULE = textwrap.dedent(
     """
     import importlib, json, sys
-    spark_only = ("pyspark", "pyarrow", "py4j")
+    extra_only = ("pyspark", "pyarrow", "py4j", "kazoo")
     found, missing_extra = {}, {}
     for name in json.loads(sys.argv[1]):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if (exc.name or "").split(".")[0] not in spark_only:
+            if (exc.name or "").split(".")[0] not in extra_only:
                 raise
             missing_extra[name] = exc.name
         else:

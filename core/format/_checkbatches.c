@@ -10,8 +10,9 @@
  *                        before, after) -> the index of the first batch from ``start`` on that it did not accept
  *
  * A batch is accepted only when it is a writable, contiguous, one-dimensional byte buffer (a bytearray or a
- * writable memoryview: the leader stamps it in place), without producer id or transactional bit, of a codec Kafka
- * defines (0-4), and passes every check of the reference (check_leader_batch with validate_batch(client=True)): size
+ * writable memoryview: the leader stamps it in place), of a codec Kafka defines (0-4), and passes every check of
+ * the reference (check_leader_batch with validate_batch(client=True)): a producer id (idempotent or transactional)
+ * with a non-negative epoch and base sequence, the transactional bit only with one, size
  * within max.message.bytes and segment.bytes, a whole header, the declared size, magic 2, the CRC-32C (``crc``: the
  * crc32c package's function, called once per batch), baseOffset 0, no control bit, recordsCount ==
  * lastOffsetDelta + 1 > 0, every record walked (walk_record, the compiled walk's loop body) and the
@@ -23,7 +24,7 @@
  * stamp) (producerId: below 0, none; ``stamp``: whether set_max_timestamp would change the batch).
  *
  * It raises nothing about the bytes: it stops at the first batch it does not accept, whatever the reason (a fault,
- * a failed inflate, a producer id, a read-only buffer, an arithmetic overflow), and the caller checks that one
+ * a failed inflate, a read-only buffer, an arithmetic overflow), and the caller checks that one
  * with the reference, whose answer or error (type and message) is the one given. So a rule stays written once, in
  * Python, and this file only has to be never more permissive than it (tests/core/log/test_check_batches_cext.py
  * holds the two equal on valid and damaged input). Threads: any; the GIL is released during each walk.
@@ -66,8 +67,9 @@ static int hold_writable(PyObject *obj, Py_buffer *view) {
     return 0;
 }
 
-/* The header rules of the reference for one producer batch without producer id (its records are walked by
- * walk_records, its CRC checked by the caller): 1 when they pass. */
+/* The header rules of the reference for one producer batch (its records are walked by walk_records, its CRC checked
+ * by the caller): 1 when they pass. A producer id (idempotent or transactional) needs a non-negative epoch and base
+ * sequence, and the transactional bit a producer id; the producer state's rules are the Log's, after this. */
 static int accept_header(const uint8_t *d, Py_ssize_t size, long long max_message_bytes, long long segment_bytes) {
     if (size > max_message_bytes || size > segment_bytes || size < HEADER_BYTES)
         return 0;
@@ -75,9 +77,13 @@ static int accept_header(const uint8_t *d, Py_ssize_t size, long long max_messag
         return 0;
     int attributes = (d[ATTRIBUTES_AT] << 8) | d[ATTRIBUTES_AT + 1];
     int32_t last_delta = be32(d + 23), count = be32(d + 57);
-    if (be64(d) != 0 || (attributes & COMPRESSION_BITS) > MAX_CODEC || (attributes & (TRANSACTIONAL_BIT | CONTROL_BIT)))
+    if (be64(d) != 0 || (attributes & COMPRESSION_BITS) > MAX_CODEC || (attributes & CONTROL_BIT))
         return 0;
-    if (be64(d + 43) >= 0 || count <= 0 || last_delta < 0 || (int64_t)count != (int64_t)last_delta + 1)
+    int64_t producer_id = be64(d + 43);
+    int32_t producer_epoch = (int16_t)((d[51] << 8) | d[52]), base_sequence = be32(d + 53);
+    if (producer_id >= 0 ? producer_epoch < 0 || base_sequence < 0 : (attributes & TRANSACTIONAL_BIT) != 0)
+        return 0;
+    if (count <= 0 || last_delta < 0 || (int64_t)count != (int64_t)last_delta + 1)
         return 0;
     return 1;
 }

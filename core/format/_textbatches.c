@@ -19,27 +19,6 @@
  */
 #include "_walk.h"
 
-/* The bytes of zigzag varint of a non-negative value ``v`` (zigzag: 2v). */
-static inline int64_t varint_bytes(int64_t v) {
-    uint64_t z = (uint64_t)v << 1;
-    int64_t n = 1;
-    while (z >= 0x80) {
-        z >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
-    uint64_t z = (uint64_t)v << 1;
-    while (z >= 0x80) {
-        *p++ = (uint8_t)(z | 0x80);
-        z >>= 7;
-    }
-    *p++ = (uint8_t)z;
-    return p;
-}
-
 /* A record's body: attributes, timestampDelta, offsetDelta, key -1, value length, value, header count. */
 static inline int64_t body_bytes(int64_t i, int64_t len) { return 4 + varint_bytes(i) + varint_bytes(len) + len; }
 
@@ -49,26 +28,63 @@ static inline void line_at(const int64_t *ends, int64_t k, int64_t head_len, int
     *len = ends[k] - *pos + (k == 0 ? head_len : 0);
 }
 
-PyObject *logfs_text_batches(PyObject *self, PyObject *args) {
+/* The arguments of text_batches and jsonl_batches (``name``): (head, data, end, budget, per, overhead), both buffers
+ * held (the caller releases them) and ``end`` and ``overhead`` in range; -1 with an error set (nothing held). */
+int logfs_run_args(PyObject *args, const char *name, Py_buffer *head, Py_buffer *data, Py_ssize_t *end,
+                   long long *budget, long long *per, long long *overhead) {
     PyObject *head_obj, *data_obj;
+    if (!PyArg_ParseTuple(args, "OOnLLL", &head_obj, &data_obj, end, budget, per, overhead))
+        return -1;
+    if (PyObject_GetBuffer(head_obj, head, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(data_obj, data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(head);
+        return -1;
+    }
+    if (*end < 0 || *end > data->len || *overhead < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: end or overhead out of range", name);
+        PyBuffer_Release(data);
+        PyBuffer_Release(head);
+        return -1;
+    }
+    return 0;
+}
+
+/* The batches' buffers, for the writers of records sections (here and _jsonlbatches.c): a list of (bytearray,
+ * count) per batch ``b``, each ``overhead`` zero bytes (the header, packed by the caller) and room for a section of
+ * ``sizes[b]`` bytes, of ``cuts[b + 1] - cuts[b]`` records; ``(*outs_out)[b]`` is where its section goes (an array
+ * the caller frees with PyMem_Free, set even when this fails). NULL with an error set. */
+PyObject *logfs_new_batches(int64_t batches, const int64_t *cuts, const int64_t *sizes, long long overhead,
+                            uint8_t ***outs_out) {
+    uint8_t **outs = *outs_out = PyMem_Malloc(sizeof(uint8_t *) * (size_t)(batches + 1));
+    if (outs == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = PyList_New((Py_ssize_t)batches);
+    if (result == NULL)
+        return NULL;
+    for (int64_t b = 0; b < batches; b++) {
+        PyObject *buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(overhead + sizes[b]));
+        PyObject *pair = buf ? Py_BuildValue("(NL)", buf, (long long)(cuts[b + 1] - cuts[b])) : NULL;
+        if (pair == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        outs[b] = (uint8_t *)PyByteArray_AS_STRING(buf) + overhead;
+        memset(outs[b] - overhead, 0, (size_t)overhead);
+        PyList_SET_ITEM(result, (Py_ssize_t)b, pair);
+    }
+    return result;
+}
+
+PyObject *logfs_text_batches(PyObject *self, PyObject *args) {
+    Py_buffer head, data;
     Py_ssize_t end;
     long long budget, per, overhead;
-    if (!PyArg_ParseTuple(args, "OOnLLL", &head_obj, &data_obj, &end, &budget, &per, &overhead))
+    if (logfs_run_args(args, "text_batches", &head, &data, &end, &budget, &per, &overhead) < 0)
         return NULL;
-    Py_buffer head, data;
-    if (PyObject_GetBuffer(head_obj, &head, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&head);
-        return NULL;
-    }
     PyObject *result = NULL;
     int64_t *ends = NULL, *cuts = NULL, *sizes = NULL;
     uint8_t **outs = NULL;
-    if (end < 0 || end > data.len || overhead < 0) {
-        PyErr_SetString(PyExc_ValueError, "text_batches: end or overhead out of range");
-        goto done;
-    }
     const uint8_t *d = data.buf, *h = head.buf;
     const int64_t head_len = head.len;
     int64_t lines = 0, n = 0, batches = 0;
@@ -90,48 +106,20 @@ PyObject *logfs_text_batches(PyObject *self, PyObject *args) {
         ends[n++] = nl - d;
         p = nl - d + 1;
     }
-    int64_t used = 0, section = 0, in_batch = 0;
+    Cutter cut = {cuts, sizes, 0, 0, 0, 0};
     for (int64_t k = 0; k < n; k++) {
         int64_t pos, len;
         line_at(ends, k, head_len, &pos, &len);
-        if (in_batch > 0 && used + len + per > budget) {
-            cuts[batches] = k - in_batch;
-            sizes[batches++] = section;
-            used = section = in_batch = 0;
-        }
-        int64_t body = body_bytes(in_batch, len);
-        section += varint_bytes(body) + body;
-        used += len + per;
-        in_batch++;
+        cut_body(&cut, body_bytes(cut_place(&cut, k, len + per, budget), len));
     }
-    if (in_batch > 0) {
-        cuts[batches] = n - in_batch;
-        sizes[batches++] = section;
-    }
-    cuts[batches] = n;
+    batches = cut_end(&cut, n);
     Py_END_ALLOW_THREADS;
-    outs = PyMem_Malloc(sizeof(uint8_t *) * (size_t)(batches + 1));
-    result = PyList_New((Py_ssize_t)batches);
-    if (outs == NULL || result == NULL) {
-        if (outs == NULL)
-            PyErr_NoMemory();
-        Py_CLEAR(result);
+    result = logfs_new_batches(batches, cuts, sizes, overhead, &outs);
+    if (result == NULL)
         goto done;
-    }
-    for (int64_t b = 0; b < batches; b++) {
-        PyObject *buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(overhead + sizes[b]));
-        PyObject *pair = buf ? Py_BuildValue("(NL)", buf, (long long)(cuts[b + 1] - cuts[b])) : NULL;
-        if (pair == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        outs[b] = (uint8_t *)PyByteArray_AS_STRING(buf);
-        memset(outs[b], 0, (size_t)overhead);
-        PyList_SET_ITEM(result, (Py_ssize_t)b, pair);
-    }
     Py_BEGIN_ALLOW_THREADS;
     for (int64_t b = 0; b < batches; b++) {
-        uint8_t *o = outs[b] + overhead;
+        uint8_t *o = outs[b];
         for (int64_t k = cuts[b]; k < cuts[b + 1]; k++) {
             int64_t pos, len, i = k - cuts[b];
             line_at(ends, k, head_len, &pos, &len);

@@ -300,6 +300,8 @@ done:
 }
 
 PyObject *logfs_text_batches(PyObject *self, PyObject *args); /* _textbatches.c */
+PyObject *logfs_jsonl_batches(PyObject *self, PyObject *args); /* _jsonlbatches.c */
+PyObject *logfs_check_stored(PyObject *self, PyObject *args);  /* _checkstored.c */
 
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk a records section as records.walk_python does (see the file's comment)."},
@@ -312,6 +314,10 @@ static PyMethodDef methods[] = {
      "Check a request's producer batches (core/format/_checkbatches.c)."},
     {"text_batches", logfs_text_batches, METH_VARARGS,
      "The lines of a buffer as the records sections of text batches (core/format/_textbatches.c)."},
+    {"jsonl_batches", logfs_jsonl_batches, METH_VARARGS,
+     "append.jsonl lines of the usual shape as records sections, or None (core/format/_jsonlbatches.c)."},
+    {"check_stored", logfs_check_stored, METH_VARARGS,
+     "Check a run of stored batches: framing, magic, CRC-32C (core/format/_checkstored.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -220,5 +220,70 @@ PyObject *logfs_render_jsonl(PyObject *self, PyObject *args); /* _walkjsonl.c */
 PyObject *logfs_check_client_batches(PyObject *self, PyObject *args); /* _checkbatches.c */
 PyObject *logfs_jsonl_sizes(PyObject *self, PyObject *args);  /* _walkjsonl.c */
 PyObject *logfs_header_columns(PyObject *self, PyObject *args); /* _walkheaders.c */
+/* Where the key and value of one append.jsonl line sit in the normalised output (length -1: null). */
+typedef struct {
+    int64_t key_pos, key_len, value_pos, value_len;
+} LineFields;
+int logfs_jsonl_line(const uint8_t *p, const uint8_t *e, uint8_t *out, uint8_t **o, LineFields *r); /* _jsonlnorm.c */
+int logfs_run_args(PyObject *args, const char *name, Py_buffer *head, Py_buffer *data, Py_ssize_t *end,
+                   long long *budget, long long *per, long long *overhead); /* _textbatches.c */
+PyObject *logfs_new_batches(int64_t batches, const int64_t *cuts, const int64_t *sizes, long long overhead,
+                            uint8_t ***outs_out); /* _textbatches.c */
+
+/* The bytes of the zigzag varint of a non-negative value ``v`` (zigzag: 2v): the writers of records sections
+ * (_textbatches.c, _jsonlbatches.c). */
+static inline int64_t varint_bytes(int64_t v) {
+    uint64_t z = (uint64_t)v << 1;
+    int64_t n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Writes the zigzag varint of a non-negative ``v`` at ``p``; returns the byte after it. */
+static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
+    uint64_t z = (uint64_t)v << 1;
+    while (z >= 0x80) {
+        *p++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *p++ = (uint8_t)z;
+    return p;
+}
+
+/* How records go into batches under a budget, for the writers of records sections (_textbatches.c,
+ * _jsonlbatches.c): a record joins the batch being cut while the costs of its records stay within the budget, and a
+ * batch takes at least one (lines.encode_text_batches' and encode_record_batches' cuts). ``cuts[b]`` is batch b's
+ * first record (``cuts[batches]``: the record count), ``sizes[b]`` its records section's bytes. */
+typedef struct {
+    int64_t *cuts, *sizes;
+    int64_t batches, used, section, in_batch;
+} Cutter;
+
+/* Record ``k`` of ``cost`` placed (a new batch first when it would pass ``budget``): its offsetDelta in its batch.
+ * The caller then adds its body with cut_body. */
+static inline int64_t cut_place(Cutter *c, int64_t k, int64_t cost, int64_t budget) {
+    if (c->in_batch > 0 && c->used + cost > budget) {
+        c->cuts[c->batches] = k - c->in_batch;
+        c->sizes[c->batches++] = c->section;
+        c->used = c->section = c->in_batch = 0;
+    }
+    c->used += cost;
+    return c->in_batch++;
+}
+
+static inline void cut_body(Cutter *c, int64_t body) { c->section += varint_bytes(body) + body; }
+
+/* The last batch closed after ``n`` records; returns the number of batches. */
+static inline int64_t cut_end(Cutter *c, int64_t n) {
+    if (c->in_batch > 0) {
+        c->cuts[c->batches] = n - c->in_batch;
+        c->sizes[c->batches++] = c->section;
+    }
+    c->cuts[c->batches] = n;
+    return c->batches;
+}
 
 #endif

@@ -54,3 +54,18 @@ def text_batches(
     overhead: int,
     /,
 ) -> list[tuple[bytearray, int]]: ...
+def jsonl_batches(
+    head: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview,
+    end: int,
+    budget: int,
+    per: int,
+    overhead: int,
+    /,
+) -> list[tuple[bytearray, int]] | None: ...
+def check_stored(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    span_end: int,
+    /,
+) -> tuple[int, int, int]: ...

@@ -20,6 +20,13 @@ id     name    framing Kafka writes (and we write), and what we accept on read
 cramjam provides the primitives (one wheel, no system libraries); the frames Kafka pins down (snappy-java's
 stream and Kafka's LZ4 frame) are assembled here so the bytes match what Java clients read. kafka-python's codecs
 (python-snappy, lz4, zstandard) are the independent oracle in the tests, both ways.
+
+The zstd inflate takes python-zstandard first when it is importable (a runtime dependency; cramjam stays the
+fallback and the reference): a reused per-thread ``ZstdDecompressor`` inflates a single frame that declares its
+content size in 11-13 us against cramjam's 20-25 us (a realistic 16 KiB batch, issue 14). It answers only when
+it can answer alone and exactly as cramjam would (see :func:`_zstandard_one_frame`); anything else goes to cramjam,
+so what is accepted, the bound and every message stay cramjam's. LZ4 stays on cramjam: python-lz4's frame
+decompress (4.4 us against 6.8 us) has no output bound, and its bounded decompressor object costs 22 us.
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ from typing import Any
 
 import cramjam
 import numpy as np
+
+try:
+    import zstandard as _zstandard
+except ImportError:  # a wheel installed without it: cramjam inflates zstd alone
+    _zstandard = None  # type: ignore[assignment]
 
 from logfs.core.errors import CorruptRecord, UnsupportedCompression
 
@@ -113,7 +125,8 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         if codec == Compression.LZ4:
             return _bounded(cramjam.lz4.decompress_into, bytes(data))
         if codec == Compression.ZSTD:
-            return _bounded(cramjam.zstd.decompress_into, bytes(data))
+            data = bytes(data)
+            return _zstandard_one_frame(data) or _bounded(cramjam.zstd.decompress_into, data)
         raise UnsupportedCompression(f"compression id {codec} is not one Kafka defines (0-4)")
     except (zlib.error, cramjam.DecompressionError, ValueError, struct.error) as exc:
         name = Compression(codec).name.lower() if codec in Compression.__members__.values() else str(codec)
@@ -148,6 +161,31 @@ def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes) -> bytes:
             out = _buffers.out = np.empty(min(len(out) * 4, DECOMPRESSED_MAX_BYTES), dtype=np.uint8)
             continue
         return out[:written].tobytes()
+
+
+def _zstandard_one_frame(data: bytes) -> bytes | None:
+    """The records of a zstd section that is exactly one frame declaring its content size (at most the bound),
+    inflated by python-zstandard; None when zstandard is not installed or cannot answer alone, and cramjam decides.
+
+    None (never an error) for: no declared size (Java's ``ZstdOutputStream`` streams frames without one), a declared
+    size over DECOMPRESSED_MAX_BYTES, an unreadable header, and any zstandard error (damage, a size that lies, a
+    second frame or trailing bytes: ``allow_extra_data=False``). What zstandard returns is then the one frame's
+    content of the declared length, which is also what cramjam returns for these bytes; so acceptance, the bound and
+    the error messages are cramjam's. b"" (a frame of no records) is falsy and goes to cramjam too, harmlessly.
+    The decompressor is per thread (python-zstandard's are not thread-safe) and reused, as its context is the cost.
+    """
+    if _zstandard is None:
+        return None
+    try:
+        size = _zstandard.frame_content_size(data)
+        if size < 0 or size > DECOMPRESSED_MAX_BYTES:
+            return None
+        dctx = getattr(_buffers, "zstd", None)
+        if dctx is None:
+            dctx = _buffers.zstd = _zstandard.ZstdDecompressor()
+        return dctx.decompress(data, allow_extra_data=False)
+    except _zstandard.ZstdError:
+        return None
 
 
 def _snappy_raw(block: bytes) -> bytes:

@@ -18,6 +18,7 @@ from logfs.core.format.batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     HEADER,
     LOG_OVERHEAD,
     MAGIC,
@@ -51,23 +52,30 @@ def encode_batch(
     base_sequence: int = NO_SEQUENCE,
     is_transactional: bool = False,
     is_control: bool = False,
+    base_timestamp: int | None = None,
+    last_offset_delta: int | None = None,
+    delete_horizon: bool = False,
 ) -> bytes:
     """Encode ``records`` (absolute offsets ≥ ``base_offset``, ascending) as one batch, as a producer would.
 
     baseTimestamp is the first record's timestamp; maxTimestamp the largest (or ``max_timestamp`` when given,
-    e.g. the append time for LOG_APPEND_TIME).
+    e.g. the append time for LOG_APPEND_TIME). The log cleaner's rebuilt batches (Kafka's ``filterTo``) also give
+    ``last_offset_delta`` (the original batch's, kept when its last records are gone) and, for a batch that gets a
+    delete horizon, ``base_timestamp`` = the horizon with ``delete_horizon`` (attribute bit 6).
     """
     if not records:
         raise ValueError("a batch needs at least one record")
-    base_ts = records[0].timestamp
+    base_ts = records[0].timestamp if base_timestamp is None else base_timestamp
     parts: list[bytes] = []
     for r in records:
         body = _record_body(r.offset - base_offset, r.timestamp - base_ts, r.key, r.value, r.headers)
         parts.append(varint(len(body)))
         parts.append(body)
-    last_delta = records[-1].offset - base_offset
+    last_delta = records[-1].offset - base_offset if last_offset_delta is None else last_offset_delta
     max_ts = max(r.timestamp for r in records) if max_timestamp is None else max_timestamp
     attributes = _attributes(compression, timestamp_type, is_transactional, is_control)
+    if delete_horizon:
+        attributes |= DELETE_HORIZON_MASK
     return _assemble(
         b"".join(parts), len(records), base_offset, partition_leader_epoch, attributes, last_delta, base_ts, max_ts,
         producer_id, producer_epoch, base_sequence,

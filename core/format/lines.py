@@ -120,6 +120,36 @@ def encode_text_run_c(run: LineRun, timestamp: int, max_batch_bytes: int) -> lis
     return [_checked(stamp_values_header(batch, count, timestamp), max_batch_bytes) for batch, count in sections]
 
 
+def encode_jsonl_lines(lines: Sequence[bytes], now_ms: int, max_batch_bytes: int) -> list[bytes | bytearray]:
+    """A partition's ``append.jsonl`` lines as batches, the reference: every line parsed (:func:`parse_json_lines`)
+    before any is encoded, so a bad line or a record too large stores nothing."""
+    return encode_record_batches([r.record for r in parse_json_lines(lines, now_ms)], max_batch_bytes)
+
+
+def encode_jsonl_run(run: LineRun, now_ms: int, max_batch_bytes: int) -> list[bytes | bytearray]:
+    """:func:`encode_jsonl_lines` of ``run.lines()``, byte for byte: with the compiled helper
+    (core/format/_jsonlbatches.c) when every line of the write is ``{"key": string or null, "value": any}`` of the
+    JSON it takes (no Python object per line); the reference for any other write, which so decides every refusal."""
+    if CEXT is not None and USE_CEXT:
+        batches = encode_jsonl_run_c(run, now_ms, max_batch_bytes)
+        if batches is not None:
+            return batches
+    return encode_jsonl_lines(run.lines(), now_ms, max_batch_bytes)
+
+
+def encode_jsonl_run_c(run: LineRun, now_ms: int, max_batch_bytes: int) -> list[bytes | bytearray] | None:
+    """:func:`encode_jsonl_run` with the compiled helper only, whatever ``LOGFS_NO_CEXT`` says (the equivalence tests
+    call it): None when a line is not of the shape it takes. The helper must be built."""
+    assert CEXT is not None
+    sections = CEXT.jsonl_batches(
+        run.head, run.data, run.end, max_batch_bytes - RECORD_BATCH_OVERHEAD, RECORD_FRAMING_BYTES_MAX,
+        RECORD_BATCH_OVERHEAD,
+    )  # fmt: skip
+    if sections is None:
+        return None
+    return [_checked(stamp_values_header(batch, count, now_ms), max_batch_bytes) for batch, count in sections]
+
+
 def encode_record_batches(records: Sequence[Record], max_batch_bytes: int) -> list[bytes | bytearray]:
     """Records (offsets ignored; renumbered from 0 per batch) as producer batches of at most ``max_batch_bytes``
     (bytearrays where they were stamped: the leader append takes a bytearray over without a copy)."""

@@ -156,7 +156,7 @@ def check_plain_batches(
     after: int,
 ) -> int:
     """Check ``batches[start:]`` with the compiled helper (``core/format/_checkbatches.c``) as long as each is a
-    writable producer batch without producer id that passes every rule of a leader's append
+    writable producer batch (idempotent and transactional ones too) that passes every rule of a leader's append
     (``appendcheck.check_leader_batch``), appending one :data:`RequestBatch` to ``out`` for each; returns the index
     of the first it did not take (``start`` when the helper is not built or ``LOGFS_NO_CEXT`` is set). A compressed
     batch is inflated through :func:`compression.decompress` (its bound on a bomb, and its errors when the reference

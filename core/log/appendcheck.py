@@ -27,6 +27,7 @@ from logfs.core.config import LogConfig
 from logfs.core.errors import (
     InvalidLeaderEpoch,
     InvalidTimestamp,
+    NoKeyOnCompactedTopic,
     OffsetsOutOfOrder,
     RecordBatchTooLarge,
     RecordTooLarge,
@@ -34,6 +35,7 @@ from logfs.core.errors import (
 )
 from logfs.core.format.batch import BatchHeader, TimestampType, iter_batch_positions
 from logfs.core.format.validate import RequestBatch, ValidBatch, check_plain_batches, validate_batch
+from logfs.core.log.compactkeys import check_keys
 from logfs.core.txn.producerentry import Marker, read_marker
 
 # A leader's checked batch: the bytes to stamp, its validation, and whether the topic stamps LOG_APPEND_TIME.
@@ -55,6 +57,7 @@ def check_leader_batch(
     if size > config.segment_bytes:
         raise RecordBatchTooLarge(size, config.segment_bytes)
     valid = validate_batch(batch, 0, client=True, size=size)
+    check_keys((batch,), config)  # compacted topics only
     log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
     timestamp = valid.max_timestamp
     if not log_append and timestamp >= 0:
@@ -91,11 +94,24 @@ def check_leader_request(
         try:
             data, valid, _ = check_leader_batch(batches[k], leader_epoch, config, now)
         except Exception as exc:
-            return checked, exc
+            return _keyed(checked, exc, config)
         h = valid.header
         checked.append((data, h.size, h.last_offset_delta, h.records_count, valid.max_timestamp, h.producer_id, True))
         k += 1
-    return checked, None
+    return _keyed(checked, None, config)
+
+
+def _keyed(
+    checked: list[RequestBatch], error: Exception | None, config: LogConfig
+) -> tuple[list[RequestBatch], Exception | None]:
+    """On a compacted topic, a keyless record in any batch of the request refuses all of it (nothing stored)."""
+    if isinstance(error, NoKeyOnCompactedTopic):
+        return [], error
+    try:
+        check_keys([c[0] for c in checked], config)
+    except NoKeyOnCompactedTopic as exc:
+        return [], exc
+    return checked, error
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,28 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             slot = self._smallest_upper_bound_slot(buffer, start_position + fetch_bytes, _VALUE)
             return None if slot < 0 else self._parse(buffer, slot)
 
+    def position_at_or_below(self, position: int) -> int:
+        """The position of the last entry at or below byte ``position`` (the start of a batch), or 0 when none is:
+        where a check of the batches around ``position`` can start (``core/log/batchcheck.py``). Any thread."""
+        with self._lock:
+            self._load()
+            if self._entries == 0:
+                return 0
+            buffer = self._mapped()
+            slot = self._largest_lower_bound_slot(buffer, position, _VALUE)
+            return 0 if slot < 0 else self._parse(buffer, slot).position
+
+    def position_at_or_above(self, position: int) -> int | None:
+        """The position of the first entry at or after byte ``position`` (the start of a batch), or None. Any
+        thread."""
+        with self._lock:
+            self._load()
+            if self._entries == 0:
+                return None
+            buffer = self._mapped()
+            slot = self._smallest_upper_bound_slot(buffer, position, _VALUE)
+            return None if slot < 0 else self._parse(buffer, slot).position
+
     def append(self, offset: int, position: int) -> None:
         """Add the entry (offset, position). Writer thread only.
 

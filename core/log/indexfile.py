@@ -3,6 +3,9 @@ entries, searched by binary search with a warm section, truncated, resized and t
 
 The entry layouts, what an entry means and the rules for each index are in ``core/log/index.py``; this module knows
 slots, files and mappings. See that module's docstring for lazy files, bounded descriptors and threads.
+
+Failures (issue 16): a writable index's writes, resizes, fsyncs, renames, creates and deletes go through the store's
+failure channel (``core/logdirfailure.py``): refused once the store is offline, and an OSError takes it offline.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from logfs.core.errors import ConfigError, CorruptIndex, IndexFull, OffsetOverflow, StorageError
 from logfs.core.format.varint import INT32_MAX
+from logfs.core.logdirfailure import channel_for
 
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
@@ -93,6 +97,7 @@ class AbstractIndex(Generic[_Entry]):
         self._base_offset = base_offset
         self._max_index_bytes = max_index_bytes
         self._writable = writable
+        self._failure = channel_for(self._path)
         self._lock = threading.RLock()
         # State, valid once _loaded: the file's length (or the length it will be created at), whether it exists, the
         # number of valid entries, and the mapping (None when released, or when the file is empty or absent).
@@ -243,10 +248,11 @@ class AbstractIndex(Generic[_Entry]):
                 return False
             self._release()
             if self._on_disk:
+                self._failure.check()
                 try:
                     os.truncate(self._path, rounded)
                 except OSError as exc:
-                    raise _storage_error(f"resize to {rounded} bytes", self._path, exc) from exc
+                    raise self._failure.fail(self._path, "truncate", exc) from exc
             else:
                 self._create(rounded)
             self._length_bytes = rounded
@@ -281,6 +287,7 @@ class AbstractIndex(Generic[_Entry]):
             self._load()
             if not self._writable:
                 return
+            self._failure.check()
             if not self._on_disk:
                 self._create(self._length_bytes)
             try:
@@ -294,8 +301,8 @@ class AbstractIndex(Generic[_Entry]):
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-            except OSError as exc:
-                raise _storage_error("flush", self._path, exc) from exc
+            except OSError as exc:  # ENOSPC too: the kernel may have dropped the pages
+                raise self._failure.fail(self._path, "fsync", exc) from exc
 
     def close_handler(self) -> None:
         """Give back the mapping and its descriptor; the next call that needs them maps the file again.
@@ -325,13 +332,14 @@ class AbstractIndex(Generic[_Entry]):
         with self._lock:
             target = Path(new_path)
             self._check_writable(lambda: f"rename to {target}")
+            self._failure.check()
             try:
                 os.replace(self._path, target)
             except FileNotFoundError as exc:
                 if self._path.exists() or (self._loaded and self._on_disk):  # not a file that was never created
-                    raise _storage_error(f"rename to {target}", self._path, exc) from exc
+                    raise self._failure.fail(self._path, "rename", exc) from exc
             except OSError as exc:
-                raise _storage_error(f"rename to {target}", self._path, exc) from exc
+                raise self._failure.fail(self._path, "rename", exc) from exc
             self._path = target
 
     def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
@@ -466,6 +474,7 @@ class AbstractIndex(Generic[_Entry]):
 
     def _create(self, length_bytes: int) -> None:
         """Create the file at ``length_bytes`` of zeros: sparse, so a 10 MiB index costs no disk until written."""
+        self._failure.check()
         try:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
@@ -473,7 +482,7 @@ class AbstractIndex(Generic[_Entry]):
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise _storage_error("create", self._path, exc) from exc
+            raise self._failure.fail(self._path, "create", exc) from exc
         self._on_disk = True
 
     def _release(self) -> None:
@@ -522,6 +531,7 @@ class AbstractIndex(Generic[_Entry]):
     def _write_entries(self, slot: int, packed: bytes) -> None:
         """Write packed entries from ``slot`` on in one pwrite (a multi-batch append's entries together) and count
         them, creating the file on the first write."""
+        self._failure.check()
         if not self._on_disk:
             self._create(self._length_bytes)
         try:
@@ -529,7 +539,7 @@ class AbstractIndex(Generic[_Entry]):
                 self._append_fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
             os.pwrite(self._append_fd, packed, slot * self.ENTRY_BYTES)
         except OSError as exc:
-            raise _storage_error(f"write slot {slot} of", self._path, exc) from exc
+            raise self._failure.fail(self._path, "write", exc) from exc
         self._entries = slot + len(packed) // self.ENTRY_BYTES
 
 

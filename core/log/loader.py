@@ -1,5 +1,7 @@
 """Opening one partition directory as a :class:`~logfs.core.log.log.Log`, with Kafka's load passes (reference §4).
 
+0. An interrupted swap of the log cleaner (``cleaner-swap.intent``) is undone or completed whole
+   (``core/log/cleanerswap.py``), before Kafka's passes, which then find none of its files.
 1. Temp files: every ``*.deleted`` file goes; ``*.cleaned`` files go, and ``*.swap`` files at or above the lowest
    cleaned base (an interrupted split); other swaps are kept for pass 2.
 2. Swaps: the segments a swap replaces (its offset range) are deleted and the swap takes its name.
@@ -41,6 +43,7 @@ from logfs.core.checkpoint import LeaderEpochCheckpointFile
 from logfs.core.config import LogConfig
 from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
+from logfs.core.log.cleanerswap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_swap
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.local import new_segment
@@ -62,8 +65,6 @@ from logfs.core.txn.producerstate import ProducerStateManager
 
 _log = logging.getLogger(__name__)
 
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 NO_LIMIT = 2**63 - 1
 
@@ -108,6 +109,7 @@ def load_log(
 ) -> Log:
     """Open the partition in ``directory`` (created if missing). Writer thread of the new log."""
     directory.mkdir(parents=True, exist_ok=True)
+    complete_interrupted_swap(directory, lambda path, what: _report(on_event, "temp-file", path, what))
     _remove_temp_files(directory, on_event)
     epoch_cache, epochs_lost = _load_epoch_cache(directory, on_event)
     checked_below = NO_LIMIT if had_clean_shutdown else recovery_point

@@ -33,6 +33,7 @@ thread at any time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -40,6 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from logfs.core.config import LogConfig
+from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.log.handles import HandleCache
@@ -47,6 +49,7 @@ from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
 from logfs.core.log.scan import Segments
 from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, RollBounds, SegmentPart
+from logfs.core.logdirfailure import channel_for_dir
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn, collect_aborted
 from logfs.core.txn.producersnapshot import sync_snapshot_files
@@ -92,6 +95,14 @@ class LocalLog:
         self._last_flush_ms = wall_clock_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._rolled_upto = 0  # base of the newest rolled-to segment: everything below awaits a flush
+        # Segment names created in the directory, and how many of them a completed directory fsync covers: a flush or
+        # flush_records fsyncs the directory after its segments, before it returns, unless a directory fsync that
+        # *began* after the newest name its records need has completed (POSIX: a new name is durable only then;
+        # issue 16). A count, not a flag taken by the first flush: a second flush_records must not return while the
+        # first one's directory fsync is still to come (tests/core/log/test_directory_sync_race.py).
+        self._names_created = 0
+        self._names_synced = 0
+        self._failure = channel_for_dir(directory)  # the store's offline state (core/logdirfailure.py)
 
     # --- what it holds (any thread) --------------------------------------------------------------------------------
 
@@ -103,6 +114,11 @@ class LocalLog:
     @property
     def segments(self) -> tuple[LogSegment, ...]:
         return self._segments.segments
+
+    @property
+    def handles(self) -> HandleCache:
+        """The store's cache of open segment files (a new segment registers with it)."""
+        return self._handles
 
     @property
     def active_segment(self) -> LogSegment:
@@ -236,6 +252,8 @@ class LocalLog:
     def roll_bounds(self, now: int, *, by_time: bool = True) -> RollBounds:
         """The roll rules of the active segment as bounds (``LogSegment.roll_bounds``), valid until it changes."""
         segment_ms = self.config.segment_ms if by_time else NO_LIMIT
+        if by_time and self.config.compact:  # Kafka's LogConfig.maxSegmentMs: max.compaction.lag.ms rolls too
+            segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
         return self.active_segment.roll_bounds(self.config.segment_bytes, segment_ms, now)
 
     def roll(self, expected_next_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
@@ -276,6 +294,7 @@ class LocalLog:
         # An empty segment that leaves no file behind would be forgotten by a restart, which would then start the log
         # over at the log start offset checkpoint (absent when it equals the first segment's base): offsets reused.
         segment.log_file.create()
+        self._names_created += 1
         return segment
 
     # --- flush and recovery point ---------------------------------------------------------------------------------
@@ -288,6 +307,7 @@ class LocalLog:
         *outside* it, so appends and HW-bounded reads never wait for the disk; the recovery point only rises once
         they are done, and never above the LEO of that moment (a truncation meanwhile lowers what it may reach).
         """
+        self._failure.check()  # offline: no flush succeeds, so the recovery point stays where the last good one was
         with self.lock:
             target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
             if target <= self._recovery_point:
@@ -295,10 +315,13 @@ class LocalLog:
             unflushed = self._segments_holding(self._recovery_point, target)
             unflushed_records = self._unflushed_records
             snapshots = self._snapshots_to_sync(target)
+            names = self._names_created
         for segment in unflushed:
             if segment in self._segments.segments:  # a truncation or retention may have removed it meanwhile
                 segment.flush()
         sync_snapshot_files(snapshots, self.directory)
+        with contextlib.suppress(FileNotFoundError):  # a deleted partition: nothing to make durable
+            self._sync_directory(names)
         with self.lock:
             target = min(target, self._leo.message_offset)
             if target > self._recovery_point:
@@ -326,17 +349,32 @@ class LocalLog:
         recovery point has not passed is recovered after a crash — its indexes rebuilt from the durable ``.log``.
         Blocking; off the trio thread; takes the lock around its bookkeeping, the fsyncs run outside it.
         """
+        self._failure.check()  # offline: every fsync fails, even one with nothing new to sync (spec §7)
         with self.lock:
             target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
             done = max(self._recovery_point, self._records_synced)
             if target <= done:
                 return
             unsynced = self._segments_holding(done, target)
+            names = self._names_created
         for segment in unsynced:
             if segment in self._segments.segments:  # a truncation or retention may have removed it meanwhile
                 segment.flush_records()
+        self._sync_directory(names)  # a roll's new .log, before the ack
         with self.lock:
             self._records_synced = max(self._records_synced, min(target, self._leo.message_offset))
+
+    def _sync_directory(self, names: int) -> None:
+        """fsync the partition directory unless a completed directory fsync already covers the first ``names``
+        segment names created (``_names_created`` read with the flush's target). Two flushes at once may both fsync
+        it; neither returns before one that began after their names did has completed. An index file, named later at
+        its first entry, is not covered: a crash that loses it only means the segment is recovered and the index
+        rebuilt."""
+        if names <= self._names_synced:
+            return
+        fsync_dir(self.directory)
+        with self.lock:
+            self._names_synced = max(self._names_synced, names)
 
     def _segments_holding(self, start: int, end: int) -> list[LogSegment]:
         """The segments holding offsets in ``[start, end)`` (the ones a flush from ``start`` to ``end`` fsyncs)."""
@@ -391,6 +429,16 @@ class LocalLog:
             self._schedule_delete(segment, now)
         return self._segments.bases[0]
 
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], now: int | None = None) -> None:
+        """The log cleaner's swap (``core/log/cleanerswap.py`` holds the protocol): ``new`` takes the place of the
+        consecutive non-active segments ``old`` in the snapshot, whose files are renamed ``.deleted`` and unlinked
+        after ``file.delete.delay.ms`` (a reader that pinned one keeps reading it). Under the lock."""
+        segments = list(self._segments.segments)
+        first = segments.index(old[0])
+        self._segments = Segments.of([*segments[:first], new, *segments[first + len(old) :]])
+        for segment in old:
+            self._schedule_delete(segment, now)
+
     def _schedule_delete(self, segment: LogSegment, now: int | None = None) -> None:
         """Rename the segment's files ``.deleted``; unlink them ``file.delete.delay.ms`` after ``now``."""
         segment.close()
@@ -424,8 +472,10 @@ def new_segment(
     *,
     created_ms: int | None = None,
     log_size_bytes: int | None = 0,
+    file_suffix: str = "",
 ) -> LogSegment:
-    """A segment described by ``config`` (its roll jitter drawn now); opens nothing."""
+    """A segment described by ``config`` (its roll jitter drawn now); opens nothing. ``file_suffix``: see
+    ``LogSegment``."""
     return LogSegment(
         directory,
         base_offset,
@@ -435,6 +485,7 @@ def new_segment(
         roll_jitter_ms=roll_jitter(config.segment_jitter_ms, config.segment_ms),
         created_ms=created_ms,
         log_size_bytes=log_size_bytes,
+        file_suffix=file_suffix,
     )
 
 

@@ -224,7 +224,8 @@ class Log:
         :meth:`append_as_leader`, the common batches in one compiled call); those before the first that fails are
         appended, the rest not (as one :meth:`append_as_leader` per batch would). Then, under the lock, they are
         stamped and written in runs (``appendruns.append_request``: a run to one segment in one ``pwritev``, its
-        index entries in one go, the LEO published and the epoch recorded once); a batch with a producer id, or one
+        index entries in one go, the LEO published and the epoch recorded once; a producer's batches checked in
+        order against the state the run's earlier ones leave); a batch the producer rules refuse, or one
         the roll rules roll for, goes alone (:meth:`_append_one`) after the run before it. A run that fails to be
         written (a full disk) leaves nothing of itself in the log; the runs before it stay.
         """
@@ -236,8 +237,9 @@ class Log:
         log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
         with self._lock:
             infos, failed = append_request(
-                checked, self.local, self.epoch_cache, self._append_one, leader_epoch, now, log_append
-            )
+                checked, self.local, self.epoch_cache, self._append_one, self._producers, self._update_lso,
+                leader_epoch, now, log_append,
+            )  # fmt: skip
         return infos, failed or error
 
     def _append_one(self, checked: CheckedBatch, leader_epoch: int, now: int) -> AppendInfo:
@@ -545,6 +547,8 @@ class Log:
         deleted = 0
         with self._lock:
             deleted += self._delete_segments(log_start_rule(self._log_start_offset), now)
+            if not self.config.delete:  # cleanup.policy=compact: only what lies below the log start offset goes
+                return deleted
             if self.config.retention_ms >= 0:
                 deleted += self._delete_segments(retention_ms_rule(now, self.config.retention_ms), now)
             retention_bytes = self.config.retention_bytes

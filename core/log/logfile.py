@@ -14,12 +14,16 @@ open, and the unlinked file's bytes with it, until the pin is released.
 Threads. One writer thread appends, truncates and renames; any thread may read, flush, pin or close_handler.
 Reads never see bytes past the size published after a completed append: ``size_bytes`` moves only once the bytes
 are written.
+
+Failures (issue 16). Every write, fsync, truncate, rename and create goes through the store's failure channel
+(``core/logdirfailure.py``): refused with StoreOffline once the store is offline, and an OSError takes it offline —
+except ENOSPC from an append whose bytes were cut back again (DiskFull: the store stays online). A read that meets
+an OSError fails with ReadFailed (the store stays online).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import struct
 import threading
@@ -27,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from logfs.core.errors import CorruptRecord, DiskFull, StorageError
+from logfs.core.errors import CorruptRecord, StorageError
 from logfs.core.format.batch import (
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
@@ -36,6 +40,8 @@ from logfs.core.format.batch import (
     MIN_DECLARED_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
 )
+from logfs.core.log.batchcheck import VerifiedRanges
+from logfs.core.logdirfailure import LogDirFailureChannel, channel_for
 
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _INT32 = struct.Struct(">i")
@@ -82,6 +88,8 @@ class LogFile:
         self._deleted = False
         self._on_open = on_open
         self._size = size_bytes if size_bytes is not None else self._stat_size(path)
+        self._failure: LogDirFailureChannel = channel_for(path)
+        self.verified = VerifiedRanges()  # byte ranges whose batches passed the read-side check (batchcheck.py)
 
     @staticmethod
     def _stat_size(path: Path) -> int:
@@ -101,6 +109,11 @@ class LogFile:
     def size_bytes(self) -> int:
         """Bytes of whole batches in the file. Any thread."""
         return self._size
+
+    @property
+    def failure_channel(self) -> LogDirFailureChannel:
+        """The failure channel of the store this file belongs to (``core/logdirfailure.py``)."""
+        return self._failure
 
     @property
     def is_open(self) -> bool:
@@ -142,11 +155,16 @@ class LogFile:
         """Only an append creates the file: a read of a deleted segment must fail, not leave an empty file."""
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
-            return os.open(self._path, flags, 0o644)
-        except PermissionError:
-            return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return os.open(self._path, flags, 0o644)
+            except PermissionError:
+                return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise StorageError(f"cannot open {self._path}: {exc.strerror}") from exc  # deleted under a reader
         except OSError as exc:
-            raise StorageError(f"cannot open {self._path}: {exc.strerror}") from exc
+            if create:
+                raise self._failure.fail(self._path, "open", exc) from exc
+            raise self._failure.read_failed(self._path, exc) from exc
 
     def close_handler(self) -> bool:
         """Close the descriptor unless pinned; waits for reads in progress. True if it was closed. Any thread."""
@@ -184,10 +202,8 @@ class LogFile:
         """Create the file, empty, unless it exists: a new segment's ``.log`` is on disk from the start, as Kafka's
         is, so that a restart finds the segment even while it is empty (its base offset is the log end offset).
         Writer thread."""
-        try:
+        with self._failure.guard(self._path, "create"):
             os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-        except OSError as exc:
-            raise StorageError(f"cannot create {self._path}: {exc.strerror}") from exc
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append whole batches; returns the position they start at. On a full disk nothing partial stays."""
@@ -196,7 +212,9 @@ class LogFile:
     def append_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> int:
         """Append ``parts`` back to back in one ``pwritev`` (the batches of one request: no join, one syscall);
         returns the position the first starts at. All or nothing: on any failure (a full disk) the file is cut back
-        to where it was, so no partial batch stays. Writer thread."""
+        to where it was, so no partial batch stays (DiskFull: the store stays online); any other failure, or a cut
+        back that fails, takes the store offline (StoreOffline). Writer thread."""
+        self._failure.check()
         fd = self._acquire(create=True)  # a lease, as _leased() takes it: without a generator's cost on every append
         try:
             position = self._size
@@ -210,11 +228,11 @@ class LogFile:
                     while written < total:
                         written += os.pwrite(fd, view[written:], position + written)
             except OSError as exc:
-                with contextlib.suppress(OSError):
+                try:
                     os.ftruncate(fd, position)
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFull(f"no space left to append {total} bytes to {self._path}") from exc
-                raise StorageError(f"cannot append to {self._path}: {exc.strerror}") from exc
+                except OSError as cut:
+                    raise self._failure.fail(self._path, "truncate", cut) from exc
+                raise self._failure.write_error(self._path, exc, stored_nothing=True) from exc
             self._size = position + written
             return position
         finally:
@@ -226,23 +244,29 @@ class LogFile:
             raise StorageError(f"cannot truncate {self._path} of {self._size} bytes to {size_bytes} bytes")
         removed = self._size - size_bytes
         if removed:
-            with self._leased() as fd:
+            self.verified.clear()  # before the cut: a reader must not trust a verdict on bytes written again later
+            with self._failure.guard(self._path, "truncate"), self._leased() as fd:
                 os.ftruncate(fd, size_bytes)
             self._size = size_bytes
+            self.verified.clear()  # and after: a check that read the old bytes may have recorded them meanwhile
         return removed
 
     def flush(self) -> None:
         """fsync the file (blocking: never call it on the trio thread). Any thread."""
+        self._failure.check()
         if not self._path.exists() and self._fd is None:
             return
         with self._leased() as fd:
-            os.fsync(fd)
+            try:
+                os.fsync(fd)
+            except OSError as exc:  # ENOSPC too: the kernel may have dropped the pages; never retried into success
+                raise self._failure.fail(self._path, "fsync", exc) from exc
 
     def rename_to(self, new_path: Path) -> None:
         """Rename the file; an open descriptor keeps working. Writer thread.
 
         Under the lock, so that a reader reopening the descriptor never sees the old name after the rename."""
-        with self._lock:
+        with self._lock, self._failure.guard(self._path, "rename"):
             with contextlib.suppress(FileNotFoundError):
                 os.rename(self._path, new_path)
             self._path = new_path
@@ -268,6 +292,8 @@ class LogFile:
         fd = self._acquire()  # not the context manager: this is every read's hot path (~2 µs saved a call)
         try:
             return _pread_fully(fd, end - position, position)
+        except OSError as exc:
+            raise self._failure.read_failed(self._path, exc) from exc
         finally:
             self._release()
 
@@ -284,6 +310,8 @@ class LogFile:
                 if not n:
                     raise StorageError(f"{self.path}: ends at {position + got}, before {position + len(into)}")
                 got += n
+        except OSError as exc:
+            raise self._failure.read_failed(self._path, exc) from exc
         finally:
             self._release()
 
@@ -302,7 +330,10 @@ class LogFile:
         fd = self._acquire()  # one lease for the whole scan: a lookup often reads twice (see the note below)
         try:
             while position + HEADER_SIZE_UP_TO_MAGIC < end:
-                chunk = os.pread(fd, min(read_bytes, end - position), position)
+                try:
+                    chunk = os.pread(fd, min(read_bytes, end - position), position)
+                except OSError as exc:
+                    raise self._failure.read_failed(self._path, exc) from exc
                 at = 0
                 limit = len(chunk) - _LAST_OFFSET_DELTA_END
                 while at <= limit:
@@ -313,8 +344,11 @@ class LogFile:
                             position=position + at,
                         )
                     size = length + LOG_OVERHEAD
-                    if position + at + size > end:
-                        return None
+                    if position + at + size > end:  # the published size ends at a batch boundary: damage
+                        raise self._failure.corrupt_batch(
+                            self._path, position + at, f"declares {length} bytes, past the segment's end {end} "
+                            "(framing)"
+                        )  # fmt: skip
                     last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
                     if last_offset >= target_offset:
                         return last_offset, position + at, size

@@ -92,7 +92,12 @@ def batch_at(segment: LogSegment, offset: int) -> StoredBatch | None:
     found = segment.translate_offset(offset)
     if found is None:
         return None
-    base = int.from_bytes(segment.log_file.read(found.position, BASE_OFFSET_BYTES), "big", signed=True)
+    log_file = segment.log_file
+    base = int.from_bytes(log_file.read(found.position, BASE_OFFSET_BYTES), "big", signed=True)
+    if not segment.base_offset <= base <= found.offset:  # the CRC does not cover baseOffset: framing (issue 16)
+        raise log_file.failure_channel.corrupt_batch(
+            log_file.path, found.position, f"has base offset {base} outside [{segment.base_offset}, {found.offset}]"
+        )
     return StoredBatch(base, found.offset, found.position, found.size)
 
 

@@ -97,8 +97,10 @@ class LogSegment:
         roll_jitter_ms: int = 0,
         created_ms: int | None = None,
         log_size_bytes: int | None = None,
+        file_suffix: str = "",
     ) -> None:
-        """Describe a segment; opens nothing (files are created by the first write). Writer thread."""
+        """Describe a segment; opens nothing (files are created by the first write). ``file_suffix`` follows each
+        file's name (the log cleaner's ``.cleaned``, renamed away by its swap). Writer thread."""
         self._dir = directory
         self._base_offset = base_offset
         self._index_interval_bytes = index_interval_bytes
@@ -106,10 +108,11 @@ class LogSegment:
         self._handles = handles
         self.roll_jitter_ms = roll_jitter_ms
         stem = directory / filename_prefix(base_offset)
-        self._log = LogFile(stem.with_suffix(LOG_SUFFIX), size_bytes=log_size_bytes, on_open=self.touch)
-        self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes)
-        self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
-        self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX), base_offset)
+        log_path = stem.with_suffix(LOG_SUFFIX + file_suffix)
+        self._log = LogFile(log_path, size_bytes=log_size_bytes, on_open=self.touch)
+        self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX + file_suffix), base_offset, max_index_bytes)
+        self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX + file_suffix), base_offset, max_index_bytes)
+        self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX + file_suffix), base_offset)
         self._created_ms = created_ms if created_ms is not None else wall_clock_ms()
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None

@@ -1,11 +1,14 @@
 """The leader's answer to a follower's fetch (docs/replication.md has the protocol; Kafka's Partition.fetchRecords
 for a follower, with ``replica.fetch.max.bytes`` = 1 MiB and LOG_END isolation).
 
-A fetch names a follower, a partition, the follower's fetch offset (its LEO) and the epoch of its last batch. The
-leader answers in two steps, so that the mount can wait between them without holding anything:
+A fetch names a follower, a partition, the follower's fetch offset (its LEO) and the epoch of its last batch, and
+optionally the leader epoch the follower believes current (Kafka's currentLeaderEpoch: a cluster node's fetcher
+always sends it). The leader answers in two steps, so that the mount can wait between them without holding anything:
 
-1. :func:`accept_fetch`: Kafka's checks (:meth:`LeaderPartition.validate_fetch`) and, when they pass, the
-   follower's new state (:meth:`LeaderPartition.record_fetch`: its LEO, the ISR, the HW).
+1. :func:`accept_fetch`: the fetcher's leader epoch (:func:`check_leader_epoch`: another epoch than the leader's is
+   refused with FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, no batches and nothing recorded, as Kafka's
+   ``Partition.checkCurrentLeaderEpoch``), Kafka's checks (:meth:`LeaderPartition.validate_fetch`) and, when they
+   pass, the follower's new state (:meth:`LeaderPartition.record_fetch`: its LEO, the ISR, the HW).
 2. :func:`fetch_response`: the snapshot the follower reads: the leader's epoch, HW, log start offset, LEO and ISR
    of that moment, the diverging epoch or the error when there is one, and otherwise the stored batches from the
    one holding the fetch offset, whole, as many as fit in ``FETCH_RECORDS_BYTES_MAX`` (always at least one), across
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import OffsetOutOfRange
+from logfs.core.log.batchcheck import check_span
 from logfs.core.log.epoch import EpochEndOffset
 from logfs.core.log.log import Log
 from logfs.core.log.segment import LogSegment
@@ -33,6 +37,8 @@ from logfs.core.replication.replica import NO_CHANGE, FetchValidation, LeaderPar
 
 FETCH_RECORDS_BYTES_MAX = 1024 * 1024  # replica.fetch.max.bytes (Kafka's default): batches in one response
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"  # Kafka's error name, as the response's "error" says it
+FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"  # the fetcher's current leader epoch is older than the leader's
+UNKNOWN_LEADER_EPOCH = "UNKNOWN_LEADER_EPOCH"  # the fetcher's current leader epoch is newer than the leader's
 HEADER_ROOM = 1024  # bytes kept free before an answer's batches for its JSON line (render): usually ~250
 
 
@@ -86,6 +92,16 @@ class FetchResponse:
         return line + bytes(records)
 
 
+def check_leader_epoch(leader_epoch: int, current_leader_epoch: int | None) -> str | None:
+    """Kafka's ``Partition.checkCurrentLeaderEpoch``: None when the fetcher did not say its leader epoch (a
+    two-part fetch name: ``logfs follow``) or says the leader's; FENCED_LEADER_EPOCH when it is older (the fetcher
+    missed an election: it must learn the new leadership before it fetches), UNKNOWN_LEADER_EPOCH when it is newer
+    (this leader has not learnt its own new epoch yet, or was replaced)."""
+    if current_leader_epoch is None or current_leader_epoch == leader_epoch:
+        return None
+    return FENCED_LEADER_EPOCH if current_leader_epoch < leader_epoch else UNKNOWN_LEADER_EPOCH
+
+
 def accept_fetch(
     partition: LeaderPartition,
     replica_id: int,
@@ -94,13 +110,18 @@ def accept_fetch(
     now_ms: int | None = None,
     *,
     blocking: bool = True,
+    current_leader_epoch: int | None = None,
 ) -> tuple[FetchValidation, ReplicaChange]:
-    """Validate a fetch and, when it is valid, record it (the follower's LEO, the ISR, the HW). A diverging or
-    out-of-range fetch changes nothing, as in Kafka. UnknownReplica for an id that is not a follower.
+    """Validate a fetch and, when it is valid, record it (the follower's LEO, the ISR, the HW). A fetch at another
+    leader epoch (:func:`check_leader_epoch`), a diverging or an out-of-range fetch changes nothing, as in Kafka.
+    UnknownReplica for an id that is not a follower.
 
     In-memory work only; ``blocking=False`` (the mount's trio thread) never waits for an append: see
     :meth:`LeaderPartition.record_fetch`."""
     partition.replica_state(replica_id)  # UnknownReplica before anything else
+    epoch_error = check_leader_epoch(partition.leader_epoch, current_leader_epoch)
+    if epoch_error is not None:
+        return FetchValidation(leader_epoch_error=epoch_error), NO_CHANGE
     leader_end_offset = partition.log.log_end_offset  # Kafka's initialLogEndOffset: before the read
     validation = partition.validate_fetch(fetch_offset, last_fetched_epoch)
     if not validation.ok:
@@ -126,6 +147,8 @@ def fetch_response(
     log_start = log.log_start_offset
     leo = log.log_end_offset
     base = FetchResponse(partition.leader_epoch, hw, log_start, leo, partition.isr)
+    if validation.leader_epoch_error is not None:
+        return dataclasses.replace(base, error=validation.leader_epoch_error)
     if validation.diverging_epoch is not None:
         return dataclasses.replace(base, diverging_epoch=validation.diverging_epoch)
     if validation.out_of_range or not log_start <= fetch_offset <= leo:
@@ -182,5 +205,6 @@ def read_batches(
         for segment, lo, hi in spans:
             with segment.pin():
                 segment.log_file.read_into(lo, view[at : at + hi - lo])
+            check_span(segment.log_file, view[at : at + hi - lo], lo)  # no bad bytes to a follower (issue 16)
             at += hi - lo
     return view[room:], bases

@@ -77,6 +77,9 @@ _log = logging.getLogger(__name__)
 UNKNOWN_OFFSET = -1  # UnifiedLog.UnknownOffset: a follower's LEO before its first fetch
 NO_EPOCH = -1  # a fetch's last fetched epoch when the follower has none (Kafka's absent lastFetchedEpoch)
 
+# (partition name "topic-p", the smaller ISR) → whether it was recorded (ZooKeeper's conditional write) before use
+ConfirmShrink = Callable[[str, tuple[int, ...]], bool]
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaState:
@@ -107,14 +110,16 @@ class ReplicaState:
 
 @dataclass(frozen=True, slots=True)
 class FetchValidation:
-    """The leader's verdict on a fetch before it reads: go ahead, or a diverging epoch, or out of range."""
+    """The leader's verdict on a fetch before it reads: go ahead, or a diverging epoch, or out of range, or a
+    fetcher at another leader epoch (``leader_epoch_error``: core/replication/fetch.py's check_leader_epoch)."""
 
     diverging_epoch: EpochEndOffset | None = None
     out_of_range: bool = False
+    leader_epoch_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.diverging_epoch is None and not self.out_of_range
+        return self.diverging_epoch is None and not self.out_of_range and self.leader_epoch_error is None
 
 
 FETCH_OK = FetchValidation()
@@ -347,15 +352,18 @@ class LeaderPartition:
 
     # --- ISR shrink and HW ----------------------------------------------------------------------------------------
 
-    def maybe_shrink_isr(self, now_ms: int | None = None) -> ReplicaChange:
+    def maybe_shrink_isr(self, now_ms: int | None = None, confirm: ConfirmShrink | None = None) -> ReplicaChange:
         """Remove every follower that is no longer caught up (Kafka's maybeShrinkIsr), then recompute the HW. Any
-        thread."""
+        thread. ``confirm`` (with ZooKeeper: logfs/cluster/) records the smaller ISR first, under this partition's
+        lock, so the HW never relies on an ISR the cluster has not recorded; False (refused) keeps the ISR."""
         now = wall_clock_ms() if now_ms is None else now_ms
         with self._lock:
             leo = self.log.log_end_offset
             lag = self.replica_lag_time_max_ms
             out = [r for r in self._isr if r != self.node_id and not self._replicas[r].is_caught_up(leo, now, lag)]
             if not out:
+                return NO_CHANGE
+            if confirm is not None and not confirm(self.name, tuple(r for r in self._isr if r not in out)):
                 return NO_CHANGE
             self._isr = tuple(r for r in self._isr if r not in out)
             for r in out:
@@ -418,9 +426,19 @@ class LeaderReplicas:
     thread.
     """
 
-    def __init__(self, store: Store, leader_epoch: int, *, now_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        leader_epoch: int,
+        *,
+        now_ms: int | None = None,
+        isr: Callable[[TopicPartition], Iterable[int]] | None = None,
+    ) -> None:
+        """``isr``: the ISR each partition starts with (an elected leader's, from ZooKeeper); default this node
+        alone."""
         self.store = store
         self.leader_epoch = leader_epoch
+        self._initial_isr = isr
         config = store.config
         self.node_id = config.node_id
         self.replica_ids = tuple(config.replica_ids)
@@ -452,9 +470,11 @@ class LeaderReplicas:
                     replica_ids=self.replica_ids,
                     leader_epoch=self.leader_epoch,
                     replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                    isr=[] if self._initial_isr is None else
+                    [r for r in self._initial_isr(tp) if r in self.replica_ids],
                     name=f"{topic}-{partition}",
                     now_ms=now_ms,
-                )
+                )  # fmt: skip
                 self._partitions[tp] = current
             return current
 
@@ -476,10 +496,12 @@ class LeaderReplicas:
                         del self._partitions[tp]
         return live
 
-    def maybe_shrink_isr(self, now_ms: int | None = None) -> list[TopicPartition]:
+    def maybe_shrink_isr(
+        self, now_ms: int | None = None, confirm: ConfirmShrink | None = None
+    ) -> list[TopicPartition]:
         """Apply the ISR shrink rule to every partition; the partitions whose ISR changed. Any thread."""
         now = wall_clock_ms() if now_ms is None else now_ms
-        return [tp for tp, p in self.partitions() if p.maybe_shrink_isr(now).isr_changed]
+        return [tp for tp, p in self.partitions() if p.maybe_shrink_isr(now, confirm).isr_changed]
 
 
 def _unchanged(batches: Sequence[Batch]) -> Sequence[Batch]:

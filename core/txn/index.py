@@ -42,6 +42,7 @@ from typing import NamedTuple, Protocol
 
 from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptIndex, InvalidOffset, StorageError
+from logfs.core.logdirfailure import channel_for
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_BYTES = 34
@@ -91,6 +92,7 @@ class TransactionIndex:
         self._entries: tuple[AbortedTxn, ...] | None = None  # None: not read yet
         self._load_lock = threading.Lock()
         self._created = False  # the file was created since the last flush: its directory entry needs an fsync
+        self._failure = channel_for(path)  # every change of the file goes through it (core/logdirfailure.py)
 
     def __repr__(self) -> str:
         return f"TransactionIndex({str(self._path)!r}, start_offset={self._start_offset})"
@@ -129,6 +131,7 @@ class TransactionIndex:
                 f"{entries[-1].last_offset} (lastOffset must strictly increase)"
             )
         created = not entries and not self._path.exists()
+        self._failure.check()
         try:
             fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
             try:
@@ -136,7 +139,7 @@ class TransactionIndex:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise StorageError(f"cannot append to {self._path}: {exc.strerror}") from exc
+            raise self._failure.fail(self._path, "write", exc) from exc
         self._entries = (*entries, txn)
         self._created = self._created or created
 
@@ -164,13 +167,14 @@ class TransactionIndex:
 
     def _change_file(self, verb: str, change: Callable[[], None]) -> None:
         """Apply ``change`` to the file: an absent one is fine (it is created with its first entry), any other
-        failure is a StorageError naming the file."""
+        failure takes the store offline (StoreOffline naming the file)."""
+        self._failure.check()
         try:
             change()
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise StorageError(f"cannot {verb} {self._path}: {exc.strerror}") from exc
+            raise self._failure.fail(self._path, verb, exc) from exc
 
     def delete_if_exists(self) -> bool:
         """Unlink the file. Writer thread."""
@@ -206,12 +210,17 @@ class TransactionIndex:
 
     def flush(self) -> None:
         """fsync the file if it exists (blocking). Any thread."""
+        self._failure.check()
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise self._failure.fail(self._path, "open", exc) from exc
         try:
             os.fsync(fd)
+        except OSError as exc:
+            raise self._failure.fail(self._path, "fsync", exc) from exc
         finally:
             os.close(fd)
         if self._created:

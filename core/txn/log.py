@@ -29,7 +29,6 @@ Threads: none of its own, no lock. The coordinator serialises every call under i
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -42,6 +41,7 @@ import crc32c as _crc32c
 
 from logfs.core.durable import replace_file
 from logfs.core.errors import CorruptTransactionLog, DiskFull, StorageError
+from logfs.core.logdirfailure import channel_for
 
 _log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ class TransactionLogFile:
         self._fd = fd
         self._end = end_position
         self._failed: str | None = None
+        self._failure = channel_for(path)  # the store's offline state (core/logdirfailure.py)
 
     @classmethod
     def open(cls, path: Path, initial: Iterable[bytes]) -> tuple[TransactionLogFile, ScanResult]:
@@ -170,14 +171,16 @@ class TransactionLogFile:
         """
         if self._failed is not None:
             raise StorageError(f"{self.path} failed earlier ({self._failed}); reopen the store")
+        self._failure.check()
         data = frame(payload)
         try:
             _pwrite_all(self._fd, data, self._end)
         except OSError as exc:
-            with contextlib.suppress(OSError):
+            try:
                 os.ftruncate(self._fd, self._end)
-            error = DiskFull if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
-            raise error(f"cannot append to {self.path}: {exc.strerror or exc}") from exc
+            except OSError as cut:
+                raise self._failure.fail(self.path, "truncate", cut) from exc
+            raise self._failure.write_error(self.path, exc, stored_nothing=True) from exc
         self._end += len(data)
         self.sync()
 
@@ -185,11 +188,12 @@ class TransactionLogFile:
         """fsync the file. StorageError on failure, and the file refuses every later call."""
         if self._failed is not None:
             raise StorageError(f"{self.path} failed earlier ({self._failed}); reopen the store")
+        self._failure.check()
         try:
             os.fsync(self._fd)
         except OSError as exc:
             self._failed = f"fsync: {exc.strerror or exc}"
-            raise StorageError(f"cannot fsync {self.path}: {exc.strerror or exc}") from exc
+            raise self._failure.fail(self.path, "fsync", exc) from exc
 
     def rewrite(self, payloads: list[bytes]) -> None:
         """Replace the file atomically with ``payloads`` (compaction), durably; the log stays open on the new file."""

@@ -40,6 +40,7 @@ import crc32c as _crc32c
 
 from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptSnapshot
+from logfs.core.logdirfailure import channel_for_dir
 
 SNAPSHOT_SUFFIX = ".snapshot"
 VERSION = 1
@@ -111,14 +112,21 @@ def decode_snapshot(data: bytes, where: str) -> list[SnapshotEntry]:
 
 
 def sync_snapshot_files(paths: list[Path], directory: Path) -> None:
-    """fsync snapshot files and their directory (one already deleted by a truncation is skipped). Blocking."""
+    """fsync snapshot files and their directory (one already deleted by a truncation is skipped). Blocking.
+    StoreOffline when one fails (``core/logdirfailure.py``: the store goes offline) or the store is offline."""
+    failure = channel_for_dir(directory)
     for path in paths:
+        failure.check()
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise failure.fail(path, "open", exc) from exc
         try:
             os.fsync(fd)
+        except OSError as exc:
+            raise failure.fail(path, "fsync", exc) from exc
         finally:
             os.close(fd)
     if paths:

@@ -128,11 +128,15 @@ class ProducerStateManager:
 
     # --- updates (prepare, then apply) ---------------------------------------------------------------------------
 
-    def prepare_client_batch(self, h: BatchHeader, first_offset: int, timestamp: int) -> ProducerUpdate | BatchMetadata:
+    def prepare_client_batch(
+        self, h: BatchHeader, first_offset: int, timestamp: int, pending: dict[int, ProducerStateEntry] | None = None
+    ) -> ProducerUpdate | BatchMetadata:
         """Check a producer's batch as the leader would append it at ``first_offset``: its update, or the retained
-        batch it duplicates. Raises ProducerFenced, OutOfOrderSequence or InvalidTxnState."""
+        batch it duplicates. Raises ProducerFenced, OutOfOrderSequence or InvalidTxnState. ``pending``: entries of
+        updates checked but not applied yet (earlier batches of the same request, ``core/log/appendruns.py``), which
+        stand for the state's."""
         pid, epoch, first_seq = h.producer_id, h.producer_epoch, h.base_sequence
-        current = self._producers.get(pid)
+        current = self._producers.get(pid) if pending is None or pid not in pending else pending[pid]
         if current is None:
             current = ProducerStateEntry(pid)
         elif epoch < current.producer_epoch:

@@ -9,7 +9,8 @@ Theory of operation.
 * **Tasks.** One trio nursery: a discovery task, one fetch task per partition, the store's periodic work
   (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``, the read-only FUSE
   mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker thread under a
-  CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under ``FETCH_THREADS``, truncations
+  CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under one thread per partition
+  (``FETCH_THREADS`` to ``FETCH_THREADS_MAX``: an idle partition never delays a busy one), truncations
   and topic changes under ``DISK_THREADS``, and appends at most ``DISK_THREADS`` at once too. No thread of its own.
 * **One worker call per fetch** (``logfs/follower/replica.py``'s :func:`fetch_and_apply`): read the answer into the
   partition's reused buffer and, when it brings no news of the leader's epoch or ISR, apply it in the same thread
@@ -39,8 +40,15 @@ Theory of operation.
   takes an epoch above every epoch ever used and refuses a store that was out of the ISR without ``--unclean``.
   With several partitions, ``isr`` is the intersection of the last ISR seen for each, so ``in_isr`` is true only
   when this replica was in the ISR of every partition.
+* **The log cleaner** (``logfs.mount.cleaning.CleanerTask``, the same task as ``logfs mount`` runs): compacted
+  topics are cleaned by this replica on its own, as Kafka's replicas do. It appends what the leader's log holds,
+  cleaned or not (gaps, and segments the leader's cleaner grouped: the leader's ``segment_bases`` are where it
+  rolls), so a caught-up follower of a compacted topic agrees with the leader on offsets and on the latest record
+  per key, not on bytes (docs/replication.md, "Compacted topics").
 * **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
   leader's mount is abandoned), the mount is unmounted, the store closed cleanly; exit 0.
+* **The store offline** (an I/O error of its disk, issue 16; :meth:`Follower.store_offline`): fetching stops (the
+  leader drops this replica from its ISR), one ERROR says so, ``--mount`` keeps serving reads; exit 1 at shutdown.
 
 Known limitations: records between a leader's segment base and its log start (after delete-records inside a
 segment) are never fetched, so a follower that starts there has a first segment of its own.
@@ -66,7 +74,7 @@ from typing import Any, TypeVar
 import trio
 
 from logfs.core.config import StoreConfig
-from logfs.core.errors import LogfsError
+from logfs.core.errors import LogfsError, StoreOffline
 from logfs.core.log.log import Log
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
@@ -85,13 +93,18 @@ from logfs.follower.replica import (
     apply_fetch,
     fetch_and_apply,
 )
+from logfs.mount.cleaning import CleanerTask
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 # Limits and intervals.
-FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms in the leader's mount)
+FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms in the leader's mount), at least
+# One per partition followed, up to this: an idle partition's fetch holds its thread for the whole long poll, so with
+# fewer threads than partitions a busy partition's fetch queued behind idle ones (50 idle partitions of
+# __consumer_offsets and 16 threads: acks=all of a busy partition took 2.5 s at p50 instead of 3 ms).
+FETCH_THREADS_MAX = 256
 DISK_THREADS = 4  # appends, truncations and topic changes at once (one per partition at a time)
 DISCOVER_INTERVAL_S = 1.0  # how often the leader's topics, partitions and configs are listed
 TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, checkpoints (as the mount's)
@@ -141,8 +154,15 @@ class Follower:
         *,
         on_hw_moved: Callable[[str, int], None] | None = None,
         on_topic_deleted: Callable[[str], None] | None = None,
+        leader_epoch: int | None = None,
+        on_epoch_refused: Callable[[str, int, FetchResponse], None] | None = None,
     ) -> None:
         self.leader = leader_mount
+        # The leader epoch this follower believes current (a cluster node: ZooKeeper's); sent with every fetch (the
+        # three-part name) when set. A refusal (FENCED_/UNKNOWN_LEADER_EPOCH) goes to on_epoch_refused (the node
+        # reads ZooKeeper again and sets the new epoch here); the fetch backs off and asks again. None: `logfs follow`.
+        self.leader_epoch = leader_epoch
+        self.on_epoch_refused = on_epoch_refused
         self.store = store
         self.replica_id = replica_id
         self.on_hw_moved = on_hw_moved  # (topic, partition): the HW (or the log's bounds) moved
@@ -156,6 +176,7 @@ class Follower:
         self._seen_topics: set[str] = set()  # topics the leader listed during this run
         self._leader_ok: bool | None = None
         self._failing: set[tuple[str, int]] = set()  # partitions whose failed fetch was logged (once)
+        self._offline_logged = False  # the store went offline and this follower said it stopped fetching
         self._state_lock = trio.Lock()
         try:
             previous = read_replica_state(store.path)
@@ -222,11 +243,32 @@ class Follower:
             _log.info("leader %s reachable again", self.leader)
         self._leader_ok = True
 
+    # --- the store offline -------------------------------------------------------------------------------------------
+
+    def store_offline(self) -> bool:
+        """Whether the store is offline (an I/O error of its disk, ``core/logdirfailure.py``): then this follower
+        fetches no more — its fetch tasks end, discovery idles, the leader drops it from the ISR once it stops asking
+        (Kafka's follower with an offline log directory) — and says so once, at ERROR; the mount's reads go on.
+        Only a restart on a healthy disk brings it back. Trio thread."""
+        failure = self.store.offline
+        if failure is None:
+            return False
+        if not self._offline_logged:
+            self._offline_logged = True
+            _log.error(
+                "store %s is offline (%s): stopped fetching from %s; the leader drops replica %d from its ISR; "
+                "reads of what is stored go on; restart on a healthy disk to follow again",
+                self.store.path, failure.describe(), self.leader, self.replica_id,
+            )  # fmt: skip
+        return True
+
     # --- discovery ----------------------------------------------------------------------------------------------------
 
     async def _discover(self, nursery: trio.Nursery) -> None:
         backoff = _Backoff()
         while True:
+            if self.store_offline():
+                await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
             try:
                 listing = await trio.to_thread.run_sync(
                     list_leader, self.leader, limiter=self._fetch_limiter, abandon_on_cancel=True
@@ -282,6 +324,7 @@ class Follower:
         if key in self._tasks:
             return
         task = self._tasks[key] = _PartitionTask()
+        self._fetch_limiter.total_tokens = min(FETCH_THREADS_MAX, max(FETCH_THREADS, len(self._tasks)))
         self._views[key] = PartitionView()
         nursery.start_soon(self._follow_partition, topic, partition, task)
 
@@ -296,6 +339,8 @@ class Follower:
         backoff = _Backoff()
         reader = FetchReader()  # each answer is applied before the next read overwrites it
         while True:
+            if self.store_offline():
+                return  # fetch no more (logged once); the mount's reads of this partition go on
             try:
                 log = self.store.log(topic, partition)
             except LogfsError:
@@ -303,7 +348,7 @@ class Follower:
             offset = log.log_end_offset
             epoch = log.epoch_cache.latest_epoch()
             epoch = NO_EPOCH if epoch is None else epoch
-            path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch)
+            path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch, self.leader_epoch)
             view = self._views.get((topic, partition))
             known = (view.leader_epoch, view.isr) if view is not None and view.answered else None
             started = trio.current_time()
@@ -315,16 +360,24 @@ class Follower:
                 await backoff.wait()
                 continue
             except (FetchProtocolError, ApplyFailed) as exc:
+                if self.store.offline is not None:
+                    continue  # the apply met (or took) the store offline: the loop's first line stops it
                 _log.error("%s-%d: %s", topic, partition, exc)
                 await backoff.wait()
                 continue
             self._leader_answered()
             response, applied = fetched.response, fetched.applied
+            if response.epoch_refused:  # nothing to apply or to believe: learn the leadership again, then ask again
+                self._epoch_refused(topic, partition, response)
+                await backoff.wait()
+                continue
             await self._heard(topic, partition, response)
             if applied is None:  # news of the leader's epoch or ISR: recorded (above) before the log shows it
                 try:
                     applied = await self._thread(self._disk_limiter, apply_fetch, log, offset, response)
                 except (LogfsError, FetchProtocolError, OSError) as exc:
+                    if self.store.offline is not None:
+                        continue  # as above: stopped at the loop's first line
                     _log.error("%s-%d: cannot apply the fetch at offset %d: %s", topic, partition, offset, exc)
                     await backoff.wait()
                     continue
@@ -336,6 +389,15 @@ class Follower:
             backoff.reset()
             if not applied.changed and trio.current_time() - started < EMPTY_FETCH_PAUSE_S:
                 await trio.sleep(EMPTY_FETCH_PAUSE_S)
+
+    def _epoch_refused(self, topic: str, partition: int, response: FetchResponse) -> None:
+        """The leader refused our leader epoch (logged once per partition until it fetches again)."""
+        if (topic, partition) not in self._failing:
+            self._failing.add((topic, partition))
+            _log.info("%s-%d: the leader (epoch %d) refuses our leader epoch %s: %s", topic, partition,
+                      response.leader_epoch, self.leader_epoch, response.error)  # fmt: skip
+        if self.on_epoch_refused is not None:
+            self.on_epoch_refused(topic, partition, response)
 
     async def _fetch_failed(self, topic: str, partition: int, exc: OSError) -> None:
         """Log a failed fetch once (until the partition fetches again): refused (EPERM), not on the leader (ENOENT,
@@ -425,7 +487,10 @@ class Follower:
             if state == previous:
                 return
             self._highest_epoch = state.highest_epoch
-            await self._thread(self._disk_limiter, write_replica_state, self.store.path, state)
+            try:
+                await self._thread(self._disk_limiter, write_replica_state, self.store.path, state)
+            except StoreOffline:
+                return  # logged once by the failure channel; the fetch loops stop at their next turn
             self._written = state
             _log.debug("replica state: %s", state)
 
@@ -466,6 +531,7 @@ async def _run_plain(leader_mount: Path, store: Store, replica_id: int) -> int:
     follower = Follower(leader_mount, store, replica_id)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(follower.run)
+        nursery.start_soon(CleanerTask(store).run)  # replicas clean their own logs, as Kafka's do
         await _wait_for_signal()
         nursery.cancel_scope.cancel()
     return 0
@@ -484,7 +550,9 @@ async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountp
         await _wait_for_signal()
         await stop_mount(ops)
 
-    background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals]
+    cleaner = CleanerTask(store)  # replicas clean their own logs, as Kafka's do
+    ops.reader.cleaner = cleaner
+    background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals, cleaner.run]
     return await run_mount(ops, mountpoint, background)
 
 

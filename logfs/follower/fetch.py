@@ -2,9 +2,12 @@
 
 The contract (docs/replication.md has the whole of it; the leader's mount builds the files)::
 
-    LEADER_MOUNT/.logfs/fetch/<replica-id>/<topic>/<partition>/<fetch-offset>.<last-fetched-epoch>
+    LEADER_MOUNT/.logfs/fetch/<replica-id>/<topic>/<partition>/<fetch-offset>.<last-fetched-epoch>[.<leader-epoch>]
 
-is looked up, never listed (-1 when the follower has no epoch yet). Reading it returns a snapshot fixed at lookup:
+is looked up, never listed (-1 when the follower has no epoch yet). The optional third part is the leader epoch the
+follower believes current (a cluster node's fetcher always sends it; ``logfs follow`` does not): when it is not the
+leader's the answer has no batches and ``error`` FENCED_LEADER_EPOCH (ours is older) or UNKNOWN_LEADER_EPOCH (newer).
+Reading it returns a snapshot fixed at lookup:
 one JSON line, then exactly ``records_bytes`` bytes of whole RecordBatch v2 batches as the leader stores them
 (LOG_END isolation), from the batch holding the fetch offset, at most 1 MiB, at least one whole batch if any::
 
@@ -13,7 +16,8 @@ one JSON line, then exactly ``records_bytes`` bytes of whole RecordBatch v2 batc
     <2048 bytes of batches>
 
 ``diverging_epoch`` is ``{"epoch": e, "end_offset": o}`` when the follower's last fetched epoch ended earlier on
-the leader (Kafka's divergingEpoch), ``error`` is ``"OFFSET_OUT_OF_RANGE"`` or null. A lookup at the leader's LEO
+the leader (Kafka's divergingEpoch), ``error`` is ``"OFFSET_OUT_OF_RANGE"``, one of the two above, or null.
+A lookup at the leader's LEO
 waits up to 500 ms for new data (long poll). An id not in the leader's ``replica.ids`` answers EPERM; an unknown
 topic or partition ENOENT.
 
@@ -41,7 +45,10 @@ from logfs.core.log.epoch import UNDEFINED_EPOCH, EpochEndOffset
 FETCH_DIR = (".logfs", "fetch")
 NO_EPOCH = -1  # the last fetched epoch of a follower that has none
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
-KNOWN_ERRORS = frozenset({OFFSET_OUT_OF_RANGE})
+FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"  # our current leader epoch is older than the leader's
+UNKNOWN_LEADER_EPOCH = "UNKNOWN_LEADER_EPOCH"  # ours is newer: the leader has not learnt it, or was replaced
+LEADER_EPOCH_ERRORS = frozenset({FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH})
+KNOWN_ERRORS = frozenset({OFFSET_OUT_OF_RANGE}) | LEADER_EPOCH_ERRORS
 
 # Limits. A response holds at most 1 MiB of batches (the leader's cut, replica.fetch.max.bytes) plus its JSON line.
 FETCH_RECORDS_BYTES_MAX = 1024 * 1024
@@ -79,14 +86,29 @@ class FetchResponse:
     def out_of_range(self) -> bool:
         return self.error == OFFSET_OUT_OF_RANGE
 
+    @property
+    def epoch_refused(self) -> bool:
+        """The leader refused our current leader epoch: nothing to apply; learn the leadership again."""
+        return self.error in LEADER_EPOCH_ERRORS
+
 
 def fetch_path(
-    leader_mount: Path, replica_id: int, topic: str, partition: int, fetch_offset: int, last_fetched_epoch: int
+    leader_mount: Path,
+    replica_id: int,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+    current_leader_epoch: int | None = None,
 ) -> Path:
     """The fetch file of one partition for a follower at ``fetch_offset`` whose last batch had ``last_fetched_epoch``
-    (NO_EPOCH when it has none)."""
+    (NO_EPOCH when it has none); with ``current_leader_epoch`` (the epoch this follower believes the leader's) the
+    three-part name, which the leader refuses at another epoch."""
     epoch = NO_EPOCH if last_fetched_epoch < 0 else last_fetched_epoch
-    return leader_mount.joinpath(*FETCH_DIR, str(replica_id), topic, str(partition), f"{fetch_offset}.{epoch}")
+    name = f"{fetch_offset}.{epoch}"
+    if current_leader_epoch is not None:
+        name += f".{current_leader_epoch}"
+    return leader_mount.joinpath(*FETCH_DIR, str(replica_id), topic, str(partition), name)
 
 
 class FetchReader:

@@ -75,7 +75,7 @@ def apply_fetch(log: Log, fetch_offset: int, response: FetchResponse) -> Applied
     thread (a worker: blocks on the disk). Core errors of a bad batch propagate (the caller logs and fetches again).
     """
     leo = log.log_end_offset
-    if leo != fetch_offset:
+    if leo != fetch_offset or response.epoch_refused:
         return Applied(stale=True)
     if response.out_of_range:
         action = out_of_range_action(response.log_start_offset, response.log_end_offset, leo)
@@ -165,7 +165,7 @@ def fetch_and_apply(
     that fails raises ApplyFailed.
     """
     response = reader.read(path)
-    if known != (response.leader_epoch, response.isr):
+    if response.epoch_refused or known != (response.leader_epoch, response.isr):
         return Fetched(response, None)
     with appends, gate.entered() as open_:
         if not open_:

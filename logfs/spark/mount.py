@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.spark.offsets import OffsetRange, PartitionState, TopicPartition, clamp_start
 
 WAIT_FIRST_S = 0.01
@@ -43,11 +44,12 @@ class MountBehind(RuntimeError):
 
 
 def list_topics(mount: Path) -> list[str]:
-    """The topics of a mount, sorted (directories whose names do not start with ``.``)."""
+    """The topics of a mount, sorted (directories whose names do not start with ``.``), without the internal
+    ``__consumer_offsets`` (Kafka's consumers leave internal topics out of patterns: exclude.internal.topics)."""
     out = []
     with os.scandir(mount) as entries:
         for entry in entries:
-            if not entry.name.startswith(".") and entry.is_dir():
+            if not entry.name.startswith(".") and entry.name != OFFSETS_TOPIC and entry.is_dir():
                 out.append(entry.name)
     return sorted(out)
 

@@ -57,7 +57,15 @@ class TimestampSpec:
         return dict(sorted(self.by_partition.items()))
 
 
-OffsetSpec: TypeAlias = Literal["earliest", "latest"] | dict[TopicPartition, int] | TimestampSpec
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """``startingOffsets=group:<group>``: each partition starts at the group's committed offset
+    (``logfs/spark/groups.py``)."""
+
+    group: str
+
+
+OffsetSpec: TypeAlias = Literal["earliest", "latest"] | dict[TopicPartition, int] | TimestampSpec | GroupSpec
 NoMatch: TypeAlias = Literal["error", "latest"]  # startingOffsetsByTimestampStrategy
 
 EARLIEST = -2  # Spark's KafkaOffsetRangeLimit.EARLIEST in a JSON offset spec
@@ -102,6 +110,11 @@ class OffsetRange:
 def parse_offset_spec(text: str, option: str) -> OffsetSpec:
     """``"earliest"``, ``"latest"`` or a JSON object ``{"topic": {"0": 42}}`` → the spec; OffsetError otherwise."""
     value = text.strip()
+    if value.startswith("group:"):
+        group = value[len("group:") :]
+        if not group or "/" in group or group.startswith((".", "_")):
+            raise OffsetError(f"{option}: {text!r} does not name a consumer group (group:<group>)")
+        return GroupSpec(group)
     if value.lower() in ("earliest", "latest"):
         return "earliest" if value.lower() == "earliest" else "latest"
     obj = _json_object(value)
@@ -200,7 +213,7 @@ def resolve_offsets(
     TopicPartitions"); -2 resolves to the log start offset, -1 to the end offset. ``allow_latest`` /
     ``allow_earliest`` refuse -1 / -2 where Spark does (latest as a batch start, earliest as an end).
     """
-    assert not isinstance(spec, TimestampSpec), "a timestamp spec is looked up in the mount first (resolve_found)"
+    assert not isinstance(spec, (TimestampSpec, GroupSpec)), "looked up in the mount first (resolve_found, groups)"
     if spec == "earliest":
         return {tp: s.log_start_offset for tp, s in states.items()}
     if spec == "latest":

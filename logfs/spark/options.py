@@ -100,6 +100,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     poll_timeout_s: float
     timestamp_no_match: NoMatch = "error"  # startingOffsetsByTimestampStrategy
+    commit_to_group: str | None = None  # commitToGroup: micro-batch end offsets to a group (logfs/spark/groups.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,11 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         raise OptionError("startingOffsets=latest is not allowed in a batch query (it would read nothing)")
     if ending == "earliest":
         raise OptionError("endingOffsets=earliest is not allowed (it would read nothing)")
+    commit_group = o.get("committogroup", "").strip() or None
+    if commit_group is not None and not streaming:
+        raise OptionError("option commitToGroup is for streaming queries only (a batch query has no micro-batches)")
+    if commit_group is not None and ("/" in commit_group or commit_group.startswith((".", "_"))):
+        raise OptionError(f"option commitToGroup: {commit_group!r} is not a group name (no '/', no leading . or _)")
     timeout_ms = _positive(o, "kafkaConsumer.pollTimeoutMs")
     return SourceOptions(
         path=_path(o, "load"),
@@ -228,6 +234,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         fail_on_data_loss=_bool(o, "failOnDataLoss", True),
         poll_timeout_s=(DEFAULT_POLL_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000,
         timestamp_no_match="latest" if no_match == "latest" else "error",
+        commit_to_group=commit_group,
     )
 
 

@@ -49,10 +49,12 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from logfs.spark.arrow import read_range
+from logfs.spark.groups import commit_to_group, group_starting_offsets
 from logfs.spark.interpreter import default_worker_python, settle_worker_python
 from logfs.spark.mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
 from logfs.spark.offsets import (
     DataLoss,
+    GroupSpec,
     OffsetRange,
     OffsetSpec,
     PartitionState,
@@ -231,6 +233,8 @@ def _resolve(
     """The offsets ``spec`` names for the subscribed partitions (driver): a timestamp spec is looked up in the mount
     (each partition's first record at or after its timestamp), the others are arithmetic on ``states``."""
     rc = options.read_committed
+    if isinstance(spec, GroupSpec):
+        return group_starting_offsets(Path(options.path), spec.group, states, read_committed=rc)
     if isinstance(spec, TimestampSpec):
         mount = Path(options.path)
         found = {
@@ -283,6 +287,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow: the offsets to stop at
         self._warned: set[str] = set()  # subscribed topics not there yet, warned about once
+        self._group_done: dict[TopicPartition, int] = {}  # commitToGroup: offsets this reader found committed
 
     def _latest(self) -> dict[TopicPartition, int]:
         rc = self.options.read_committed
@@ -305,6 +310,7 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_json(start, "start offset")
+        self._commit_to_group(begin)  # ``start`` ends the last batch in Spark's commit log (see commit)
         latest = self._latest()
         for tp, offset in begin.items():
             now = latest.get(tp)
@@ -332,4 +338,26 @@ class LogfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read_partition(self.options, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # nothing to release: the mount keeps no consumer state
+        """Spark completed the micro-batch ending at ``end`` (called when it plans the batch after it)."""
+        self._commit_to_group(offsets_from_json(end, "end offset"))
+
+    def _commit_to_group(self, offsets: dict[TopicPartition, int]) -> None:
+        """With commitToGroup, the group gets ``offsets``, never moved backwards (logfs/spark/groups.py).
+
+        Spark calls ``latestOffset(start)`` at every trigger with ``start`` the end of the last batch it completed
+        (its commit log holds it; after a restart an uncommitted batch is re-run before any latestOffset), and calls
+        ``commit`` only once it plans the batch after: committing at ``latestOffset`` lets the group reach the
+        query's position within one trigger, idle or not. A failed commit is logged, not raised: the group is for
+        humans and tools, and the next trigger commits again."""
+        group = self.options.commit_to_group
+        todo = {tp: o for tp, o in offsets.items() if o >= 0 and self._group_done.get(tp) != o}
+        if group is None or not todo:
+            return
+        try:
+            written = commit_to_group(Path(self.options.path), group, todo)
+        except OSError as exc:
+            _log.warning("logfs: commitToGroup=%s: committing %s failed: %s", group, offsets_to_json(todo), exc)
+            return
+        self._group_done.update(todo)
+        if written:
+            _log.info("logfs: committed %s to group %s", offsets_to_json(written), group)

@@ -63,6 +63,7 @@ from typing import NamedTuple
 
 from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.format.abortedbatches import AbortedBatches
+from logfs.core.log.batchcheck import read_checked
 from logfs.core.log.log import Log
 from logfs.core.log.scan import RangeScan, StoredBatch, batch_at
 from logfs.core.log.segment import LogSegment
@@ -214,7 +215,7 @@ class RangeView:
         if isinstance(piece, _Raw):
             if cached_only:
                 raise _NotKept
-            data = piece.segment.log_file.read(piece.lo + rel, want)
+            data = read_checked(piece.segment, piece.lo, piece.hi, piece.lo + rel, want)  # CRC-checked (issue 16)
             if len(data) != want:
                 raise StorageError(f"{piece.segment.log_path}: {want} bytes at {piece.lo + rel} are not there")
             parts.append(data)

@@ -18,6 +18,7 @@ from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.batch import LENGTH_OFFSET, LOG_OVERHEAD, iter_batch_positions
 from logfs.core.format.renderstored import render_stored
 from logfs.core.format.storedsize import stored_size
+from logfs.core.log.batchcheck import check_batches, check_span
 from logfs.core.log.logfile import LogFile
 
 # One pread while scanning batches to index them: large enough that syscalls vanish, small enough to bound memory.
@@ -42,10 +43,12 @@ def render_batch(
 
 def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int]]:
     """``(buffer, at, size, position)`` of each batch in ``[lo, hi)`` of a ``.log`` (both batch boundaries), read in
-    pieces of SCAN_READ_BYTES (or one whole batch when it is larger). StorageError if the bytes are not there."""
+    pieces of SCAN_READ_BYTES (or one whole batch when it is larger). StorageError if the bytes are not there;
+    CorruptStoredBatch for a batch that fails its CRC or framing (issue 16: ``core/log/batchcheck.py``)."""
     position = lo
     while position < hi:
         buf = log_file.read(position, min(SCAN_READ_BYTES, hi - position))
+        check_batches(log_file, buf, position, hi)  # never render bad bytes
         used = 0
         for at, size in iter_batch_positions(buf):
             yield buf, at, size, position + at
@@ -59,6 +62,7 @@ def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[b
             buf = log_file.read(position, declared)
             if len(buf) != declared:
                 raise StorageError(f"{log_file.path}: batch at byte {position} is cut short (truncated under a view?)")
+            check_span(log_file, buf, position)
             yield buf, 0, declared, position
             used = declared
         position += used
@@ -81,6 +85,7 @@ def render_span(
         data = log_file.read(lo, hi - lo)
         if len(data) != hi - lo:
             raise StorageError(f"{log_file.path}: {hi - lo} bytes at {lo} are not there (truncated under a view?)")
+        check_span(log_file, data, lo)  # a client must not receive bytes we know are bad
         return data
     jsonl = fmt is Format.JSONL
     parts = [

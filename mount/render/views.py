@@ -29,11 +29,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from logfs.core.errors import OffsetOutOfRange
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.batch import read_header
 from logfs.core.log.log import Log
+from logfs.core.logdirfailure import offline_state
 from logfs.mount.names import hw_file_name, parse_time
 from logfs.mount.render.rendersize import RenderCache, RenderCacheStatistics
 from logfs.mount.render.renderspan import SCAN_READ_BYTES, Format, iter_stored_batches, render_batch
@@ -174,14 +176,16 @@ def render_state(
     replicas: Mapping[int, Mapping[str, int]] | None = None,
     open_transactions: Sequence[Mapping[str, int]] | None = None,
     last_stable_offset: int | None = None,
+    cleaner: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The ``state`` file (spec §2): one compact JSON object and a newline.
 
     ``leader_epoch`` defaults to the latest epoch of the log's leader-epoch cache (-1 when it has none);
     ``last_stable_offset`` to the log's, ``open_transactions`` to the log's open transactions (``producer_id``,
     ``first_offset``, by first offset). Each segment gives ``base_offset``, ``size_bytes`` and
-    ``largest_timestamp`` (-1 when its records carry none). Any thread; reads each segment's time index once (then
-    cached by the segment).
+    ``largest_timestamp`` (-1 when its records carry none). ``cleaner``: a compacted topic's
+    ``{"first_dirty_offset", "dirty_ratio"}`` (``mount/cleaning.py``), null for other topics. Any thread; reads each
+    segment's time index once (then cached by the segment).
     """
     if open_transactions is None:
         open_transactions = [
@@ -198,6 +202,7 @@ def render_state(
         "topic": topic,
         "partition": partition,
         "role": role,
+        "offline": offline_state(log.directory),  # issue 16: false, or the I/O failure that took the store offline
         "leader_epoch": leader_epoch,
         "log_start_offset": log.log_start_offset,
         "high_watermark": hw,
@@ -210,6 +215,7 @@ def render_state(
             {"base_offset": s.base_offset, "size_bytes": s.size_bytes, "largest_timestamp": s.max_timestamp_so_far}
             for s in log.segments
         ],
+        "cleaner": None if cleaner is None else dict(cleaner),  # a compacted topic's dirty section (issue 18)
     }
     return json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
 

@@ -29,14 +29,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # reference commit), typed out here rather than read from the module under test.
 KAFKA_TOPIC_DEFAULTS = {
     "cleanup.policy": "delete",
+    "delete.retention.ms": "86400000",
     "file.delete.delay.ms": "60000",
     "flush.messages": "9223372036854775807",
     "flush.ms": "9223372036854775807",
     "index.interval.bytes": "4096",
+    "max.compaction.lag.ms": "9223372036854775807",
     "max.message.bytes": "1048588",
     "message.timestamp.after.max.ms": "9223372036854775807",
     "message.timestamp.before.max.ms": "9223372036854775807",
     "message.timestamp.type": "CreateTime",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
     "min.insync.replicas": "1",
     "retention.bytes": "-1",
     "retention.ms": "604800000",
@@ -93,8 +97,8 @@ def test_segment_index_bytes_agrees_with_the_index() -> None:
 
 
 def test_kafka_topic_keys_are_kafkas_36() -> None:
-    """LogConfig's ConfigDef at the reference commit defines 36 topic keys; logfs implements 16 of them."""
-    assert (len(KAFKA_TOPIC_KEYS), len(LOG_KEYS)) == (36, 16)
+    """LogConfig's ConfigDef at the reference commit defines 36 topic keys; logfs implements 20 of them."""
+    assert (len(KAFKA_TOPIC_KEYS), len(LOG_KEYS)) == (36, 20)
 
 
 def test_every_implemented_key_is_a_kafka_topic_key_in_snake_case() -> None:
@@ -126,6 +130,11 @@ SPELLING_CASES = [
     ("log.flush.interval.ms=250", "flush_ms", 250),
     ("log.flush.scheduler.interval.ms=300", "flush_ms", 300),
     ("log.cleanup.policy=delete", "cleanup_policy", "delete"),
+    ("log.cleanup.policy=compact", "cleanup_policy", "compact"),
+    ("log.cleaner.min.cleanable.ratio=0.75", "min_cleanable_dirty_ratio", 0.75),
+    ("log.cleaner.min.compaction.lag.ms=60000", "min_compaction_lag_ms", 60000),
+    ("log.cleaner.max.compaction.lag.ms=3600000", "max_compaction_lag_ms", 3600000),
+    ("log.cleaner.delete.retention.ms=1000", "delete_retention_ms", 1000),
     ("min.insync.replicas=2", "min_insync_replicas", 2),
     ("segment.bytes=4096", "segment_bytes", 4096),
 ]
@@ -293,15 +302,94 @@ def test_bad_broker_spelling_value_names_the_spelling() -> None:
     assert "configuration log.retention.hours: Not a number of type INT" in error_of(excinfo)
 
 
-@pytest.mark.parametrize("text", ["compact", "compact,delete", "delete, compact"])
-def test_compaction_refused(text: str) -> None:
-    expected = f"Invalid value {text} for configuration cleanup.policy: logfs does not implement log compaction"
+@pytest.mark.parametrize(
+    ("text", "policy", "compact", "delete"),
+    [
+        ("compact", "compact", True, False),
+        ("compact,delete", "compact,delete", True, True),
+        ("delete, compact", "compact,delete", True, True),
+        ("delete,delete", "delete", False, True),
+        ("compact,compact", "compact", True, False),
+    ],
+)
+def test_compaction_policies_accepted_in_one_spelling(text: str, policy: str, compact: bool, delete: bool) -> None:
+    config = parse_store_config([f"cleanup.policy={text}"]).log_defaults()
+    assert (config.cleanup_policy, config.compact, config.delete) == (policy, compact, delete)
+    assert parse_config_lines(f"cleanup.policy={text}\n", {}) == {"cleanup.policy": policy}
+
+
+def test_empty_cleanup_policy_refused() -> None:
     with pytest.raises(ConfigError) as excinfo:
-        parse_store_config([f"cleanup.policy={text}"])
-    assert expected in error_of(excinfo)
+        parse_store_config(["cleanup.policy= "])
+    assert "configuration cleanup.policy: logfs needs at least one of compact, delete" in error_of(excinfo)
+
+
+def test_compaction_keys_with_broker_synonyms() -> None:
+    config = parse_store_config([
+        "log.cleaner.min.cleanable.ratio=0.1", "log.cleaner.min.compaction.lag.ms=5",
+        "log.cleaner.max.compaction.lag.ms=10", "log.cleaner.delete.retention.ms=7",
+        "min.cleanable.dirty.ratio=0.25",
+    ]).log_defaults()  # fmt: skip
+    assert (config.min_cleanable_dirty_ratio, config.min_compaction_lag_ms) == (0.25, 5)  # topic spelling wins
+    assert (config.max_compaction_lag_ms, config.delete_retention_ms) == (10, 7)
+    defaults = LogConfig()
+    assert (defaults.min_cleanable_dirty_ratio, defaults.min_compaction_lag_ms) == (0.5, 0)
+    assert (defaults.max_compaction_lag_ms, defaults.delete_retention_ms) == (2**63 - 1, 86_400_000)
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("min.cleanable.dirty.ratio=1.5", "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: "
+         "Value must be no more than 1"),
+        ("min.cleanable.dirty.ratio=-0.1", "Value must be at least 0"),
+        ("min.cleanable.dirty.ratio=half", "Invalid value half for configuration min.cleanable.dirty.ratio: "
+         "Not a number of type DOUBLE"),
+        ("min.cleanable.dirty.ratio=NaN", "Not a number of type DOUBLE"),
+        ("min.compaction.lag.ms=-1", "Value must be at least 0"),
+        ("max.compaction.lag.ms=0", "Value must be at least 1"),
+        ("delete.retention.ms=-5", "Value must be at least 0"),
+        ("min.compaction.lag.ms=10\nmax.compaction.lag.ms=5",
+         "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"),
+    ],
+)  # fmt: skip
+def test_bad_compaction_values_refused(line: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as excinfo:
-        parse_config_lines(f"cleanup.policy={text}\n", {})
-    assert f"line 1 of the write: {expected}" in error_of(excinfo)
+        apply_overrides(LogConfig(), parse_config_lines(line + "\n", {}))
+    assert fragment in error_of(excinfo)
+
+
+def test_cleaner_store_keys() -> None:
+    config = parse_store_config([
+        "log.cleaner.threads=2", "log.cleaner.dedupe.buffer.size=4194304", "log.cleaner.enable=FALSE",
+        "log.cleaner.io.max.bytes.per.second=5e7", "log.cleaner.backoff.ms=200",
+    ])  # fmt: skip
+    assert (config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size) == (2, 4 * 1024 * 1024)
+    assert (config.log_cleaner_enable, config.log_cleaner_io_max_bytes_per_second) == (False, 5e7)
+    assert config.log_cleaner_backoff_ms == 200
+    defaults = StoreConfig()
+    assert (defaults.log_cleaner_threads, defaults.log_cleaner_dedupe_buffer_size) == (1, 128 * 1024 * 1024)
+    assert (defaults.log_cleaner_enable, defaults.log_cleaner_backoff_ms) == (True, 15_000)
+    assert defaults.log_cleaner_io_max_bytes_per_second == 1.7976931348623157e308
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["log.cleaner.threads=4", "log.cleaner.dedupe.buffer.size=4194304"],
+         "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."),
+        (["log.cleaner.enable=yes"], "Invalid value yes for configuration log.cleaner.enable: "
+         "Expected value to be either true or false"),
+        (["log.cleaner.io.max.bytes.per.second=0"], "Value must be at least 1"),
+        (["log.cleaner.io.max.bytes.per.second=1e400"], "Not a number of type DOUBLE"),
+        (["log.cleaner.threads=-1"], "Value must be at least 0"),
+        (["log.cleaner.backoff.ms=x"], "Not a number of type LONG"),
+    ],
+)  # fmt: skip
+def test_bad_cleaner_store_values_refused(args: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_store_config(args)
+    assert fragment in error_of(excinfo)
 
 
 def test_unknown_store_key_named() -> None:
@@ -332,7 +420,7 @@ def test_log_config_checks_its_fields() -> None:
     with pytest.raises(ConfigError, match=re.escape("configuration retention.ms: Not a number of type LONG")):
         LogConfig(retention_ms=2**63)
     with pytest.raises(ConfigError, match=re.escape("cleanup.policy")):
-        LogConfig(cleanup_policy="compact")
+        LogConfig(cleanup_policy="delete,compact")  # only the canonical spellings
     with pytest.raises(ConfigError, match=re.escape("segment.ms")):
         dataclasses.replace(LogConfig(), segment_ms=0)
 
@@ -490,10 +578,11 @@ def test_full_disk_is_disk_full_and_keeps_the_old_file(tmp_path: Path, monkeypat
     save_topic_overrides(path, {"segment.ms": "5"})
     before = path.read_bytes()
 
-    def no_space(fd: int) -> None:
+    def no_space(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(configtext.os, "fsync", no_space)
+    # ENOSPC from a write that stored nothing (from fsync it would take the store offline: spec §7)
+    monkeypatch.setattr(configtext.os, "write", no_space)
     with pytest.raises(DiskFull, match="No space left"):
         save_topic_overrides(path, {"segment.ms": "6"})
     assert path.read_bytes() == before

@@ -32,10 +32,12 @@ def test_partition_names_are_canonical_decimals() -> None:
         assert parse_partition_name(name) is None, name
 
 
-def test_fetch_names_are_offset_dot_epoch() -> None:
-    assert parse_fetch_name("0.-1") == (0, -1)
-    assert parse_fetch_name("42.3") == (42, 3)
-    for name in ("42", "42.", ".3", "042.3", "42.03", "42.-2", "x.1", "42.3.jsonl"):
+def test_fetch_names_are_offset_dot_epoch_and_an_optional_leader_epoch() -> None:
+    assert parse_fetch_name("0.-1") == (0, -1, None)
+    assert parse_fetch_name("42.3") == (42, 3, None)
+    assert parse_fetch_name("42.3.5") == (42, 3, 5) and parse_fetch_name("0.-1.0") == (0, -1, 0)
+    for name in ("42", "42.", ".3", "042.3", "42.03", "42.-2", "x.1", "42.3.jsonl", "42.3.", "42.3.-1", "42.3.05",
+                 "42.3.4.5"):  # fmt: skip
         with pytest.raises(NoEntry):
             parse_fetch_name(name)
 

@@ -691,10 +691,11 @@ def test_state_is_one_json_object_with_the_spec_fields(tmp_path: Path) -> None:
         assert text.endswith(b"}\n") and b", " not in text and b": " not in text
         state = json.loads(text)
         assert list(state) == [
-            "topic", "partition", "role", "leader_epoch", "log_start_offset", "high_watermark", "last_stable_offset",
-            "log_end_offset", "isr", "replicas", "open_transactions", "segments",
+            "topic", "partition", "role", "offline", "leader_epoch", "log_start_offset", "high_watermark",
+            "last_stable_offset", "log_end_offset", "isr", "replicas", "open_transactions", "segments", "cleaner",
         ]  # fmt: skip
         assert state["topic"] == TOPIC and state["partition"] == 0 and state["role"] == "leader"
+        assert state["offline"] is False
         assert state["leader_epoch"] == 4
         assert (state["log_start_offset"], state["high_watermark"], state["last_stable_offset"]) == (0, 30, 30)
         assert state["log_end_offset"] == 36

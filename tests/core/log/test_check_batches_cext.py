@@ -38,7 +38,7 @@ SETTINGS: dict[str, Any] = {
 
 def a_batch(rng: random.Random) -> bytes:
     """A producer batch of 1-30 records with keys, headers, timestamps around NOW; now and then compressed, an
-    idempotent producer's, LOG_APPEND_TIME, or with a wrong maxTimestamp in its header."""
+    idempotent or transactional producer's, LOG_APPEND_TIME, or with a wrong maxTimestamp in its header."""
     n = rng.randint(1, 30)
     records = [
         Record(j, NOW - rng.randint(-2_000, 5_000), rng.randbytes(rng.randint(0, 32)) if rng.random() < 0.9 else None,
@@ -49,6 +49,8 @@ def a_batch(rng: random.Random) -> bytes:
     extra: dict[str, Any] = {}
     if kind < 0.1:
         extra = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0}
+    elif kind < 0.15:
+        extra = {"producer_id": 8, "producer_epoch": 3, "base_sequence": 40, "is_transactional": True}
     elif kind < 0.2:
         extra = {"timestamp_type": TimestampType.LOG_APPEND_TIME, "max_timestamp": NOW}
     elif kind < 0.3:
@@ -72,7 +74,7 @@ def damage(batch: bytes, rng: random.Random) -> bytes | bytearray | memoryview:
     elif kind == 2:
         del data[rng.randrange(61, len(data)) :]  # truncated records
     elif kind == 3:  # a header field rewritten with the CRC kept right, so that the rule behind it is what fails
-        field = rng.choice([(0, 8), (23, 4), (57, 4), (21, 2), (43, 8), (16, 1), (8, 4)])
+        field = rng.choice([(0, 8), (23, 4), (57, 4), (21, 2), (43, 8), (16, 1), (8, 4), (51, 2), (53, 4)])
         at, width = field
         data[at : at + width] = rng.randbytes(width)
         with_crc(data)
@@ -162,7 +164,7 @@ def test_the_compiled_check_keeps_the_inflate_bound(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_compiled_check_takes_a_plain_request_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Uncompressed batches without producer id go through the helper in one call, stamping what needs it."""
+    """Uncompressed batches go through the helper in one call, stamping what needs it."""
     monkeypatch.setattr(validate, "USE_CEXT", True)  # whatever LOGFS_NO_CEXT says
     rng = random.Random(3)
     batches = [bytearray(encode_batch([Record(0, NOW, b"k", rng.randbytes(100))])) for _ in range(5)]
@@ -180,3 +182,25 @@ def test_the_compiled_check_takes_a_plain_request_whole(monkeypatch: pytest.Monk
         batches, 0, out, max_message_bytes=1 << 20, segment_bytes=1 << 30, log_append=False, now=NOW,
         before=2**63 - 1, after=2**63 - 1,
     ) == 2  # fmt: skip
+
+
+def test_the_compiled_check_takes_idempotent_and_transactional_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches with a producer id (Kafka clients are idempotent by default) go through the helper too, with their
+    producer id in the row for the Log's producer rules; a negative base sequence stops it at that batch, and the
+    reference gives the error."""
+    monkeypatch.setattr(validate, "USE_CEXT", True)  # whatever LOGFS_NO_CEXT says
+    batches = [
+        bytearray(encode_batch([Record(0, NOW, b"k", b"v%d" % i)], producer_id=5 + i % 2, producer_epoch=1,
+                               base_sequence=i, is_transactional=i % 2 == 1))
+        for i in range(4)
+    ]  # fmt: skip
+    limits: dict[str, Any] = {"max_message_bytes": 1 << 20, "segment_bytes": 1 << 30, "before": 2**63 - 1}
+    out: list[Any] = []
+    assert validate.check_plain_batches(batches, 0, out, log_append=False, now=NOW, after=2**63 - 1, **limits) == 4
+    assert [row[5] for row in out] == [5, 6, 5, 6]
+    batches[2][53:57] = (-3).to_bytes(4, "big", signed=True)
+    with_crc(batches[2])
+    out.clear()
+    assert validate.check_plain_batches(batches, 0, out, log_append=False, now=NOW, after=2**63 - 1, **limits) == 2
+    checked, error = check_leader_request(batches, 0, LogConfig(), NOW)
+    assert len(checked) == 2 and isinstance(error, InvalidRecord) and "invalid epoch 1 or sequence -3" in str(error)

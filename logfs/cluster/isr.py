@@ -1,0 +1,118 @@
+"""The leader's ISR in ZooKeeper: a shrink is recorded there (a conditional write on the state znode's version)
+before the high watermark may rely on the smaller ISR; expansions and new partitions are recorded after (a larger
+ISR only makes the HW more careful); a deleted topic is recorded for the replicas that have not applied it.
+
+Kafka's 2.4-style leader (reference §4, "Older rule"): a refused conditional write means someone else — a newer
+controller's election — rewrote the state, so the leader is deposed: :attr:`IsrRecorder.fenced` is set and the
+node stops acknowledging (``logfs/cluster/node.py``). A write ZooKeeper does not answer keeps the larger ISR (the HW
+waits, acks=all fsyncs time out: the safe outcome) and is tried again at the next check.
+
+Threads: worker threads only (blocking ZooKeeper calls); one lock serialises the shrink check and the expansion sync,
+so that the ISR recorded in ZooKeeper is never larger-then-smaller out of order. The trio side reads
+:attr:`fenced`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from logfs.cluster.rules import PartitionState
+from logfs.cluster.zk import Fenced, Superseded, Versioned, ZkUnavailable, ZooKeeper
+from logfs.core.checkpoint import TopicPartition
+from logfs.core.replication.replica import LeaderReplicas
+
+_log = logging.getLogger(__name__)
+
+
+class IsrRecorder:
+    """The ISR of every partition this node leads in one epoch, as recorded in ZooKeeper. See the module docstring."""
+
+    def __init__(
+        self,
+        zk: ZooKeeper,
+        leaders: LeaderReplicas,
+        recorded: dict[tuple[str, int], Versioned],
+        *,
+        controller_epoch: int,
+    ) -> None:
+        self.zk = zk
+        self.leaders = leaders
+        self.node_id = leaders.node_id
+        self.epoch = leaders.leader_epoch
+        self.controller_epoch = controller_epoch
+        self._recorded = dict(recorded)
+        self._lock = threading.Lock()
+        self.fenced: str | None = None  # why, once a conditional write was refused
+
+    def _state(self, isr: tuple[int, ...]) -> PartitionState:
+        return PartitionState(self.node_id, self.epoch, tuple(sorted(isr)), self.controller_epoch)
+
+    def _write(self, topic: str, partition: int, isr: tuple[int, ...]) -> bool:
+        """Record ``isr`` for the partition; True once ZooKeeper holds it. Caller holds the lock."""
+        key = (topic, partition)
+        state = self._state(isr)
+        recorded = self._recorded.get(key)
+        try:
+            if recorded is None:
+                version = self.zk.create_state(topic, partition, state)
+            else:
+                version = self.zk.set_state(topic, partition, state, recorded.version)
+        except Superseded as exc:
+            _log.info("%s: waiting for this node to adopt the newer epoch", exc)
+            return False
+        except Fenced as exc:
+            self.fenced = str(exc)
+            _log.error("fenced: %s", exc)
+            return False
+        except ZkUnavailable as exc:
+            _log.warning("%s-%d: cannot record the ISR %s in ZooKeeper (%s): keeping the recorded one", topic,
+                         partition, list(isr), exc)  # fmt: skip
+            return False
+        self._recorded[key] = Versioned(state, version)
+        return True
+
+    def shrink(self) -> list[TopicPartition]:
+        """The ISR shrink rule of every partition, each shrink recorded in ZooKeeper first; the partitions whose ISR
+        changed."""
+        names = {p.name: tp for tp, p in self.leaders.partitions()}
+
+        def confirm(name: str, isr: tuple[int, ...]) -> bool:
+            tp = names.get(name)
+            if tp is None or self.fenced is not None:
+                return False
+            if not self._write(tp.topic, tp.partition, isr):
+                return False
+            _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", name, list(isr), self.epoch)
+            return True
+
+        with self._lock:
+            return self.leaders.maybe_shrink_isr(confirm=confirm)
+
+    def sync(self) -> list[str]:
+        """Record every ISR that grew and every new partition; return the topics that were deleted here since they
+        were recorded (their state znodes are removed and the deletion is kept for the other replicas)."""
+        with self._lock:
+            live = self.leaders.partitions()
+            for tp, p in live:
+                if self.fenced is not None:
+                    return []
+                recorded = self._recorded.get((tp.topic, tp.partition))
+                isr = p.isr
+                if recorded is not None and recorded.state == self._state(isr):
+                    continue
+                if self._write(tp.topic, tp.partition, isr):
+                    _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", p.name, list(isr), self.epoch)
+            present = {(tp.topic, tp.partition) for tp, _ in live}
+            store = self.leaders.store
+            gone = sorted({t for (t, p) in self._recorded if (t, p) not in present and not store.has_topic(t)})
+            for topic in gone:
+                try:
+                    self.zk.record_deletion(topic, [self.node_id])
+                except ZkUnavailable as exc:
+                    _log.warning("topic %s: cannot record its deletion in ZooKeeper yet (%s)", topic, exc)
+                    continue
+                for key in [k for k in self._recorded if k[0] == topic]:
+                    del self._recorded[key]
+                _log.info("topic %s: deletion recorded in ZooKeeper until every replica applied it", topic)
+            return gone

@@ -1,0 +1,528 @@
+"""One node of a ZooKeeper cluster (``logfs mount … --config zookeeper.connect=…``): it registers, may become the
+controller and elect, and switches its mount's role in place as ZooKeeper's leadership says (docs/replication.md,
+"Automatic failover").
+
+Theory of operation.
+
+* **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over (``logfs/cluster/zk.py``) and,
+  after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in a worker thread: register if not
+  registered; become the controller when there is none (Kafka's multi on ``/controller_epoch``); as controller,
+  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write the
+  leadership and every partition state in one transaction; then read the leadership (watched) and act on it.
+* **Acting** (``rules.decide``): a newer epoch naming this node → lead: stop fetching, take every partition in that
+  epoch with the ISR ZooKeeper records (``LeaderReplicas``), record the epoch in the store's replica state, and serve
+  writes and fetches (``Operations.set_role``). Naming another node → follow it: its advertised mount is tailed by
+  the follower daemon's own code (``logfs.follower.daemon.Follower``), in this process, every fetch naming the
+  leader epoch ZooKeeper gave (the three-part fetch name); the leader refuses another epoch (FENCED_LEADER_EPOCH /
+  UNKNOWN_LEADER_EPOCH) and the node then reads ZooKeeper again at once. The mount answers EROFS to writes.
+  Naming nobody → read-only, no fetching. A newer epoch naming this node while it leads → adopted silently
+  (the partitions are taken again in that epoch; waiting acks go on).
+* **Fencing**: the session expired, a conditional write refused, or a newer epoch naming another node → stop
+  acknowledging at once: waiting fsyncs and O_SYNC writes fail with EIO, new writes with EROFS; then follow.
+  A leader fenced while the leadership still names it re-registers (a new broker epoch), so the controller elects
+  again. A store gone offline (``Store.offline``) → the node stops leading or fetching and leaves the cluster
+  (its registration is deleted), so the controller elects another leader.
+* **Deletions**: a topic the leader deleted is recorded under ``/admin/delete_topics`` (``logfs/cluster/isr.py``);
+  every node deletes such a topic from its store before it leads or follows, and says so there; the record goes
+  once every replica applied it, so a node that was down cannot bring the topic back.
+
+Threads: the trio thread; ZooKeeper and store calls in worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from logfs.cluster.isr import IsrRecorder
+from logfs.cluster.rules import (
+    NO_LEADER,
+    NO_LEADERSHIP,
+    Action,
+    Broker,
+    Leadership,
+    dead_removed,
+    decide,
+    elect,
+    isr_after_election,
+    needs_election,
+    next_leader_epoch,
+)
+from logfs.cluster.zk import (
+    SESSION_CONNECTED,
+    SESSION_EXPIRED,
+    Fenced,
+    StillRegistered,
+    Versioned,
+    ZkUnavailable,
+    ZooKeeper,
+)
+from logfs.core.checkpoint import TopicPartition
+from logfs.core.config import StoreConfig
+from logfs.core.errors import LogfsError
+from logfs.core.replication.promotion import (
+    PersistedReplicaState,
+    UnreadableReplicaState,
+    latest_partition_epoch,
+    read_replica_state,
+    write_replica_state,
+)
+from logfs.core.replication.replica import LeaderReplicas, shrink_check_interval_ms
+from logfs.core.store import Store
+from logfs.follower.daemon import Follower
+from logfs.follower.fetch import FetchResponse
+from logfs.mount.operations import Operations
+from logfs.mount.replication import LeaderReplication
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RECONCILE_S = 1.0  # reconcile at least this often, even with no event (a registration to retry)
+OFFLINE_POLL_S = 0.05  # how often the store's offline flag is read (one attribute, no lock): a leader whose store
+# failed gives leadership up within this, not within RECONCILE_S
+ISR_SYNC_S = 0.1  # how often a leader records grown ISRs and new partitions
+ROLE_LEADER, ROLE_FOLLOWER, ROLE_NONE = "leader", "follower", "none"
+
+
+def _no_view(topic: str, partition: int) -> tuple[int, tuple[int, ...]]:
+    return -1, ()
+
+
+class ClusterNode:
+    """This process's membership of the cluster. Build and run inside ``trio.run``. See the module docstring."""
+
+    def __init__(self, ops: Operations, store: Store, config: StoreConfig, mountpoint: Path) -> None:
+        self.ops = ops
+        self.store = store
+        self.config = config
+        self.node_id = config.node_id
+        self.advertised = config.advertised_mount or str(mountpoint)
+        self.zk = ZooKeeper(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        self.role = ROLE_NONE
+        self.leadership = NO_LEADERSHIP  # the leadership this node last acted on
+        self.acted_epoch = -1
+        self.broker_epoch = -1  # czxid of this node's registration; -1 while unregistered
+        self.controller: int | None = None
+        self._controller_epoch: tuple[int, int] | None = None  # (epoch, znode version) while this node is controller
+        self._recorder: IsrRecorder | None = None
+        self._follower: Follower | None = None
+        self._role_scope: trio.CancelScope | None = None
+        self._role_done: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
+        self._live: set[int] = set()  # the registered nodes at the last reconcile
+        self._left = False  # the store went offline: this node left the cluster
+        self._limiter = trio.CapacityLimiter(1)  # ZooKeeper calls, one at a time
+        ops.set_role(None, _no_view)
+
+    # --- what the mount shows ---------------------------------------------------------------------------------------
+
+    def leader_file(self) -> dict[str, Any]:
+        return self.leadership.leader_file()
+
+    def state_fields(self) -> dict[str, Any]:
+        """What ``state`` gains: the session (connected, suspended or expired) and the controller's id (-1: none)."""
+        return {"zookeeper_session": self.zk.session, "controller": -1 if self.controller is None else self.controller}
+
+    def render_metrics(self) -> str:
+        """``.logfs/metrics`` lines: this node's role, the leader and its epoch, the session, the controller."""
+        lines = []
+        for name, kind, help_text, samples in (
+            ("logfs_cluster_role", "gauge", "1 for this node's role (leader, follower or none).",
+             [(f'{{role="{r}"}}', int(r == self.role)) for r in (ROLE_LEADER, ROLE_FOLLOWER, ROLE_NONE)]),
+            ("logfs_cluster_leader", "gauge", "The node id ZooKeeper names leader (-1: none).",
+             [("", self.leadership.leader)]),
+            ("logfs_cluster_leader_epoch", "gauge", "The leader epoch this node acted on last.",
+             [("", self.leadership.leader_epoch)]),
+            ("logfs_cluster_controller", "gauge", "The controller's node id (-1: none known).",
+             [("", -1 if self.controller is None else self.controller)]),
+            ("logfs_zookeeper_session", "gauge", "1 for the ZooKeeper session's state.",
+             [(f'{{state="{s}"}}', int(s == self.zk.session)) for s in ("connected", "suspended", "expired")]),
+        ):  # fmt: skip
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+            lines += [f"{name}{labels} {value}" for labels, value in samples]
+        return "\n".join(lines) + "\n"
+
+    # --- plumbing -------------------------------------------------------------------------------------------------
+
+    async def _zk(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    # --- the loop -------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Take part in the cluster until cancelled; the session is closed on the way out."""
+        _log.info("node %d joins the cluster at ZooKeeper %s (advertised mount %s, session timeout %d ms)",
+                  self.node_id, self.config.zookeeper_connect, self.advertised,
+                  self.config.zookeeper_session_timeout_ms)  # fmt: skip
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._watch_offline)
+                await self._connect()
+                while True:
+                    words = await self._next_words()
+                    recorder = self._recorder
+                    if recorder is not None and recorder.fenced is not None and self.role == ROLE_LEADER:
+                        await self._fence(recorder.fenced)
+                        if self.leadership.leader == self.node_id and self.broker_epoch >= 0:
+                            # ZooKeeper still names this node: a new registration makes the controller elect again
+                            self.broker_epoch = -1
+                            with contextlib.suppress(ZkUnavailable, StillRegistered):
+                                self.broker_epoch = await self._zk(self.zk.reregister, self._broker())
+                    if SESSION_EXPIRED in words and not self._left:
+                        _log.warning("node %d: ZooKeeper session expired", self.node_id)
+                        self.broker_epoch = -1
+                        self.controller = None
+                        self._controller_epoch = None
+                        if self.role == ROLE_LEADER:
+                            await self._fence("its ZooKeeper session expired")
+                    try:
+                        await self._reconcile()
+                    except Exception:  # a bug: its traceback in the log, and the node tries again (the mount serves on)
+                        _log.exception("node %d: reconciling with ZooKeeper failed unexpectedly", self.node_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._stop_role()
+                await trio.to_thread.run_sync(self.zk.stop)
+
+    async def _connect(self) -> None:
+        timeout_s = max(1.0, self.config.zookeeper_session_timeout_ms / 1000)
+        while True:
+            try:
+                await trio.to_thread.run_sync(self.zk.start, timeout_s, abandon_on_cancel=True)
+                return
+            except ZkUnavailable as exc:
+                _log.warning("node %d: %s; retrying", self.node_id, exc)
+                await trio.sleep(1.0)
+
+    async def _watch_offline(self) -> None:
+        """Nudge the loop as soon as the store goes offline (core/logdirfailure.py has no listener to call us)."""
+        while self.store.offline is None:
+            await trio.sleep(OFFLINE_POLL_S)
+        self.zk.nudge()
+
+    async def _next_words(self) -> set[str]:
+        words: set[str] = set()
+        with trio.move_on_after(RECONCILE_S):
+            words.add(await self.zk.events.receive())
+        while True:
+            try:
+                words.add(self.zk.events.receive_nowait())
+            except trio.WouldBlock:
+                return words
+
+    # --- reconciling ----------------------------------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        if self._left:
+            return
+        if self.store.offline is not None:
+            await self._leave(f"store {self.store.path} is offline ({self.store.offline.describe()})")
+            return
+        try:
+            if self.broker_epoch < 0 and self.zk.session == SESSION_CONNECTED:
+                self.broker_epoch = await self._zk(self.zk.register, self._broker())
+                _log.info("node %d registered in ZooKeeper (broker epoch %d)", self.node_id, self.broker_epoch)
+            await self._zk(self._control)
+            self._live = set(await self._zk(self.zk.live_brokers)) if self.broker_epoch >= 0 else set()
+            leadership, _ = await self._zk(self.zk.leadership)
+            await self._apply_deletions()
+        except ZkUnavailable as exc:
+            _log.debug("node %d: ZooKeeper unavailable: %s", self.node_id, exc)
+            return
+        except LogfsError as exc:
+            _log.error("node %d: %s", self.node_id, exc)
+            return
+        except StillRegistered as exc:
+            _log.info("node %d: waiting to register: %s", self.node_id, exc)
+            return
+        await self._act(leadership)
+
+    def _broker(self) -> Broker:
+        try:
+            persisted = read_replica_state(self.store.path)
+        except UnreadableReplicaState:
+            persisted = None
+        seen = max(latest_partition_epoch(self.store), -1 if persisted is None else persisted.highest_epoch)
+        return Broker(self.node_id, self.advertised, seen)
+
+    def _control(self) -> None:
+        """Worker thread: become the controller when there is none; as controller, elect when needed."""
+        controller = self.zk.controller()
+        if controller is None and self.broker_epoch >= 0:
+            won = self.zk.try_become_controller(self.node_id)
+            if won is not None:
+                self._controller_epoch = won
+                _log.info("node %d is the controller (controller epoch %d)", self.node_id, won[0])
+            controller = self.zk.controller()
+        self.controller = controller
+        if controller != self.node_id:
+            self._controller_epoch = None
+            return
+        if self._controller_epoch is None:  # /controller names this node from a session we lost track of
+            return
+        live = self.zk.live_brokers()
+        current, version = self.zk.leadership(watch=False)
+        epochs = {node: epoch for node, (epoch, _) in live.items()}
+        if not needs_election(current, epochs, self.config.replica_ids):
+            self._remove_dead_replicas(current, version, epochs, live)
+            return
+        states = self.zk.partition_states()
+        election = elect(self.config.replica_ids, epochs, [v.state.isr for v in states.values()],
+                         unclean=self.config.unclean_leader_election_enable)  # fmt: skip
+        if election.leader == NO_LEADER and current.leader == NO_LEADER:
+            return  # nobody may lead, and the record says so already
+        leader_mount = live[election.leader][1].mount if election.leader in live else ""
+        try:
+            epoch = self._write_leadership(current, version, states, live, election.leader, leader_mount,
+                                           lambda isr: isr_after_election(isr, election, epochs))  # fmt: skip
+        except Fenced as exc:
+            _log.warning("node %d resigns as controller: %s", self.node_id, exc)
+            self._controller_epoch = None
+            return
+        how = "" if election.clean else " (unclean: outside the ISR; records may be lost)"
+        who = f"node {election.leader}" if election.leader != NO_LEADER else "no leader"
+        (_log.info if election.clean and election.leader != NO_LEADER else _log.warning)(
+            "controller %d elected %s in leader epoch %d%s", self.node_id, who, epoch, how
+        )
+
+    def _write_leadership(
+        self,
+        current: Leadership,
+        version: int,
+        states: dict[tuple[str, int], Versioned],
+        live: dict[int, tuple[int, Broker]],
+        leader: int,
+        mount: str,
+        isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
+    ) -> int:
+        """Worker thread, as controller: the leadership of ``leader`` in the next epoch, and every partition's state
+        with the ISR ``isr_of`` its current one, in one transaction; the epoch. Fenced when refused."""
+        assert self._controller_epoch is not None
+        controller_epoch, epoch_version = self._controller_epoch
+        epoch = next_leader_epoch(
+            [current.leader_epoch, *(v.state.leader_epoch for v in states.values())],
+            [b.highest_epoch for _, b in live.values()],
+        )
+        broker_epoch = live[leader][0] if leader in live else -1
+        leadership = Leadership(leader, epoch, mount, controller_epoch, broker_epoch)
+        new_states = {
+            key: (replace(v.state, leader=leader, leader_epoch=epoch, controller_epoch=controller_epoch,
+                          isr=isr_of(v.state.isr)), v.version)
+            for key, v in states.items()
+        }  # fmt: skip
+        self.zk.write_election(epoch_version, leadership, version, new_states)
+        return epoch
+
+    def _remove_dead_replicas(
+        self, current: Leadership, version: int, epochs: dict[int, int], live: dict[int, tuple[int, Broker]]
+    ) -> None:
+        """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
+        doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
+        it silently (ZooKeeper-mode Kafka bumps the epoch too)."""
+        if current.leader == NO_LEADER or self._controller_epoch is None:
+            return
+        states = self.zk.partition_states()
+        shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
+        if all(isr == states[key].state.isr for key, isr in shrunk.items()):
+            return
+        try:
+            epoch = self._write_leadership(current, version, states, live, current.leader, current.mount,
+                                           lambda isr: dead_removed(isr, epochs))  # fmt: skip
+        except Fenced as exc:
+            _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
+            return
+        dead = sorted({r for v in states.values() for r in v.state.isr if r not in epochs})
+        _log.info("controller %d removed dead node(s) %s from the ISR: leader %d, leader epoch %d", self.node_id,
+                  dead, current.leader, epoch)  # fmt: skip
+
+    async def _apply_deletions(self) -> None:
+        """Delete here every topic ZooKeeper records as deleted, and say so there."""
+        pending = await self._zk(self.zk.pending_deletions)
+        for topic, (done, _) in pending.items():
+            if self.node_id in done:
+                continue
+            if self.store.has_topic(topic) and self.role != ROLE_LEADER:
+                await trio.to_thread.run_sync(self.store.delete_topic, topic)
+                self.ops.topic_deleted(topic)
+                _log.info("topic %s: deleted here, as recorded in ZooKeeper", topic)
+            if not self.store.has_topic(topic):
+                await self._zk(self.zk.deletion_applied, topic, self.node_id, self.config.replica_ids)
+
+    # --- roles ----------------------------------------------------------------------------------------------------
+
+    async def _act(self, seen: Leadership) -> None:
+        action = decide(self.node_id, self.broker_epoch, self.role == ROLE_LEADER, self.acted_epoch, seen)
+        if action is Action.IGNORE:
+            return
+        previous = self.leadership
+        self.acted_epoch = seen.leader_epoch
+        # .logfs/leader shows the new leadership only once this node's role matches it (a writer that reads it and
+        # finds this node named is not refused by a switch still under way)
+        if action is Action.FOLLOW:
+            if self.role == ROLE_FOLLOWER and (seen.leader, seen.mount) == (previous.leader, previous.mount):
+                self.leadership = seen
+                if self._follower is not None:
+                    self._follower.leader_epoch = seen.leader_epoch  # the fetches say the new epoch from now on
+                return  # the same leader in a newer epoch (it adopted it): keep fetching
+            if self.role == ROLE_LEADER:
+                await self._fence(f"leader epoch {seen.leader_epoch} names node {seen.leader}")
+            await self._become_follower(seen)
+            self.leadership = seen
+        else:
+            try:
+                await self._become_leader(seen, adopt=action is Action.ADOPT)
+                self.leadership = seen
+            except (ZkUnavailable, LogfsError, OSError) as exc:
+                _log.error("node %d cannot lead in epoch %d: %s", self.node_id, seen.leader_epoch, exc)
+                self.acted_epoch = previous.leader_epoch
+
+    async def _become_leader(self, seen: Leadership, *, adopt: bool) -> None:
+        epoch = seen.leader_epoch
+        states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
+        await self._stop_role()
+        node = self.node_id
+        await trio.to_thread.run_sync(write_replica_state, self.store.path,
+                                      PersistedReplicaState(node, epoch, epoch, (node,), True))  # fmt: skip
+
+        def isr(tp: TopicPartition) -> tuple[int, ...]:
+            """The recorded ISR; a partition created since starts with every live replica (Kafka's creation rule:
+            they hold nothing it lacks; the HW waits for their first fetches)."""
+            v = states.get((tp.topic, tp.partition))
+            return tuple(self._live) if v is None else v.state.isr
+
+        leaders = await trio.to_thread.run_sync(functools.partial(LeaderReplicas, self.store, epoch, isr=isr))
+        replication = LeaderReplication(leaders, self.ops.partitions, read_thread=self.ops._read_thread,
+                                        write_thread=self.ops._write_thread)  # fmt: skip
+        if adopt and self.ops.replication is not None:
+            self.ops.replication.leaders = leaders  # waiting acks go on against the new epoch's partitions
+            replication = self.ops.replication
+        self._recorder = IsrRecorder(self.zk, leaders, states, controller_epoch=seen.controller_epoch)
+        self.ops.set_role(replication, None)
+        self.ops.partitions.notify_all()
+        self.role = ROLE_LEADER
+        _log.info("node %d %s leader epoch %d (mount %s)", node, "adopts" if adopt else "leads in", epoch,
+                     self.advertised)  # fmt: skip
+        tasks: list[Callable[[], Awaitable[None]]] = [self._watch_isr, self._sync_isr]
+        if self.ops.transactions is not None:
+            tasks.append(self.ops.transactions.watch)
+        self._start_role(tasks)
+
+    async def _become_follower(self, seen: Leadership) -> None:
+        await self._stop_role()
+        if seen.leader == NO_LEADER or not seen.mount:
+            self.ops.set_role(None, _no_view)
+            self.role = ROLE_NONE
+            _log.warning("node %d: no leader in epoch %d", self.node_id, seen.leader_epoch)
+            return
+        follower = Follower(Path(seen.mount), self.store, self.node_id, on_hw_moved=self.ops.notify_hw,
+                            on_topic_deleted=self.ops.topic_deleted, leader_epoch=seen.leader_epoch,
+                            on_epoch_refused=self._epoch_refused)  # fmt: skip
+        self._follower = follower
+        self.ops.set_role(None, follower.partition_view)
+        self.role = ROLE_FOLLOWER
+        _log.info("node %d follows node %d at %s in leader epoch %d", self.node_id, seen.leader, seen.mount,
+                     seen.leader_epoch)  # fmt: skip
+        self._start_role([follower.run])
+
+    def _epoch_refused(self, topic: str, partition: int, response: FetchResponse) -> None:
+        """The leader refused this follower's leader epoch (FENCED_LEADER_EPOCH: ZooKeeper has a newer leadership
+        than this node acted on; UNKNOWN_LEADER_EPOCH: the leader has not taken ours yet): read ZooKeeper again now
+        rather than at the next watch or RECONCILE_S (the fetch backs off and asks again meanwhile)."""
+        self.zk.nudge()
+
+    def _start_role(self, tasks: list[Callable[[], Awaitable[None]]]) -> None:
+        assert self._nursery is not None
+        scope, done = trio.CancelScope(), trio.Event()
+        self._role_scope, self._role_done = scope, done
+
+        async def role() -> None:
+            try:
+                with scope:
+                    async with trio.open_nursery() as nursery:
+                        for task in tasks:
+                            nursery.start_soon(_guarded, task)
+            finally:
+                done.set()
+
+        self._nursery.start_soon(role)
+
+    async def _stop_role(self) -> None:
+        if self._role_scope is not None and self._role_done is not None:
+            self._role_scope.cancel()
+            await self._role_done.wait()
+        self._role_scope = self._role_done = None
+        self._follower = None
+        self._recorder = None
+
+    async def _fence(self, why: str) -> None:
+        """Stop acknowledging at once: waiting fsyncs fail (EIO), new writes EROFS; then no role until ZooKeeper
+        says whom to follow."""
+        replication = self.ops.replication
+        if replication is not None:
+            replication.begin_shutdown()
+        self.ops.set_role(None, _no_view)
+        self.ops.partitions.notify_all()
+        self.role = ROLE_NONE
+        _log.error("node %d is fenced as leader of epoch %d: %s", self.node_id, self.leadership.leader_epoch, why)
+        await self._stop_role()
+
+    async def _leave(self, why: str) -> None:
+        """The store went offline: stop leading or fetching, and leave the cluster (the controller elects again)."""
+        self._left = True
+        if self.role == ROLE_LEADER:
+            await self._fence(why)
+        await self._stop_role()
+        self.ops.set_role(None, _no_view)
+        self.role = ROLE_NONE
+        _log.error("node %d leaves the cluster: %s", self.node_id, why)
+        await trio.to_thread.run_sync(self.zk.stop)
+        self.broker_epoch = -1
+
+    # --- the leader's tasks ---------------------------------------------------------------------------------------
+
+    async def _fenced(self) -> bool:
+        """Whether a refused write fenced this leader (the main loop is told, and acts)."""
+        recorder = self._recorder
+        if recorder is not None and recorder.fenced is not None:
+            self.zk.nudge()
+            return True
+        return False
+
+    async def _watch_isr(self) -> None:
+        recorder = self._recorder
+        assert recorder is not None
+        interval_s = shrink_check_interval_ms(self.config.replica_lag_time_max_ms) / 1000
+        while True:
+            await trio.sleep(interval_s)
+            changed = await self._zk(recorder.shrink)
+            for tp in changed:
+                self.ops.partitions.get(tp.topic, tp.partition).notify()
+            if await self._fenced():
+                return
+
+    async def _sync_isr(self) -> None:
+        recorder = self._recorder
+        assert recorder is not None
+        while True:
+            await self._zk(recorder.sync)
+            if await self._fenced():
+                return
+            await trio.sleep(ISR_SYNC_S)
+
+
+async def _guarded(task: Callable[[], Awaitable[None]]) -> None:
+    """A role task: an unexpected error is logged and ends that task only (the mount serves on)."""
+    try:
+        await task()
+    except Exception:
+        _log.exception("a cluster task failed")
+

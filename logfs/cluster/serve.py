@@ -1,0 +1,52 @@
+"""``logfs mount STORE MOUNTPOINT --config zookeeper.connect=…``: a node of a ZooKeeper cluster.
+
+As :func:`logfs.mount.server.serve`, except that no leader epoch is started here: the mount starts read-only with no
+leader, and :class:`~logfs.cluster.node.ClusterNode` (a task beside the main loop) switches its role in place as
+ZooKeeper's elections say. The mount point stays mounted through every role change.
+
+Threads: the main thread runs :func:`serve_cluster`; trio's worker threads the blocking work; kazoo its own threads
+(``logfs/cluster/zk.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from logfs.cluster.node import ClusterNode
+from logfs.core.config import StoreConfig
+from logfs.core.store import Store
+from logfs.mount.operations import Operations
+from logfs.mount.server import clear_stale_mount, raise_open_file_limit, run_mount, standard_tasks
+
+_log = logging.getLogger(__name__)
+
+
+def serve_cluster(store_path: Path, mountpoint: Path, config: StoreConfig) -> int:
+    """Mount ``store_path`` at ``mountpoint`` as a node of the cluster ``config.zookeeper_connect`` names, until
+    SIGINT, SIGTERM or an unmount; the exit code. Main thread. Raises as ``serve`` does before anything is mounted
+    (MountError, StoreLocked, ConfigError)."""
+    raise_open_file_limit()
+    clear_stale_mount(mountpoint, store_path)
+    store = Store.open(store_path, config)
+    try:
+        return trio.run(_run, store, mountpoint)
+    finally:
+        store.close()
+        _log.info("closed store %s", store_path)
+
+
+async def _run(store: Store, mountpoint: Path) -> int:
+    ops = Operations(store, follower=lambda topic, partition: (-1, ()))
+    node = ClusterNode(ops, store, store.config, Path(mountpoint).absolute())
+    ops.reader.leader_info = node.leader_file
+    ops.reader.cluster_state = node.state_fields
+    groups = ops.reader.extra_metrics
+
+    def metrics() -> str:
+        return (groups() if groups is not None else "") + node.render_metrics()
+
+    ops.reader.extra_metrics = metrics
+    return await run_mount(ops, mountpoint, [*standard_tasks(ops, store), node.run])

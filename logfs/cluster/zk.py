@@ -1,0 +1,410 @@
+"""The only module that talks to ZooKeeper (kazoo): the cluster's znodes, read and written with Kafka's layout and
+conditional writes, and kazoo's events handed to trio.
+
+Znodes (under the chroot of ``zookeeper.connect``; reference §1):
+
+* ``/brokers/ids/<id>`` — ephemeral, one per live node (``rules.Broker``: its advertised mount and the highest epoch
+  its store saw). Its czxid is the node's *broker epoch*: a restarted node registers with a larger one.
+* ``/controller`` — ephemeral, ``{"version":1,"brokerid":…,"timestamp":"…"}``; ``/controller_epoch`` — persistent,
+  decimal text. A node becomes controller with Kafka's multi: create ``/controller`` and set ``/controller_epoch``
+  to E+1 expecting its version; every later controller write carries a check of that version, so a deposed
+  controller can change nothing.
+* ``/brokers/topics/<t>/partitions/<p>/state`` — Kafka's partition state JSON (``rules.PartitionState``).
+* ``/logfs/leadership`` — who leads every partition in which epoch (``rules.Leadership``), written in the same
+  transaction as the state znodes of an election: the one znode every node watches.
+* ``/admin/delete_topics/<t>`` — a topic deleted on the leader, until every replica has deleted it (its data: the
+  ids that did, JSON).
+
+Threads: kazoo runs its own threads; their callbacks (session state, one-shot watches) only hand a word to trio
+(``trio.lowlevel.TrioToken.run_sync_soon`` → a memory channel) and never touch anything else. Every other method is
+a blocking call for a trio worker thread (never the trio thread), with a deadline of ``REQUEST_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from logfs.cluster.rules import (
+    NO_LEADERSHIP,
+    BadZnode,
+    Broker,
+    Leadership,
+    PartitionState,
+    controller_data,
+    controller_id,
+)
+
+_log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 5.0  # a call that ZooKeeper does not answer in time fails (the caller retries or fences)
+
+BROKERS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+LEADERSHIP = "/logfs/leadership"
+DELETE_TOPICS = "/admin/delete_topics"
+
+# Events handed to trio (words on the channel).
+SESSION_CONNECTED = "connected"
+SESSION_SUSPENDED = "suspended"
+SESSION_EXPIRED = "expired"
+CHANGED = "changed"  # a watched znode or child list changed: read again
+
+
+class ZkUnavailable(Exception):
+    """ZooKeeper did not answer (connection lost, session expired, timeout): nothing was decided."""
+
+
+class StillRegistered(Exception):
+    """``/brokers/ids/<id>`` belongs to an earlier session of this node (killed before it expired): wait it out."""
+
+
+class Superseded(Exception):
+    """A conditional write was refused because the controller wrote a newer epoch naming this same leader (it
+    removed a dead replica): not a fence; the node adopts the epoch."""
+
+
+class Fenced(Exception):
+    """A conditional write was refused: someone else changed the znode (a newer controller or leader)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    """A partition state and its znode version (Kafka's zkVersion, the expected version of the next write)."""
+
+    state: PartitionState
+    version: int
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``"h1:1,h2:2/chroot"`` → ``("h1:1,h2:2", "/chroot")`` (``""`` for no chroot)."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+class ZooKeeper:
+    """One node's ZooKeeper session. Build on the trio thread (it captures the trio token); ``events`` yields the
+    words kazoo's callbacks hand over. See the module docstring."""
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        hosts, self.chroot = split_connect(connect)
+        self.connect = connect
+        # Reconnect attempts at most a fifth of the session timeout apart (kazoo's default backs off up to 60 s): a
+        # ZooKeeper restarted within the timeout must see the session again before it expires it.
+        retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_jitter": 0.1,
+                 "max_delay": max(0.05, session_timeout_ms / 5000)}  # fmt: skip
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry=retry)
+        self._token = trio.lowlevel.current_trio_token()
+        self._send, self.events = trio.open_memory_channel[str](1000)
+        self._client.add_listener(self._on_state)
+        self.session = SESSION_SUSPENDED  # the last state kazoo reported (read on the trio thread)
+
+    # --- kazoo's threads: hand over, nothing else ---------------------------------------------------------------------
+
+    def _post(self, word: str) -> None:
+        def send() -> None:
+            if word in (SESSION_CONNECTED, SESSION_SUSPENDED, SESSION_EXPIRED):
+                self.session = word
+            try:
+                self._send.send_nowait(word)
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                pass  # a full channel already holds a word that makes the node read everything again
+
+        try:
+            self._token.run_sync_soon(send)
+        except trio.RunFinishedError:
+            pass
+
+    def _on_state(self, state: str) -> None:
+        self._post({KazooState.CONNECTED: SESSION_CONNECTED, KazooState.SUSPENDED: SESSION_SUSPENDED,
+                    KazooState.LOST: SESSION_EXPIRED}.get(state, SESSION_SUSPENDED))  # fmt: skip
+
+    def _watch(self, _event: Any) -> None:
+        self._post(CHANGED)
+
+    def nudge(self) -> None:
+        """From the trio thread: make the node reconcile now."""
+        try:
+            self._send.send_nowait(CHANGED)
+        except trio.WouldBlock:
+            pass
+
+    # --- lifecycle (worker thread) ------------------------------------------------------------------------------------
+
+    def start(self, timeout_s: float) -> None:
+        """Connect (a new session) and make the persistent parents. ZkUnavailable when ZooKeeper does not answer."""
+        try:
+            self._client.start(timeout=timeout_s)
+            for path in (BROKERS, TOPICS, DELETE_TOPICS, "/logfs"):
+                self._client.ensure_path(self._p(path))
+        except (KazooException, KazooTimeoutError) as exc:
+            raise ZkUnavailable(f"ZooKeeper at {self.connect}: {exc!r}") from None
+
+    def stop(self) -> None:
+        """Close the session (its ephemeral znodes go at once) and stop kazoo's threads."""
+        try:
+            self._client.stop()
+            self._client.close()
+        except KazooException:
+            pass
+
+    # --- plumbing -----------------------------------------------------------------------------------------------------
+
+    def _p(self, path: str) -> str:
+        return self.chroot + path
+
+    def _do(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A kazoo async call, awaited with a deadline; ZkUnavailable for anything but the caller's typed errors."""
+        try:
+            return fn(*args, **kwargs).get(timeout=REQUEST_TIMEOUT_S)
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except (KazooException, KazooTimeoutError) as exc:
+            raise ZkUnavailable(repr(exc)) from None
+
+    def _get(self, path: str, *, watch: bool = False) -> tuple[bytes, Any]:
+        return self._do(self._client.get_async, self._p(path), self._watch if watch else None)
+
+    def _children(self, path: str, *, watch: bool = False) -> list[str]:
+        try:
+            return self._do(self._client.get_children_async, self._p(path), self._watch if watch else None)
+        except NoNodeError:
+            return []
+
+    # --- brokers ------------------------------------------------------------------------------------------------------
+
+    def register(self, broker: Broker) -> int:
+        """Create this node's ephemeral ``/brokers/ids/<id>``; its czxid (the broker epoch). A registration of an
+        earlier session of this node (a restart before it expired) is waited out: StillRegistered → retry later."""
+        path = f"{BROKERS}/{broker.node_id}"
+        try:
+            created = self._do(self._client.create_async, self._p(path), broker.encode(), ephemeral=True)
+        except NodeExistsError:
+            try:
+                _, stat = self._get(path)
+            except NoNodeError:
+                raise StillRegistered(f"{path} just went: try again") from None
+            if stat.ephemeralOwner != self._client.client_id[0]:
+                raise StillRegistered(f"{path} belongs to an earlier session (ephemeral owner "
+                                      f"{stat.ephemeralOwner:#x})") from None  # fmt: skip
+            return int(stat.czxid)
+        del created
+        _, stat = self._get(path)
+        return int(stat.czxid)
+
+    def reregister(self, broker: Broker) -> int:
+        """Delete this node's registration and create it again: a new broker epoch (the controller then treats the
+        node as restarted and elects again)."""
+        try:
+            self._do(self._client.delete_async, self._p(f"{BROKERS}/{broker.node_id}"))
+        except NoNodeError:
+            pass
+        return self.register(broker)
+
+    def live_brokers(self, *, watch: bool = True) -> dict[int, tuple[int, Broker]]:
+        """Every registered node: id → (broker epoch, registration). Watches the list."""
+        live: dict[int, tuple[int, Broker]] = {}
+        for name in self._children(BROKERS, watch=watch):
+            try:
+                data, stat = self._get(f"{BROKERS}/{name}")
+                live[int(name)] = (int(stat.czxid), Broker.decode(int(name), data))
+            except (NoNodeError, ValueError, BadZnode) as exc:
+                _log.debug("broker %s: %r", name, exc)
+        return live
+
+    # --- the controller -----------------------------------------------------------------------------------------------
+
+    def controller(self, *, watch: bool = True) -> int | None:
+        """The controller's node id, or None when there is none; watches ``/controller``."""
+        try:
+            stat = self._do(self._client.exists_async, self._p(CONTROLLER), self._watch if watch else None)
+            if stat is None:
+                return None
+            data, _ = self._get(CONTROLLER)
+            return controller_id(data)
+        except (NoNodeError, BadZnode):
+            return None
+
+    def try_become_controller(self, node_id: int) -> tuple[int, int] | None:
+        """Kafka's controller election: create ``/controller`` and bump ``/controller_epoch`` in one multi. (epoch,
+        the epoch znode's version) when this node won, None when another did."""
+        try:
+            self._do(self._client.create_async, self._p(CONTROLLER_EPOCH), b"0")
+        except NodeExistsError:
+            pass
+        data, stat = self._get(CONTROLLER_EPOCH)
+        epoch = int(data or b"0") + 1
+        tx = self._client.transaction()
+        tx.create(self._p(CONTROLLER), controller_data(node_id), ephemeral=True)
+        tx.set_data(self._p(CONTROLLER_EPOCH), str(epoch).encode(), version=stat.version)
+        results = self._commit(tx)
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        return epoch, int(results[1].version)
+
+    def _commit(self, tx: Any) -> list[Any]:
+        try:
+            return tx.commit_async().get(timeout=REQUEST_TIMEOUT_S)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise ZkUnavailable(repr(exc)) from None
+
+    # --- leadership and partition states ------------------------------------------------------------------------------
+
+    def leadership(self, *, watch: bool = True) -> tuple[Leadership, int]:
+        """The recorded leadership and its znode version (NO_LEADERSHIP, -1 when none was ever written); watches it
+        (an exists watch when it is missing, so its creation is seen)."""
+        try:
+            data, stat = self._get(LEADERSHIP, watch=watch)
+        except NoNodeError:
+            if watch:
+                self._do(self._client.exists_async, self._p(LEADERSHIP), self._watch)
+            return NO_LEADERSHIP, -1
+        try:
+            return Leadership.decode(data), int(stat.version)
+        except BadZnode as exc:
+            _log.error("%s holds no leadership (%s): treated as none", LEADERSHIP, exc)
+            return NO_LEADERSHIP, int(stat.version)
+
+    def partition_states(self) -> dict[tuple[str, int], Versioned]:
+        """Every partition's recorded state, with its version."""
+        states: dict[tuple[str, int], Versioned] = {}
+        for topic in self._children(TOPICS):
+            for name in self._children(f"{TOPICS}/{topic}/partitions"):
+                try:
+                    data, stat = self._get(state_path(topic, int(name)))
+                    states[(topic, int(name))] = Versioned(PartitionState.decode(data), int(stat.version))
+                except (NoNodeError, ValueError, BadZnode) as exc:
+                    _log.debug("partition %s-%s: %r", topic, name, exc)
+        return states
+
+    def write_election(
+        self,
+        controller_epoch_version: int,
+        leadership: Leadership,
+        leadership_version: int,
+        states: Mapping[tuple[str, int], tuple[PartitionState, int]],
+    ) -> None:
+        """One transaction: the controller-epoch check, the leadership (conditional on its version; -1: create) and
+        every partition state (conditional on its version). Fenced when any check fails."""
+        tx = self._client.transaction()
+        tx.check(self._p(CONTROLLER_EPOCH), controller_epoch_version)
+        if leadership_version < 0:
+            tx.create(self._p(LEADERSHIP), leadership.encode())
+        else:
+            tx.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
+        for (topic, partition), (state, version) in states.items():
+            tx.set_data(self._p(state_path(topic, partition)), state.encode(), version=version)
+        results = self._commit(tx)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise Fenced(f"the election in epoch {leadership.leader_epoch} was refused: {failed[0]!r}")
+
+    def set_state(self, topic: str, partition: int, state: PartitionState, version: int) -> int:
+        """The leader's ISR change: set the state expecting ``version``; the new version. Fenced on BadVersion
+        unless the znode already holds exactly ``state`` (our earlier write whose answer was lost)."""
+        path = state_path(topic, partition)
+        try:
+            stat = self._do(self._client.set_async, self._p(path), state.encode(), version)
+            return int(stat.version)
+        except (BadVersionError, NoNodeError):
+            try:
+                data, stat = self._get(path)
+                found = PartitionState.decode(data)
+                if found == state:
+                    return int(stat.version)
+                if found.leader == state.leader and found.leader_epoch > state.leader_epoch:
+                    raise Superseded(f"{topic}-{partition}: leader epoch {found.leader_epoch} names this leader")
+            except (NoNodeError, BadZnode):
+                pass
+            raise Fenced(
+                f"{topic}-{partition}: the state changed under the leader (expected version {version})"
+            ) from None
+
+    def create_state(self, topic: str, partition: int, state: PartitionState) -> int:
+        """A new partition's state znode (by its leader); its version. An existing one is taken when it names the
+        same leader and epoch (Fenced otherwise)."""
+        path = state_path(topic, partition)
+        try:
+            # a topic made again ends the record of its deletion (a returning replica's old copy diverges in epochs)
+            self._client.delete(self._p(f"{DELETE_TOPICS}/{topic}"))
+        except NoNodeError:
+            pass
+        except KazooException as exc:
+            raise ZkUnavailable(repr(exc)) from None
+        try:
+            self._client.ensure_path(self._p(f"{TOPICS}/{topic}/partitions/{partition}"))
+            self._do(self._client.create_async, self._p(path), state.encode())
+            return 0
+        except NodeExistsError:
+            data, stat = self._get(path)
+            found = PartitionState.decode(data)
+            if (found.leader, found.leader_epoch) == (state.leader, state.leader_epoch):
+                return int(stat.version)
+            raise Fenced(
+                f"{topic}-{partition}: recorded for leader {found.leader} in epoch {found.leader_epoch}"
+            ) from None
+        except KazooException as exc:
+            raise ZkUnavailable(repr(exc)) from None
+
+    # --- deletions ----------------------------------------------------------------------------------------------------
+
+    def record_deletion(self, topic: str, done_by: Iterable[int]) -> None:
+        """``/admin/delete_topics/<topic>`` with the ids that deleted it, and its state znodes gone."""
+        try:
+            self._do(self._client.create_async, self._p(f"{DELETE_TOPICS}/{topic}"), _ids(done_by))
+        except NodeExistsError:
+            pass
+        try:
+            self._client.delete(self._p(f"{TOPICS}/{topic}"), recursive=True)
+        except NoNodeError:
+            pass
+        except KazooException as exc:
+            raise ZkUnavailable(repr(exc)) from None
+
+    def pending_deletions(self, *, watch: bool = True) -> dict[str, tuple[set[int], int]]:
+        """Topics deleted on a leader: topic → (ids that applied the deletion, znode version)."""
+        pending: dict[str, tuple[set[int], int]] = {}
+        for topic in self._children(DELETE_TOPICS, watch=watch):
+            try:
+                data, stat = self._get(f"{DELETE_TOPICS}/{topic}")
+                done = json.loads(data or b"[]")
+                pending[topic] = ({int(i) for i in done}, int(stat.version))
+            except (NoNodeError, ValueError, TypeError) as exc:
+                _log.debug("deletion %s: %r", topic, exc)
+        return pending
+
+    def deletion_applied(self, topic: str, node_id: int, replica_ids: Iterable[int]) -> None:
+        """This node deleted ``topic``: add it to the znode's ids; remove the znode once every replica did."""
+        path = f"{DELETE_TOPICS}/{topic}"
+        for _ in range(5):
+            try:
+                data, stat = self._get(path)
+            except NoNodeError:
+                return
+            done = {int(i) for i in json.loads(data or b"[]")} | {node_id}
+            try:
+                if done >= set(replica_ids):
+                    self._do(self._client.delete_async, self._p(path), stat.version)
+                else:
+                    self._do(self._client.set_async, self._p(path), _ids(done), stat.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+
+def _ids(ids: Iterable[int]) -> bytes:
+    return json.dumps(sorted(set(ids))).encode()

@@ -1,0 +1,345 @@
+"""Consumer groups through the mount (issue 19): ``.logfs/groups/<group>/…`` over ``__consumer_offsets``.
+
+The records and the state replayed from them are the core's (``core/groups/``); this module serves the files:
+
+* ``<group>/<topic>/<partition>/offset`` — a write of ``<offset>[ <metadata>]\\n`` commits (:meth:`Groups.commit`):
+  the line is checked (EINVAL: malformed, below the log start offset, above the log end offset; nothing stored),
+  ``__consumer_offsets`` is created at the first commit (Kafka's 50 partitions, compacted), and the commit is one
+  record appended as leader to the partition Kafka's rule names for the group, exactly as a record written to an
+  ``append`` file: write(2) returns once it is in the log, fsync(2) flushes it and waits for the followers
+  (acks=all), O_SYNC does both per write. A read gives the latest commit as one line, ENOENT when there is none.
+* ``<group>/config`` — ``auto.offset.reset`` and ``auto.commit.interval.ms`` (``core/groups/groupconfig.py``).
+* ``<group>/lag`` — ``<topic> <partition> <committed> <hw> <leo> <lag>`` per committed partition, lag = HW − committed
+  (what a consumer can read; Kafka's tools compute it the same way from the HW).
+* ``<group>/<topic>/<partition>/follow`` — a ``follow/`` stream (``mount/follow.py``) starting at the committed
+  offset, or with none (or one the log no longer holds) where ``auto.offset.reset`` says. It commits what it has
+  *delivered* — the offset after the last record whose bytes read(2) has returned in full — as Kafka's
+  ``enable.auto.commit`` does: every ``auto.commit.interval.ms`` (:meth:`Groups.watch`) and when the file is closed.
+  So a reader killed by a signal (Ctrl-C, kill -9) loses nothing it was not given: the kernel closes its file and
+  everything delivered is committed, including records it had read but not yet used (those it never sees again:
+  at-most-once for what was in its buffers). If the *mount* dies, commits of the last interval are lost and the next
+  reader sees those records again (at-least-once for up to ``auto.commit.interval.ms``). ``tail -f`` gets a sized
+  view (``mount/follow.py``) and commits nothing.
+* ``rmdir .logfs/groups/<group>`` writes a tombstone for each of its commits (flushed, acks=all) and forgets its
+  config; ``ls .logfs/groups`` lists the groups with commits or settings.
+* ``.logfs/metrics`` gets ``logfs_group_committed_offset`` and ``logfs_group_lag`` per group, topic and partition
+  (:meth:`Groups.render_metrics`, from the state of the last catch-up).
+
+**Roles.** The state is the log's (``GroupOffsets.catch_up``): a leader's mount replays up to the log end (its own
+commits are visible at once), a follower's up to its HW. A follower's mount answers reads of ``offset``, ``lag``
+and listings from the commits it replicated, and refuses commits, config changes, rmdir and group ``follow`` files
+with EROFS. Whichever node becomes leader replays the topic when it first serves a group file.
+
+Threads: the trio thread; catch-ups, appends and file writes run in worker threads; one catch-up at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import trio
+
+from logfs.core.durable import now_ms
+from logfs.core.groups.groupconfig import GroupConfigs
+from logfs.core.groups.offsets import (
+    GroupOffsets,
+    check_commit_offset,
+    commit_batch,
+    ensure_offsets_topic,
+    parse_commit,
+    tombstone_batch,
+)
+from logfs.core.groups.records import OFFSETS_TOPIC, partition_for_group
+from logfs.core.log.log import Log
+from logfs.core.store import Store
+from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
+from logfs.mount.follow import FollowReaders, FollowStart
+from logfs.mount.framing import LineFramer
+from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
+from logfs.mount.nodes import Kind, Node
+from logfs.mount.render.renderspan import Format
+from logfs.mount.replication import LeaderReplication
+from logfs.mount.runner import Runner
+from logfs.mount.tree import Entry, Tree
+
+_log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S = 0.1  # how often auto-commits fall due are looked for (auto.commit.interval.ms is coarser)
+REFRESH_INTERVAL_S = 1.0  # how often the state is caught up in the background (for .logfs/metrics)
+GROUP_WRITE_KINDS = frozenset({Kind.GROUP_OFFSET, Kind.GROUP_CONFIG})
+GROUP_DIR_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_TOPIC, Kind.GROUP_PARTITION})
+
+
+@dataclass(eq=False, slots=True)
+class _Delivery:
+    """One open group ``follow`` file: what it delivered and what it committed last."""
+
+    group: str
+    topic: str
+    partition: int
+    delivered: int
+    committed: int
+    committed_at: float  # trio clock
+
+
+class Groups:
+    """``.logfs/groups/`` of one mount. Trio thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        tree: Tree,
+        partitions: Partitions,
+        follows: FollowReaders,
+        replication: LeaderReplication | None,
+        *,
+        read_thread: Runner,
+        write_thread: Runner,
+    ) -> None:
+        """``replication`` None: a follower's mount (reads only)."""
+        self.store = store
+        self.tree = tree
+        self.partitions = partitions
+        self.follows = follows
+        self.replication = replication
+        self.offsets = GroupOffsets()
+        self.configs = GroupConfigs(store.path)
+        self._read_thread = read_thread
+        self._write_thread = write_thread
+        self._catch_up_lock = trio.Lock()
+        self._create_lock = trio.Lock()  # a second first commit waits until all 50 partitions exist
+        self._deliveries: dict[FollowHandle, _Delivery] = {}
+
+    # --- state ------------------------------------------------------------------------------------------------------
+
+    def _bound(self, log: Log) -> int:
+        return log.high_watermark if self.replication is None else log.log_end_offset
+
+    async def catch_up(self, group: str | None = None) -> None:
+        """Replay what is new in ``__consumer_offsets`` (only ``group``'s partition when given)."""
+        parts = None
+        if group is not None:
+            if not self.store.has_topic(OFFSETS_TOPIC):
+                parts = []
+            else:
+                parts = [partition_for_group(group, len(self.store.partitions(OFFSETS_TOPIC)))]
+        async with self._catch_up_lock:
+            await self._read_thread(self.offsets.catch_up, self.store, self._bound, parts)
+
+    def _leader(self) -> LeaderReplication:
+        if self.replication is None:
+            raise ReadOnlyMount("a follower's mount commits nothing")
+        return self.replication
+
+    # --- listings and file contents -----------------------------------------------------------------------------
+
+    async def children(self, node: Node) -> list[tuple[str, Node]]:
+        """What ``readdir`` lists in a directory under ``.logfs/groups/``."""
+        k, group = node.kind, node.group
+        await self.catch_up(None if k is Kind.GROUPS_DIR else group)
+        if k is Kind.GROUPS_DIR:
+            names = sorted(set(self.offsets.groups()) | set(self.configs.groups()))
+            return [(g, Node(Kind.GROUP, group=g)) for g in names]
+        commits = self.offsets.commits(group)
+        if k is Kind.GROUP:
+            topics = sorted({t for t, _ in commits if self.store.has_topic(t)})
+            fixed = [("config", Node(Kind.GROUP_CONFIG, group=group)), ("lag", Node(Kind.GROUP_LAG, group=group))]
+            return fixed + [(t, Node(Kind.GROUP_TOPIC, t, group=group)) for t in topics]
+        if k is Kind.GROUP_TOPIC:
+            parts = sorted(p for t, p in commits if t == node.topic and p in self.store.partitions(t))
+            return [(str(p), Node(Kind.GROUP_PARTITION, node.topic, p, group=group)) for p in parts]
+        return [
+            ("offset", Node(Kind.GROUP_OFFSET, node.topic, node.partition, group=group)),
+            ("follow", Node(Kind.GROUP_FOLLOW, node.topic, node.partition, group=group)),
+        ]
+
+    async def render_offset(self, node: Node) -> bytes:
+        await self.catch_up(node.group)
+        commit = self.offsets.committed(node.group, node.topic, node.partition)
+        if commit is None:
+            raise NoEntry(f"{node}: group {node.group!r} has no commit for {node.topic}-{node.partition}")
+        return f"{commit.offset} {commit.metadata}\n".encode() if commit.metadata else f"{commit.offset}\n".encode()
+
+    async def render_lag(self, group: str) -> bytes:
+        await self.catch_up(group)
+        return "".join(f"{' '.join(map(str, row))}\n" for row in self.lag_rows(group)).encode()
+
+    def lag_rows(self, group: str) -> list[tuple[str, int, int, int, int, int]]:
+        """(topic, partition, committed, HW, LEO, lag) of each committed partition that exists, sorted."""
+        rows = []
+        for (topic, partition), commit in sorted(self.offsets.commits(group).items()):
+            if not self.store.has_topic(topic) or partition not in self.store.partitions(topic):
+                continue
+            log = self.store.log(topic, partition)
+            hw = log.high_watermark
+            rows.append((topic, partition, commit.offset, hw, log.log_end_offset, max(0, hw - commit.offset)))
+        return rows
+
+    def render_metrics(self) -> str:
+        """Prometheus lines for ``.logfs/metrics``: committed offsets and lag (state of the last catch-up)."""
+        committed = ["# TYPE logfs_group_committed_offset gauge"]
+        lag = ["# TYPE logfs_group_lag gauge"]
+        for group in self.offsets.groups():
+            for topic, partition, offset, _hw, _leo, behind in self.lag_rows(group):
+                labels = f'group="{_escape(group)}",topic="{_escape(topic)}",partition="{partition}"'
+                committed.append(f"logfs_group_committed_offset{{{labels}}} {offset}")
+                lag.append(f"logfs_group_lag{{{labels}}} {behind}")
+        return "\n".join(committed + lag) + "\n"
+
+    # --- opens --------------------------------------------------------------------------------------------------
+
+    async def open(self, entry: Entry, access: int, pid: int, sync: bool) -> tuple[Handle, bool]:
+        """The handle of a group file (and whether it is a stream, direct_io either way)."""
+        node = entry.node
+        kind = node.kind
+        if kind in GROUP_WRITE_KINDS and access != os.O_RDONLY:
+            self._leader()
+            return WriteHandle(entry, LineFramer(1024 * 1024), read_write=access == os.O_RDWR, sync=sync), False
+        if kind is Kind.GROUP_OFFSET:
+            return SnapshotHandle(entry, await self.render_offset(node)), False
+        if kind is Kind.GROUP_CONFIG:
+            return SnapshotHandle(entry, self.configs.get(node.group).render()), False
+        if kind is Kind.GROUP_LAG:
+            return SnapshotHandle(entry, await self.render_lag(node.group)), False
+        if kind is Kind.GROUP_FOLLOW:
+            self._leader()
+            h = await self.follows.open(entry, pid)
+            spec = entry.payload
+            assert isinstance(spec, FollowStart)
+            self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, spec.start, spec.start,
+                                            trio.current_time())  # fmt: skip
+            return h, True
+        raise BadFileHandle(f"{node} cannot be opened")
+
+    async def lookup_follow(self, node: Node) -> Entry:
+        """A fresh inode for one lookup of a group's ``follow``: its start is fixed now, as a ``follow/`` name's."""
+        return self.tree.add_fresh(node, await self.follow_start(node), created_ns=time.time_ns())
+
+    async def follow_start(self, node: Node) -> FollowStart:
+        """Where a lookup of a group's ``follow`` starts: the committed offset while the log holds it, else
+        ``auto.offset.reset`` (earliest: the log start offset; latest: the log end offset)."""
+        await self.catch_up(node.group)
+        log = self.store.log(node.topic, node.partition)
+        commit = self.offsets.committed(node.group, node.topic, node.partition)
+        if commit is not None and log.log_start_offset <= commit.offset <= log.log_end_offset:
+            return FollowStart(Format.PLAIN, commit.offset)
+        reset = self.configs.get(node.group).auto_offset_reset
+        return FollowStart(Format.PLAIN, log.log_start_offset if reset == "earliest" else log.log_end_offset)
+
+    # --- group follow -------------------------------------------------------------------------------------------
+
+    async def read_follow(self, h: FollowHandle, off: int, size: int) -> bytes:
+        """A read of a group ``follow``: the stream's bytes; once everything rendered so far is returned, what it
+        delivered moves to the stream's position."""
+        data = await self.follows.read(h, off, size)
+        delivery = self._deliveries.get(h)
+        if delivery is not None and h.view is None and not h.pending:
+            delivery.delivered = h.position
+        return data
+
+    async def closed(self, h: Handle) -> None:
+        """A group ``follow`` closed: commit what it delivered (errors are logged: a close has no answer)."""
+        if not isinstance(h, FollowHandle):
+            return
+        delivery = self._deliveries.pop(h, None)
+        if delivery is not None and delivery.delivered != delivery.committed:
+            await self._auto_commit(delivery)
+
+    async def _auto_commit(self, d: _Delivery) -> None:
+        try:
+            await self.commit(d.group, d.topic, d.partition, d.delivered, "", flush=True)
+            d.committed = d.delivered
+        except Exception as exc:
+            _log.warning("group %s: auto-commit of %s-%d at %d failed: %s", d.group, d.topic, d.partition,
+                         d.delivered, exc)  # fmt: skip
+        d.committed_at = trio.current_time()
+
+    async def watch(self) -> None:
+        """Auto-commits as they fall due (every WATCH_INTERVAL_S), and a background catch-up every
+        REFRESH_INTERVAL_S (for .logfs/metrics). A task of the server's nursery; runs until cancelled."""
+        refreshed = trio.current_time()
+        while True:
+            await trio.sleep(WATCH_INTERVAL_S)
+            now = trio.current_time()
+            for d in list(self._deliveries.values()):
+                interval_s = self.configs.get(d.group).auto_commit_interval_ms / 1000
+                if d.delivered != d.committed and now - d.committed_at >= interval_s:
+                    await self._auto_commit(d)
+            if now - refreshed >= REFRESH_INTERVAL_S:
+                refreshed = now
+                try:
+                    await self.catch_up()
+                except Exception as exc:
+                    _log.warning("consumer offsets: catching up failed: %s", exc)
+
+    # --- writes -------------------------------------------------------------------------------------------------
+
+    async def lines(self, h: WriteHandle, lines: list[bytes]) -> None:
+        """Complete lines written to ``offset`` (each a commit) or ``config``."""
+        node = h.node
+        if node.kind is Kind.GROUP_CONFIG:
+            text = b"\n".join(lines).decode("utf-8", "replace")
+            await self._write_thread(self.configs.set, node.group, text)
+            return
+        parsed = [parse_commit(line) for line in lines]  # all checked before any is written
+        for offset, metadata in parsed:
+            p, next_offset = await self.commit(node.group, node.topic, node.partition, offset, metadata,
+                                               flush=h.sync)  # fmt: skip
+            h.touched[p] = max(h.touched.get(p, 0), next_offset)
+        if h.sync and h.touched:
+            await self.fsync(h)
+
+    async def commit(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str, *, flush: bool
+    ) -> tuple[int, int]:
+        """Append one commit as leader; (the ``__consumer_offsets`` partition, the offset after the record)."""
+        replication = self._leader()
+        log = self.store.log(topic, partition)
+        check_commit_offset(log, topic, partition, offset)
+        async with self._create_lock:
+            if not self.store.has_topic(OFFSETS_TOPIC):
+                await self._write_thread(ensure_offsets_topic, self.store)
+        return await self._append(replication, group, commit_batch(group, [(topic, partition, offset, metadata)],
+                                                                   now_ms()), flush)  # fmt: skip
+
+    async def _append(self, replication: LeaderReplication, group: str, batch: bytes, flush: bool) -> tuple[int, int]:
+        p = partition_for_group(group, len(self.store.partitions(OFFSETS_TOPIC)))
+        leader = replication.partition(OFFSETS_TOPIC, p)
+        state = self.partitions.get(OFFSETS_TOPIC, p)
+        async with state.append_lock:
+            done = await self._write_thread(lambda: leader.append_records_to_leader([bytearray(batch)], flush=flush))
+        if done.infos:
+            state.notify() if done.high_watermark_moved else state.appended()
+        if done.error is not None:
+            raise done.error
+        await self.catch_up(group)
+        return p, done.infos[-1].last_offset + 1
+
+    async def fsync(self, h: WriteHandle) -> None:
+        """acks=all for the commits ``h`` wrote: flushed, then replicated to the ISR."""
+        if not h.touched or h.node.kind is not Kind.GROUP_OFFSET:
+            return
+        for p in sorted(h.touched):
+            await self._write_thread(self.store.log(OFFSETS_TOPIC, p).flush_records)
+        await self._leader().wait_replicated(OFFSETS_TOPIC, dict(h.touched), self.store.config.request_timeout_ms)
+
+    async def delete(self, group: str) -> None:
+        """rmdir of a group: a tombstone per commit (flushed, replicated), and its settings forgotten. ENOENT for a
+        group with neither."""
+        replication = self._leader()
+        await self.catch_up(group)
+        keys = sorted(self.offsets.commits(group))
+        if not keys and group not in self.configs.groups():
+            raise NoEntry(f"no group {group!r}")
+        if keys:
+            p, end = await self._append(replication, group, tombstone_batch(group, keys, now_ms()), True)
+            await replication.wait_replicated(OFFSETS_TOPIC, {p: end}, self.store.config.request_timeout_ms)
+        await self._write_thread(self.configs.delete, group)
+        _log.info("deleted group %s (%d commit(s))", group, len(keys))
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
