@@ -38,6 +38,12 @@ def missed_epoch_is_fenced(cluster: Cluster) -> None:
     leader, info = cluster.wait_leader(WAIT_S)
     assert info.leader_epoch == 0
     cut, stopped = (cluster.nodes[i] for i in cluster.ids if i != leader.node_id)
+    # The cut node must not be the controller: a cut controller keeps /controller for its whole session, and nobody
+    # would act on the stopped node meanwhile. A controller among the followers is the one stopped (its clean stop
+    # hands the controller over at once).
+    controller = wait_until("a controller", cluster.controller_id, WAIT_S, logs=cluster.logs)
+    if controller == cut.node_id:
+        cut, stopped = stopped, cut
     r = cut.node_id
     make_topic(leader.mount, TOPIC)
     append_acked(leader.mount, TOPIC, 0, ["a", "b"])
