@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchutil import print_rows  # scripts/ is sys.path[0]
+
 from logfs.core.configtext import parse_store_config
 from logfs.core.format.encode import encode_values
 from logfs.core.format.lines import encode_text_batches
@@ -95,6 +97,7 @@ def main() -> int:
     ap.add_argument("--chunk-kib", type=int, default=CHUNK_BYTES_DEFAULT // KIB, help="the index's chunk size")
     ap.add_argument("--jsonl", action="store_true", help="also measure JSON lines (about 5x slower to render)")
     ap.add_argument("--dir", default="var/bench-views")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--data", choices=("uniform", "events", "producer"), default="uniform")
     ap.add_argument("--mib", type=int, default=96, help="MiB of realistic events (--data events|producer)")
     args = ap.parse_args()
@@ -111,8 +114,10 @@ def main() -> int:
         n = log.high_watermark
         what = f"100 bytes in batches of {args.batch_records:,}" if args.data == "uniform" else args.data
         print(f"{n:,} records ({what}); {log.size_bytes / 1e6:.0f} MB stored")
+        lines: list[tuple[str, str, str]] = []
         for fmt in (Format.PLAIN, Format.JSONL) if args.jsonl else (Format.PLAIN,):
-            bench_format(log, fmt, n, args.chunk_kib * KIB)
+            lines += bench_format(log, fmt, n, args.chunk_kib * KIB)
+        print_rows(["measure", "value", "MB/s of rendering"], lines, markdown=args.markdown, right=lambda i: i > 0)
         store.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -138,7 +143,8 @@ def stored_batches(args: argparse.Namespace) -> list[bytes]:
     return out
 
 
-def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
+def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> list[tuple[str, str, str]]:
+    """The rows of one rendering: the core's render alone (the baseline), then the views over it."""
     name = fmt.name.lower()
     render_alone(log, fmt)  # warm the page cache
     t_alone = best_of(2, lambda: render_alone(log, fmt))
@@ -174,10 +180,14 @@ def bench_format(log: Log, fmt: Format, n: int, chunk_bytes: int) -> None:
         (f"random 4 KiB reads ({name})", seeks / t_seek, "reads/s"),
     ]
     per_record = rendered / n  # bytes of rendering per record: the records/s rows also in MB/s of rendering
-    for label, value, unit in rows:
-        shown = f"{value:,.3f}" if unit == "s" else f"{value:,.0f}"
-        rate = f"{value * per_record / 1e6:>8,.0f} MB/s" if unit == "records/s" else ""
-        print(f"{label:<55} {shown:>14} {unit:<9}{rate}")
+    return [
+        (
+            label,
+            f"{value:,.3f} {unit}" if unit == "s" else f"{value:,.0f} {unit}",
+            f"{value * per_record / 1e6:,.0f} MB/s" if unit == "records/s" else "",
+        )
+        for label, value, unit in rows
+    ]
 
 
 if __name__ == "__main__":
