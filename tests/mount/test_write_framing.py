@@ -37,6 +37,22 @@ def test_line_framer_refuses_a_line_longer_than_a_record_can_be() -> None:
     assert framer.pending_bytes == 0
 
 
+def test_line_framer_measures_every_line_it_completes_before_handing_it_on() -> None:
+    """The kept partial line joined to the request that completes it (the line a short-write retry re-sends the rest
+    of) is measured, as is every line inside a request longer than the limit: LineTooLong, nothing returned, and
+    the partial line after it dropped."""
+    framer = LineFramer(10)
+    assert framer.feed(b"123456") == []
+    with pytest.raises(LineTooLong):
+        framer.feed(b"78901\nok\npart")  # 11 bytes once completed, though the kept part never passed 10
+    assert framer.pending_bytes == 0
+    assert framer.feed(b"1234567890\n") == [b"1234567890"]  # exactly the limit: taken
+    with pytest.raises(LineTooLong):
+        framer.feed(b"ok\n12345678901\nok\n")  # inside one request longer than the limit
+    assert framer.pending_bytes == 0
+    assert framer.feed(b"a\nbc\n") == [b"a", b"bc"]
+
+
 def test_batch_framer_cuts_batches_across_any_split() -> None:
     batches = [encode_values([b"v%d" % i] * (i + 1), 1000 + i) for i in range(5)]
     data = b"".join(batches)
