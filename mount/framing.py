@@ -42,8 +42,13 @@ class LineTooLong(RecordTooLarge):
 class LineFramer:
     """Newline framing across write requests for one handle. Not thread-safe: its handle serialises writes."""
 
-    def __init__(self, max_line_bytes: int) -> None:
+    def __init__(self, max_line_bytes: int, *, measure_every_line: bool = False) -> None:
+        """``measure_every_line``: also measure the lines wholly inside a request longer than ``max_line_bytes``
+        (``append.jsonl``, where size decides before parsing). Without it only the line that grows across requests
+        is measured here; ``append`` leaves the others to the encoder, whose check is exact and gives the same
+        refusal (a split of every 1 MiB request into line objects would cost more than its C encoding)."""
         self.max_line_bytes = max_line_bytes
+        self.measure_every_line = measure_every_line
         self._tail = bytearray()
 
     @property
@@ -82,10 +87,11 @@ class LineFramer:
         is refused the same way however the kernel cut it into requests (an ``append.jsonl`` line is refused as too
         long, never as "not JSON"). The first line (the kept partial line joined to the request's first bytes) is
         the one that grows across requests; a line wholly inside the request can only be too long when the request
-        is (a limit below the 1 MiB a request may carry), and only then is every line measured."""
+        is (a limit below the 1 MiB a request may carry), and only then, with ``measure_every_line``, is every line
+        measured."""
         first = len(self._tail) + data.find(b"\n")
         longest = first
-        if len(data) > self.max_line_bytes:
+        if self.measure_every_line and len(data) > self.max_line_bytes:
             longest = max(first, *map(len, data[:end].split(b"\n")))
         if longest > self.max_line_bytes:
             self._tail.clear()

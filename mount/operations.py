@@ -477,7 +477,7 @@ class Operations(pyfuse3.Operations):
             framer: LineFramer | BatchFramer = BatchFramer(max_batch_bytes(self._log(entry.node)))
         else:
             limit = self._max_line_bytes(entry.node)
-            framer = LineFramer(limit)
+            framer = LineFramer(limit, measure_every_line=kind in (Kind.APPEND_JSONL, Kind.TOPIC_APPEND_JSONL))
         h = WriteHandle(entry, framer, read_write=access == os.O_RDWR, sync=bool(flags & os.O_DSYNC))
         if entry.node.txn:  # writes land in the transaction's epoch of now: a later epoch fences them (ESTALE)
             assert self.transactions is not None

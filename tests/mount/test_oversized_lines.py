@@ -258,3 +258,12 @@ def test_a_line_too_large_inside_one_request_poisons_the_handle(mnt: Path) -> No
         assert state(mnt, topic)["log_end_offset"] == 0
         write_all(mnt / topic / "0" / file, _good(file, "fresh"))
         assert (mnt / topic / "0/at/earliest").read_bytes() == b"fresh\n"
+    # size decides before parsing: JSON text over twice the limit is EFBIG even when it is not JSON at all
+    not_json = b'{"value":' + b"x" * 2500 + b"\n"
+    assert errno_of(write_all, mnt / "over-small-append-jsonl/0/append.jsonl", _good("jsonl", "a") + not_json) == (
+        errno.EFBIG
+    )
+    assert errno_of(write_all, mnt / "over-small-append-jsonl/0/append.jsonl", not_json[:1500] + b"\n") == (
+        errno.EINVAL
+    )  # within the text limit: read, and refused as not JSON
+    assert state(mnt, "over-small-append-jsonl")["log_end_offset"] == 1
