@@ -6,8 +6,9 @@ ignores their file offsets, so every write file frames its data itself, per open
 * :class:`LineFramer` (``append``, ``append.jsonl``, ``config``, ``.logfs/delete-*``): each ``\\n`` ends a line;
   :meth:`LineFramer.feed` returns the complete lines a request completes (:meth:`LineFramer.feed_run`: the same
   lines unsplit, for ``append``) and keeps a trailing partial line for the next request;
-  :meth:`LineFramer.take_tail` gives that partial line at close (flush). A partial line longer than
-  ``max_line_bytes`` is refused (it could never become one record).
+  :meth:`LineFramer.take_tail` gives that partial line at close (flush). A line longer than ``max_line_bytes``,
+  complete or still partial, is refused before anything of its request is parsed or encoded (it could never become
+  one record); the write path then refuses the handle's later writes (``mount/writes.py``).
 * :class:`BatchFramer` (``batches``): RecordBatch v2 frames cut with ``batch_size_at`` (``core/format/batch.py``);
   a batch may arrive over several requests, and a request may carry many batches. A declared size over
   ``max_batch_bytes`` (max.message.bytes, or segment.bytes when smaller) is refused at once, before its bytes are
@@ -26,7 +27,13 @@ from logfs.core.log.recovery import declared_batch_size
 
 
 class LineTooLong(RecordTooLarge):
-    """A partial line grew past the largest record a batch can hold."""
+    """A line (complete, or partial and still growing) longer than its file takes: one that could never be a record
+    of a batch within max.message.bytes (``append``), or more JSON text than ``append.jsonl`` parses
+    (``mount/operations.py`` sets the limits)."""
+
+    def __init__(self, size_bytes: int, max_bytes: int) -> None:
+        super().__init__(size_bytes, max_bytes)
+        self.args = (f"a line of {size_bytes} bytes or more: longer than the {max_bytes} bytes a line here may have",)
 
 
 # --- lines ----------------------------------------------------------------------------------------------------------
@@ -35,8 +42,13 @@ class LineTooLong(RecordTooLarge):
 class LineFramer:
     """Newline framing across write requests for one handle. Not thread-safe: its handle serialises writes."""
 
-    def __init__(self, max_line_bytes: int) -> None:
+    def __init__(self, max_line_bytes: int, *, measure_every_line: bool = False) -> None:
+        """``measure_every_line``: also measure the lines wholly inside a request longer than ``max_line_bytes``
+        (``append.jsonl``, where size decides before parsing). Without it only the line that grows across requests
+        is measured here; ``append`` leaves the others to the encoder, whose check is exact and gives the same
+        refusal (a split of every 1 MiB request into line objects would cost more than its C encoding)."""
         self.max_line_bytes = max_line_bytes
+        self.measure_every_line = measure_every_line
         self._tail = bytearray()
 
     @property
@@ -46,7 +58,8 @@ class LineFramer:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """The lines (without ``\\n``) that ``data`` completes; keeps what follows the last newline.
 
-        LineTooLong (and the partial line is dropped) when the kept tail exceeds ``max_line_bytes``.
+        LineTooLong (and the partial line is dropped) when a line it completes, or the kept tail, exceeds
+        ``max_line_bytes``.
         """
         run = self.feed_run(data)
         return [] if run is None else run.lines()
@@ -62,10 +75,27 @@ class LineFramer:
             self._tail += data
             self._check_tail()
             return None
+        self._check_lines(data, end)
         run = LineRun(bytes(self._tail), data, end)
         self._tail = bytearray(data[end:])
         self._check_tail()
         return run
+
+    def _check_lines(self, data: bytes, end: int) -> None:
+        """LineTooLong (and the partial line dropped) when a line ``data`` completes is longer than
+        ``max_line_bytes``: decided here, before anything of the request is parsed or encoded, so an over-long line
+        is refused the same way however the kernel cut it into requests (an ``append.jsonl`` line is refused as too
+        long, never as "not JSON"). The first line (the kept partial line joined to the request's first bytes) is
+        the one that grows across requests; a line wholly inside the request can only be too long when the request
+        is (a limit below the 1 MiB a request may carry), and only then, with ``measure_every_line``, is every line
+        measured."""
+        first = len(self._tail) + data.find(b"\n")
+        longest = first
+        if self.measure_every_line and len(data) > self.max_line_bytes:
+            longest = max(first, *map(len, data[:end].split(b"\n")))
+        if longest > self.max_line_bytes:
+            self._tail.clear()
+            raise LineTooLong(longest, self.max_line_bytes)
 
     def _check_tail(self) -> None:
         if len(self._tail) > self.max_line_bytes:

@@ -57,6 +57,7 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
+from logfs.core.format.lines import max_text_line_bytes
 from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.log.log import Log
 from logfs.core.replication.promotion import latest_partition_epoch
@@ -88,7 +89,7 @@ from logfs.mount.render.views import RenderCache
 from logfs.mount.replication import FETCH_TASKS_PER_FOLLOWER, LeaderReplication
 from logfs.mount.transactions import Transactions
 from logfs.mount.tree import Entry, Tree
-from logfs.mount.writes import Writer, max_batch_bytes
+from logfs.mount.writes import TEXT_KINDS, Writer, max_batch_bytes
 
 _log = logging.getLogger(__name__)
 
@@ -476,7 +477,7 @@ class Operations(pyfuse3.Operations):
             framer: LineFramer | BatchFramer = BatchFramer(max_batch_bytes(self._log(entry.node)))
         else:
             limit = self._max_line_bytes(entry.node)
-            framer = LineFramer(limit)
+            framer = LineFramer(limit, measure_every_line=kind in (Kind.APPEND_JSONL, Kind.TOPIC_APPEND_JSONL))
         h = WriteHandle(entry, framer, read_write=access == os.O_RDWR, sync=bool(flags & os.O_DSYNC))
         if entry.node.txn:  # writes land in the transaction's epoch of now: a later epoch fences them (ESTALE)
             assert self.transactions is not None
@@ -486,11 +487,18 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
 
     def _max_line_bytes(self, node: Node) -> int:
+        """The longest line a write file takes (longer: EFBIG, decided by the framer before anything is parsed).
+        ``append``: exactly the longest value a batch of one record holds within max.message.bytes (or
+        segment.bytes), so a line is refused the same way whichever request completes it. ``append.jsonl``: twice
+        that limit of JSON text, room for a value at the limit as base64 (4/3) or with escapes; the record each line
+        makes is then held to the limit exactly by the encoder. Command lines: 1 MiB."""
         if node.kind in (Kind.APPEND, Kind.APPEND_JSONL):
-            return max_batch_bytes(self._log(node))
-        if node.kind in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL):
-            return max_batch_bytes(self.store.log(node.topic, self.store.partitions(node.topic)[0]))
-        return 1024 * 1024  # config and .logfs/ command lines
+            limit = max_batch_bytes(self._log(node))
+        elif node.kind in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL):
+            limit = max_batch_bytes(self.store.log(node.topic, self.store.partitions(node.topic)[0]))
+        else:
+            return 1024 * 1024  # config and .logfs/ command lines
+        return max_text_line_bytes(limit) if node.kind in TEXT_KINDS else 2 * limit
 
     def _log(self, node: Node) -> Log:
         return self.store.log(node.topic, node.partition)

@@ -6,7 +6,8 @@
   handle's FIFO lock, taken by the caller before its first await).
 * Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
   (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
-  request carries is encoded before anything is appended, so a record too large for a batch stores nothing.
+  request carries is encoded before anything is appended, so a record too large for a batch stores nothing (and,
+  for lines, leaves the handle refusing every later write: docs/mount.md, "Over-long lines").
 * Each append is the core's leader append (``LeaderPartition.append_records_to_leader``): the mount's leader epoch
   stamped, then the replication HW rule (with no followers the HW moves to the LEO at once; with followers it waits
   for them). A HW move wakes ``follow/`` readers, pollers and acks=all waits; any append wakes fetches long-polling
@@ -38,7 +39,6 @@ from logfs.core.durable import now_ms
 from logfs.core.errors import InvalidJsonRecord, NoKeyOnCompactedTopic, RecordError, RecordTooLarge
 from logfs.core.format.batch import Record
 from logfs.core.format.lines import (
-    LineRun,
     encode_jsonl_lines,
     encode_jsonl_run,
     encode_record_batches,
@@ -61,7 +61,7 @@ from logfs.mount.errors import (
     ReadOnlyMount,
     UnfinishedBatch,
 )
-from logfs.mount.framing import BatchFramer, LineFramer, LineTooLong
+from logfs.mount.framing import BatchFramer, LineFramer
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
@@ -77,8 +77,7 @@ T = TypeVar("T")
 
 
 APPEND_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES, Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL})
-TEXT_KINDS = frozenset({Kind.APPEND, Kind.TOPIC_APPEND})  # one record per line: framed unsplit (LineRun)
-RUN_KINDS = TEXT_KINDS | {Kind.APPEND_JSONL}  # the kinds whose lines are framed unsplit
+TEXT_KINDS = frozenset({Kind.APPEND, Kind.TOPIC_APPEND})  # one record per line
 
 
 def append_batches(
@@ -157,23 +156,24 @@ class Writer:
             await self._batches(h, buf)
             return
         assert h.framer is not None
-        run: LineRun | None = None
-        lines: list[bytes] = []
         try:
-            if h.node.kind in RUN_KINDS:
-                run = h.framer.feed_run(buf)
+            run = h.framer.feed_run(buf)
+            if run is None:
+                return
+            if h.node.kind is Kind.APPEND_JSONL:
+                await self._jsonl(h, functools.partial(encode_jsonl_run, run))
+            elif h.node.kind in TEXT_KINDS:
+                text_run = run
+                await self._text(h, lambda now, limit: encode_text_run(text_run, now, limit))
             else:
-                lines = h.framer.feed(buf)
-        except LineTooLong:
-            h.broken = BrokenByTooLarge  # the rest of that line would otherwise become a record of its own
+                await self._lines(h, run.lines())
+        except RecordTooLarge:
+            # A line too long (LineTooLong, from the framer) or a record too large (the encoder): nothing of this
+            # request is stored, and the handle refuses every later write. When the line began in an earlier request
+            # of the same write(2), the kernel reports that request's bytes as written (a short count) and the
+            # program re-sends the rest of the line: taken as a new line, that rest would be stored as a record.
+            h.broken = BrokenByTooLarge
             raise
-        if run is not None and h.node.kind is Kind.APPEND_JSONL:
-            await self._jsonl(h, functools.partial(encode_jsonl_run, run))
-        elif run is not None:
-            text_run = run
-            await self._text(h, lambda now, limit: encode_text_run(text_run, now, limit))
-        elif lines:
-            await self._lines(h, lines)
 
     async def tail(self, h: WriteHandle) -> None:
         """close(2) of a descriptor: a partial line becomes a record; a partial batch is an error (EBADMSG)."""

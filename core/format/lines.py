@@ -39,7 +39,7 @@ from logfs.core.format.batch import (
 )
 from logfs.core.format.encode import encode_batch, encode_values, stamp_values_header
 from logfs.core.format.records import CEXT, USE_CEXT
-from logfs.core.format.varint import INT64_MAX
+from logfs.core.format.varint import INT64_MAX, size_of_varint
 
 # The most a record's framing adds to its key, value and headers in a v2 batch: attributes (1), timestampDelta
 # (≤ 10), offsetDelta (≤ 5), key and value lengths (≤ 5 each), header count (≤ 5), the record's length varint (≤ 5).
@@ -97,6 +97,20 @@ class LineRun:
         if self.head:
             lines[0] = self.head + lines[0]
         return lines
+
+
+def max_text_line_bytes(max_batch_bytes: int) -> int:
+    """The longest line ``append`` takes: the largest value whose batch of one record (null key, no headers, deltas
+    0) is at most ``max_batch_bytes``. The batch is the 61-byte header, the record's length varint and its body:
+    attributes, timestampDelta, offsetDelta, key length -1 and header count (one byte each), the value's length
+    varint and the value (at Kafka's default 1048588: lines up to 1,048,516 bytes, 72 bytes of framing)."""
+    value = max_batch_bytes - RECORD_BATCH_OVERHEAD - 5
+    while value > 0:
+        body = 5 + size_of_varint(value) + value
+        if RECORD_BATCH_OVERHEAD + size_of_varint(body) + body <= max_batch_bytes:
+            return value
+        value -= 1
+    return 0
 
 
 def encode_text_run(run: LineRun, timestamp: int, max_batch_bytes: int) -> list[bytes | bytearray]:

@@ -37,6 +37,27 @@ def test_line_framer_refuses_a_line_longer_than_a_record_can_be() -> None:
     assert framer.pending_bytes == 0
 
 
+def test_line_framer_measures_every_line_it_completes_before_handing_it_on() -> None:
+    """The kept partial line joined to the request that completes it (the line a short-write retry re-sends the rest
+    of) is measured, and (``measure_every_line``, append.jsonl) every line inside a request longer than the limit:
+    LineTooLong, nothing returned, and the partial line after it dropped."""
+    framer = LineFramer(10, measure_every_line=True)
+    assert framer.feed(b"123456") == []
+    with pytest.raises(LineTooLong):
+        framer.feed(b"78901\nok\npart")  # 11 bytes once completed, though the kept part never passed 10
+    assert framer.pending_bytes == 0
+    assert framer.feed(b"1234567890\n") == [b"1234567890"]  # exactly the limit: taken
+    with pytest.raises(LineTooLong):
+        framer.feed(b"ok\n12345678901\nok\n")  # inside one request longer than the limit
+    assert framer.pending_bytes == 0
+    assert framer.feed(b"a\nbc\n") == [b"a", b"bc"]
+    text = LineFramer(10)  # append: lines inside a request are left to the encoder's exact check
+    assert text.feed(b"ok\n12345678901\nok\n") == [b"ok", b"12345678901", b"ok"]
+    assert text.feed(b"1234567") == []
+    with pytest.raises(LineTooLong):
+        text.feed(b"8901\n")  # the line grown across requests is measured all the same
+
+
 def test_batch_framer_cuts_batches_across_any_split() -> None:
     batches = [encode_values([b"v%d" % i] * (i + 1), 1000 + i) for i in range(5)]
     data = b"".join(batches)

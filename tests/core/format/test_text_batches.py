@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from logfs.core import errors as core
 from logfs.core.format.batch import RECORD_BATCH_OVERHEAD
 from logfs.core.format.decode import decode_records
-from logfs.core.format.lines import LineRun, encode_text_batches, encode_text_run, encode_text_run_c
+from logfs.core.format.lines import (
+    LineRun,
+    encode_text_batches,
+    encode_text_run,
+    encode_text_run_c,
+    max_text_line_bytes,
+)
 from logfs.core.format.records import CEXT
 from logfs.core.format.validate import validate_batch
 
@@ -34,6 +40,21 @@ def test_text_batches_respect_the_limit_and_refuse_a_line_too_large() -> None:
         batches = encode_text_batches(values, 5, limit)
         assert all(len(b) <= limit for b in batches)
         assert [r.value for b in batches for r in decode_records(b)] == values
+
+
+def test_max_text_line_bytes_is_the_longest_line_a_batch_takes() -> None:
+    """The mount's line limit for ``append`` (mount/operations.py) is exact: a line of that length encodes to a batch
+    within the limit, one byte more does not; checked around every varint size boundary of the record's lengths
+    (64, 8192, 1 Mi: where the value's or the record's length varint grows a byte) and at Kafka's default."""
+    limits = {1048588, 100, 1000}
+    for edge in (64, 8192, 1 << 20):
+        limits.update(range(RECORD_BATCH_OVERHEAD + edge - 12, RECORD_BATCH_OVERHEAD + edge + 12))
+    for limit in sorted(limits):
+        longest = max_text_line_bytes(limit)
+        assert len(encode_text_batches([b"x" * longest], 5, limit)[0]) <= limit
+        with pytest.raises(core.RecordTooLarge):
+            encode_text_batches([b"x" * (longest + 1)], 5, limit)
+    assert max_text_line_bytes(1048588) == 1048588 - 72
 
 
 # --- the compiled path (core/format/_textbatches.c) against the reference -------------------------------------------
