@@ -301,9 +301,10 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0.
 
     While files under the mount are open (or a shell's working directory is inside it) the unmount fails with
-    "Device or resource busy" and names the processes holding it (from /proc/*/fd, cwd and root). --lazy detaches
-    the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process shuts down
-    cleanly once their files are closed (at most 10 s later, whatever else is still open).
+    "Device or resource busy" and names the processes holding it, with their command lines (from /proc/*/fd, cwd
+    and root, and the path system calls their threads wait in: `logfs follow` waits in open() of a fetch file).
+    --lazy detaches the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process
+    shuts down cleanly once their files are closed (at most 10 s later, whatever else is still open).
     """
     from logfs.mount.holders import holders
     from logfs.mount.server import unmount
@@ -315,7 +316,8 @@ def umount(mountpoint: Path, lazy: bool) -> None:
         if not lazy and ("busy" in message.lower() or "EBUSY" in message):
             held = "".join(f"\n  {holder}" for holder in holders(mountpoint))
             message += (
-                f"\nfiles under {mountpoint} are still open (or a process has its working directory there):"
+                f"\nfiles under {mountpoint} are still open (or a process has its working directory there, or waits"
+                " in a system call on a path under it):"
                 f"{held or ' (by no process of this user)'}\nclose them, or `logfs umount --lazy {mountpoint}` to"
                 " detach it now (follow/ readers then read end of file, and the mount shuts down cleanly)"
             )

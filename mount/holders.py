@@ -7,27 +7,41 @@ this works on a mount whose daemon is slow or stuck. (``fuser -m`` answers the s
 mount point through the filesystem, and it is not installed everywhere.) Processes of other users are invisible
 without privileges: the list may be incomplete, never wrong.
 
+A process can also hold the mount with no descriptor at all: a thread inside a path system call under it, waiting
+for the daemon's answer, keeps the mount busy until the call returns. ``logfs follow`` is the common case (issue 23
+item 7): it spends nearly all its time inside ``open()`` of a leader's fetch file, whose lookup waits up to 500 ms
+for new records (logfs/follower/fetch.py), and between fetches it holds nothing. Such a thread shows in
+``/proc/<pid>/task/<tid>/syscall`` as the system call's number and arguments; the path is read from the process's
+memory (``/proc/<pid>/mem``, at the argument's address) and resolved against the directory descriptor or working
+directory the call names. Both files need the right to trace the process (same user, and Yama's ptrace_scope 0, or
+root): without it such a process stays unnamed, as before. Every holder is named with its command line, so a
+``logfs follow LEADER …`` is recognisable at once.
+
 Threads: any (blocking procfs reads; the CLI's main thread calls it).
 """
 
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """One process holding a mount point: its pid, command name, and what it holds (its working or root directory,
-    or an open file, named from the mount point's own name down)."""
+    """One process holding a mount point: its pid, command name, what it holds (its working or root directory, an
+    open file, or a system call waiting on a path, each named from the mount point's own name down) and its command
+    line (empty when unreadable)."""
 
     pid: int
     command: str
     holds: tuple[str, ...]
+    command_line: str = ""
 
     def __str__(self) -> str:
-        return f"{self.pid} ({self.command}): {', '.join(self.holds)}"
+        text = f"{self.pid} ({self.command}): {', '.join(self.holds)}"
+        return f"{text}; command line: {self.command_line}" if self.command_line else text
 
 
 def mount_path(mountpoint: Path) -> str:
@@ -45,10 +59,21 @@ def holders(mountpoint: Path, proc: Path = Path("/proc")) -> list[Holder]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         holds = [_describe(what, target, root) for what, target in _links(entry)
-                 if target == root or target.startswith(root + "/")]  # fmt: skip
+                 if _under(target, root)]  # fmt: skip
+        holds += [f"waiting in {call}() on {_inside(path, root)}" for call, path in _pending_paths(entry)
+                  if _under(path, root)]  # fmt: skip
         if holds:
-            found.append(Holder(int(entry.name), _command(entry), tuple(holds)))
+            found.append(Holder(int(entry.name), _command(entry), tuple(dict.fromkeys(holds)), _command_line(entry)))
     return sorted(found, key=lambda h: h.pid)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def _inside(path: str, root: str) -> str:
+    """``path`` named from the mount point's own name down: ``mnt/t/0/at/5``."""
+    return os.path.normpath(os.path.join(os.path.basename(root), os.path.relpath(path, root)))
 
 
 def _links(pid_dir: Path) -> list[tuple[str, str]]:
@@ -78,7 +103,7 @@ def _describe(what: str, target: str, root: str) -> str:
         return "working directory"
     if what == "root":
         return "root directory"
-    return "open " + os.path.join(os.path.basename(root), os.path.relpath(target, root))
+    return "open " + _inside(target, root)
 
 
 def _command(pid_dir: Path) -> str:
@@ -86,3 +111,99 @@ def _command(pid_dir: Path) -> str:
         return (pid_dir / "comm").read_text().strip()
     except OSError:
         return "?"
+
+
+COMMAND_LINE_CHARS_MAX = 300  # a holder's line stays readable; the start of a command line names it
+
+
+def _command_line(pid_dir: Path) -> str:
+    """The process's arguments joined by spaces (``/proc/<pid>/cmdline``), cut at COMMAND_LINE_CHARS_MAX."""
+    try:
+        raw = (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = " ".join(arg.decode(errors="replace") for arg in raw.rstrip(b"\0").split(b"\0"))
+    return text if len(text) <= COMMAND_LINE_CHARS_MAX else text[: COMMAND_LINE_CHARS_MAX - 1] + "…"
+
+
+# System calls that walk a path and may wait there on a FUSE daemon: number -> (name, index of the directory
+# descriptor argument or None for a path relative to the working directory, index of the path argument). The
+# numbers are the kernel's (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h).
+_AT = None
+_PATH_CALLS: dict[str, dict[int, tuple[str, int | None, int]]] = {
+    "x86_64": {
+        2: ("open", _AT, 0), 4: ("stat", _AT, 0), 6: ("lstat", _AT, 0), 21: ("access", _AT, 0),
+        59: ("execve", _AT, 0), 80: ("chdir", _AT, 0), 83: ("mkdir", _AT, 0), 84: ("rmdir", _AT, 0),
+        87: ("unlink", _AT, 0), 89: ("readlink", _AT, 0), 191: ("getxattr", _AT, 0), 192: ("lgetxattr", _AT, 0),
+        257: ("openat", 0, 1), 258: ("mkdirat", 0, 1), 262: ("newfstatat", 0, 1), 263: ("unlinkat", 0, 1),
+        267: ("readlinkat", 0, 1), 269: ("faccessat", 0, 1), 332: ("statx", 0, 1), 437: ("openat2", 0, 1),
+        439: ("faccessat2", 0, 1),
+    },
+    "aarch64": {
+        8: ("getxattr", _AT, 0), 9: ("lgetxattr", _AT, 0), 34: ("mkdirat", 0, 1), 35: ("unlinkat", 0, 1),
+        48: ("faccessat", 0, 1), 49: ("chdir", _AT, 0), 56: ("openat", 0, 1), 78: ("readlinkat", 0, 1),
+        79: ("newfstatat", 0, 1), 221: ("execve", _AT, 0), 291: ("statx", 0, 1), 437: ("openat2", 0, 1),
+        439: ("faccessat2", 0, 1),
+    },
+}  # fmt: skip
+AT_FDCWD = -100
+PATH_BYTES_MAX = 4096  # PATH_MAX
+
+
+def _pending_paths(pid_dir: Path) -> list[tuple[str, str]]:
+    """(system call, absolute path) of each thread of the process that is inside a path system call: empty when
+    the process is gone, not ours to trace, or on an architecture without a table above."""
+    calls = _PATH_CALLS.get(platform.machine())
+    if calls is None:
+        return []
+    found = []
+    try:
+        tasks = os.listdir(pid_dir / "task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            fields = (pid_dir / "task" / tid / "syscall").read_text().split()
+        except OSError:
+            continue
+        # "<nr> <arg0> … <arg5> <sp> <pc>" while blocked in a call; "running" or "-1 …" otherwise.
+        if len(fields) < 7 or not fields[0].isdigit() or int(fields[0]) not in calls:
+            continue
+        name, dir_arg, path_arg = calls[int(fields[0])]
+        path = _read_path(pid_dir, int(fields[1 + path_arg], 16))
+        if path is None:
+            continue
+        if not path.startswith("/"):
+            base = _base_directory(pid_dir, None if dir_arg is None else int(fields[1 + dir_arg], 16))
+            if base is None:
+                continue
+            path = os.path.join(base, path)
+        found.append((name, os.path.normpath(path)))
+    return found
+
+
+def _read_path(pid_dir: Path, address: int) -> str | None:
+    """The NUL-terminated path at ``address`` in the process's memory; None when unreadable."""
+    try:
+        with open(pid_dir / "mem", "rb", buffering=0) as mem:
+            mem.seek(address)
+            raw = mem.read(PATH_BYTES_MAX)
+    except (OSError, OverflowError, ValueError):
+        return None
+    end = raw.find(b"\0") if raw else -1
+    return os.fsdecode(raw[:end]) if end > 0 else None
+
+
+def _base_directory(pid_dir: Path, dirfd: int | None) -> str | None:
+    """The directory a relative path starts from: the working directory (AT_FDCWD, or a call without a directory
+    argument) or the directory descriptor's target."""
+    if dirfd is not None:
+        dirfd &= 0xFFFFFFFF  # an int argument: only the register's low 32 bits count (AT_FDCWD shows as 0xffffff9c)
+        if dirfd >= 1 << 31:
+            dirfd -= 1 << 32
+    try:
+        if dirfd is None or dirfd == AT_FDCWD:
+            return os.readlink(pid_dir / "cwd")
+        return os.readlink(pid_dir / "fd" / str(dirfd))
+    except OSError:
+        return None

@@ -8,7 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import LOGFS, Mount, make_topic, write_all
+from conftest import LOGFS, Mount, make_topic, running_mount, write_all
+from follower_procs import following
 
 EXIT_WAIT_S = 15.0
 
@@ -51,6 +52,36 @@ def test_busy_umount_names_the_processes_holding_the_mount(mounted: Mount, tmp_p
         for proc, _ in readers:
             proc.kill()
             proc.wait()
+
+
+def test_busy_umount_names_a_follower_waiting_in_a_fetch_lookup(tmp_path: Path) -> None:
+    """Issue 23 item 7: `logfs follow` (without --mount) holds no descriptor under the leader's mount; it keeps it
+    busy from inside open() of a fetch file, whose lookup long-polls. The message names its pid and command line.
+    A `sleep` with its working directory in the mount makes every unmount fail, so the loop only waits for an
+    attempt that finds the follower inside its lookup (nearly every one does)."""
+    with running_mount(tmp_path / "L", tmp_path / "L.mnt", "node.id=1", "replica.ids=1,2") as lead:
+        make_topic(lead.path, "t")
+        write_all(lead.path / "t" / "0" / "append", b"one\n")
+        with following(lead.path, tmp_path / "F", 2) as follower:
+            shell = subprocess.Popen(["sleep", "60"], cwd=lead.path)
+            try:
+                named = ""
+                for _ in range(20):
+                    done = subprocess.run([LOGFS, "umount", str(lead.path)], capture_output=True, text=True, timeout=30)
+                    assert done.returncode == 1, done.stderr
+                    assert f"{shell.pid} (sleep): working directory" in done.stderr
+                    named = next((line for line in done.stderr.splitlines() if f" {follower.pid} (" in line), "")
+                    if named:
+                        break
+                    time.sleep(0.05)
+                assert named.startswith(f"  {follower.pid} (logfs): waiting in open"), done.stderr
+                assert " on L.mnt/.logfs/fetch/2/t/0/" in named
+                assert "; command line: " in named
+                assert f"{LOGFS} --log-level info follow {lead.path} {tmp_path / 'F'} --replica-id 2" in named
+                assert "(by no process of this user)" not in done.stderr
+            finally:
+                shell.kill()
+                shell.wait()
 
 
 def test_lazy_umount_ends_follow_readers_and_the_mount_process_exits(mounted: Mount, tmp_path: Path) -> None:
