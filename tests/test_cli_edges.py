@@ -167,6 +167,42 @@ def test_the_quick_start_and_follower_blocks_run_as_documented(tmp_path: Path) -
     assert not os.path.ismount(tmp_path / "mnt") and not os.path.ismount(tmp_path / "fmnt")
 
 
+# --- making the cleaner run now ---------------------------------------------------------------------------------------
+
+
+def _recipe(title: str) -> str:
+    """The one ```sh block of the docs/mount.md section ``title``."""
+    text = (DOCS / "mount.md").read_text()
+    section = text.split(f"### {title}\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    return block
+
+
+def test_the_clean_now_recipe_compacts_every_partition_and_restores_the_config(tmp_path: Path) -> None:
+    """docs/mount.md's recipe, literally, on a compacted topic of two partitions at the default backoff (15 s)."""
+    with running_mount(tmp_path / "store", tmp_path / "mnt") as mount:
+        done = run(["create-topic", str(mount.path), "users", "--partitions", "2", "--config",
+                    "cleanup.policy=compact"], tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        for p in (0, 1):
+            lines = [json.dumps({"key": f"k{k}", "value": f"v{v}"}) for v in range(5) for k in range(3)]
+            write_all(mount.path / "users" / str(p) / "append.jsonl", ("\n".join(lines) + "\n").encode())
+        before = (mount.path / "users/config").read_text()
+        done = subprocess.run(
+            ["bash", "-c", _recipe("Making the cleaner run now")], cwd=tmp_path, capture_output=True, text=True,
+            timeout=SNIPPET_TIMEOUT_S + 30, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        for p in (0, 1):
+            rows = [json.loads(line) for line in (mount.path / f"users/{p}/at/earliest.jsonl").read_text().splitlines()]
+            assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
+                (12, "k0", "v4"), (13, "k1", "v4"), (14, "k2", "v4"), (15, "logfs-roll", None)
+            ], p  # fmt: skip
+            cleaner = json.loads((mount.path / f"users/{p}/state").read_bytes())["cleaner"]
+            assert cleaner == {"first_dirty_offset": 15, "dirty_ratio": 0.0}
+        assert (mount.path / "users/config").read_text() == before  # both keys back at the topic's defaults
+
+
 # --- a closed pipe ---------------------------------------------------------------------------------------------------
 
 
