@@ -203,6 +203,44 @@ def test_the_clean_now_recipe_compacts_every_partition_and_restores_the_config(t
         assert (mount.path / "users/config").read_text() == before  # both keys back at the topic's defaults
 
 
+# --- what the docs promise a new user ------------------------------------------------------------------------------
+
+
+def test_a_json_object_value_reads_back_as_docs_mount_md_shows(mounted: Mount) -> None:
+    """The example beside the JSON-lines table, run with MOUNT replaced: each command's output is its comment."""
+    text = (DOCS / "mount.md").read_text()
+    section = text.split("**A value given as JSON reads back as a string.**", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
+    assert block
+    make_topic(mounted.path, "events")
+    for line in block.group(1).splitlines():
+        command, _, shown = line.partition("  # ")
+        done = subprocess.run(
+            command.replace("MOUNT", str(mounted.path)), shell=True, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        if shown:
+            head, elided, tail = shown.strip().partition("…")  # "{…,rest}": the fields before "key" are left out
+            if not elided:
+                assert done.stdout == head + "\n", (line, done.stdout)
+            assert done.stdout.startswith(head) and done.stdout.endswith(tail + "\n"), (line, done.stdout)
+    row = json.loads((mounted.path / "events/0/at/earliest.jsonl").read_text())
+    assert json.loads(row["value"]) == {"page": "/home", "ms": 412}
+
+
+def test_the_readme_names_every_package_setup_installs() -> None:
+    root = DOCS.parent
+    setup = (root / "scripts" / "setup").read_text()
+    listed = re.search(r"^apt_packages=\((.*)\)$", setup, flags=re.M)
+    assert listed
+    packages = [*listed.group(1).split(), "zookeeper"]
+    assert "sshfs" in packages and "openssh-server" in packages
+    readme = " ".join((root / "README.md").read_text().split())
+    paragraph = readme.split("Both set up everything on a fresh Debian 12 machine", 1)[1].split("```", 1)[0]
+    for package in packages:
+        assert re.search(rf"(?<![\w-]){re.escape(package)}(?![\w-])", paragraph), package
+
+
 # --- a closed pipe ---------------------------------------------------------------------------------------------------
 
 
