@@ -355,11 +355,16 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     if done.returncode != 0:
         message = done.stderr.strip() or f"fusermount3 -u {mountpoint} failed"
         if not lazy and ("busy" in message.lower() or "EBUSY" in message):
-            held = "".join(f"\n  {holder}" for holder in holders(mountpoint))
+            found = holders(mountpoint)
+            held = "".join(f"\n  {holder}" for holder in found if holder.certain)
+            maybe = "".join(f"\n  {holder}" for holder in found if not holder.certain)
+            if maybe:
+                maybe = "\nperhaps also (this user may not trace them to tell which mount they wait on):" + maybe
+            nobody = " (by no process of this user" + (" that it can tell)" if maybe else ")")
             message += (
                 f"\nfiles under {mountpoint} are still open (or a process has its working directory there, or waits"
-                " in a system call on a path under it):"
-                f"{held or ' (by no process of this user)'}\nclose them, or `logfs umount --lazy {mountpoint}` to"
+                f" in a system call on a path under it):{held or nobody}{maybe}"
+                f"\nclose them, or `logfs umount --lazy {mountpoint}` to"
                 " detach it now (follow/ readers then read end of file, and the mount shuts down cleanly)"
             )
         raise click.ClickException(message)

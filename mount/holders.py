@@ -14,8 +14,10 @@ for new records (logfs/follower/fetch.py), and between fetches it holds nothing.
 ``/proc/<pid>/task/<tid>/syscall`` as the system call's number and arguments; the path is read from the process's
 memory (``/proc/<pid>/mem``, at the argument's address) and resolved against the directory descriptor or working
 directory the call names. Both files need the right to trace the process (same user, and Yama's ptrace_scope 0, or
-root): without it such a process stays unnamed, as before. Every holder is named with its command line, so a
-``logfs follow LEADER …`` is recognisable at once.
+root). Without it, a process with a thread waiting for a FUSE daemon's answer (``/proc/<pid>/task/<tid>/wchan``,
+which needs no such right, names the kernel's ``request_wait_answer``) is still listed, marked uncertain
+(``Holder.certain`` False): it may be waiting on this mount or on another FUSE filesystem. Every holder is named
+with its command line, so a ``logfs follow LEADER …`` is recognisable at once.
 
 Threads: any (blocking procfs reads; the CLI's main thread calls it).
 """
@@ -32,12 +34,14 @@ from pathlib import Path
 class Holder:
     """One process holding a mount point: its pid, command name, what it holds (its working or root directory, an
     open file, or a system call waiting on a path, each named from the mount point's own name down) and its command
-    line (empty when unreadable)."""
+    line (empty when unreadable). ``certain`` is False for a process that only may hold it: one waiting on some FUSE
+    filesystem, where this user may not read which."""
 
     pid: int
     command: str
     holds: tuple[str, ...]
     command_line: str = ""
+    certain: bool = True
 
     def __str__(self) -> str:
         text = f"{self.pid} ({self.command}): {', '.join(self.holds)}"
@@ -52,7 +56,8 @@ def mount_path(mountpoint: Path) -> str:
 
 
 def holders(mountpoint: Path, proc: Path = Path("/proc")) -> list[Holder]:
-    """Every process (that this user may inspect) holding ``mountpoint`` busy, by pid."""
+    """Every process (that this user may inspect) holding ``mountpoint`` busy, by pid; then, uncertain, those that
+    wait on a FUSE filesystem this user cannot tell apart from this one."""
     root = mount_path(mountpoint)
     found = []
     for entry in proc.iterdir():
@@ -60,11 +65,17 @@ def holders(mountpoint: Path, proc: Path = Path("/proc")) -> list[Holder]:
             continue
         holds = [_describe(what, target, root) for what, target in _links(entry)
                  if _under(target, root)]  # fmt: skip
-        holds += [f"waiting in {call}() on {_inside(path, root)}" for call, path in _pending_paths(entry)
+        pending, unresolved = _pending_paths(entry)
+        holds += [f"waiting in {call}() on {_inside(path, root)}" for call, path in pending
                   if _under(path, root)]  # fmt: skip
         if holds:
             found.append(Holder(int(entry.name), _command(entry), tuple(dict.fromkeys(holds)), _command_line(entry)))
-    return sorted(found, key=lambda h: h.pid)
+        elif unresolved:
+            found.append(Holder(int(entry.name), _command(entry), (UNCERTAIN_HOLD,), _command_line(entry), False))
+    return sorted(found, key=lambda h: (not h.certain, h.pid))
+
+
+UNCERTAIN_HOLD = "waiting for an answer from a FUSE filesystem, this one or another (this user may not read which)"
 
 
 def _under(path: str, root: str) -> bool:
@@ -150,36 +161,52 @@ AT_FDCWD = -100
 PATH_BYTES_MAX = 4096  # PATH_MAX
 
 
-def _pending_paths(pid_dir: Path) -> list[tuple[str, str]]:
-    """(system call, absolute path) of each thread of the process that is inside a path system call: empty when
-    the process is gone, not ours to trace, or on an architecture without a table above."""
-    calls = _PATH_CALLS.get(platform.machine())
-    if calls is None:
-        return []
+def _pending_paths(pid_dir: Path) -> tuple[list[tuple[str, str]], bool]:
+    """(system call, absolute path) of each thread of the process that is inside a path system call, and whether
+    some thread waits for a FUSE answer whose path could not be read (not ours to trace, or an architecture
+    without a table above). Nothing when the process is gone."""
+    calls = _PATH_CALLS.get(platform.machine(), {})
     found = []
+    unresolved = False
     try:
         tasks = os.listdir(pid_dir / "task")
     except OSError:
-        return []
+        return [], False
     for tid in tasks:
+        task = pid_dir / "task" / tid
         try:
-            fields = (pid_dir / "task" / tid / "syscall").read_text().split()
+            fields = syscall_fields(task)
         except OSError:
+            unresolved = unresolved or _waits_on_fuse(task)
             continue
         # "<nr> <arg0> … <arg5> <sp> <pc>" while blocked in a call; "running" or "-1 …" otherwise.
         if len(fields) < 7 or not fields[0].isdigit() or int(fields[0]) not in calls:
+            unresolved = unresolved or (not calls and _waits_on_fuse(task))
             continue
         name, dir_arg, path_arg = calls[int(fields[0])]
         path = _read_path(pid_dir, int(fields[1 + path_arg], 16))
-        if path is None:
-            continue
-        if not path.startswith("/"):
+        if path is not None and not path.startswith("/"):
             base = _base_directory(pid_dir, None if dir_arg is None else int(fields[1 + dir_arg], 16))
-            if base is None:
-                continue
-            path = os.path.join(base, path)
+            path = None if base is None else os.path.join(base, path)
+        if path is None:
+            unresolved = unresolved or _waits_on_fuse(task)
+            continue
         found.append((name, os.path.normpath(path)))
-    return found
+    return found, unresolved
+
+
+def syscall_fields(task_dir: Path) -> list[str]:
+    """``/proc/<pid>/task/<tid>/syscall`` split; OSError (EACCES) where this user may not trace the process."""
+    return (task_dir / "syscall").read_text().split()
+
+
+def _waits_on_fuse(task_dir: Path) -> bool:
+    """The thread sleeps in the kernel waiting for a FUSE daemon's answer (its wchan, readable without tracing)."""
+    try:
+        wchan = (task_dir / "wchan").read_text()
+    except OSError:
+        return False
+    return "request_wait_answer" in wchan or "fuse" in wchan
 
 
 def _read_path(pid_dir: Path, address: int) -> str | None:
