@@ -30,6 +30,7 @@ Threads: everything here is a pure function of immutable values, except that :fu
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import errno
 import os
 import textwrap
@@ -49,6 +50,19 @@ CONFIG_TEXT_BYTES_MAX = 64 * 1024
 # --- parsing --------------------------------------------------------------------------------------------------------
 
 
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean <key>?)`` naming the known key closest to a mistyped ``key``, or "" when none is close.
+
+    Keys are case-sensitive, as in Kafka, so a key that differs only in case is named first; otherwise difflib's
+    ratio must reach 0.8 (one or two wrong, missing or swapped characters in a Kafka key: ``retention.msx``,
+    ``segmnt.bytes``, ``min.insync.replica``), so that an unrelated word gets no suggestion that misleads.
+    """
+    candidates = sorted(known)
+    folded = [k for k in candidates if k.lower() == key.lower()]
+    close = folded or difflib.get_close_matches(key, candidates, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _topic_key_problem(key: str) -> str | None:
     """Why ``key`` cannot be a topic override, or None when logfs implements it."""
     if key in LOG_KEYS:
@@ -59,7 +73,7 @@ def _topic_key_problem(key: str) -> str | None:
         return f"{key} is a broker setting (logfs mount --config); the topic key is {BROKER_SYNONYMS[key].topic_key}"
     if key in STORE_KEYS:
         return f"{key} is a store setting (logfs mount --config), not a topic config"
-    return f"unknown topic config key {key!r}"
+    return f"unknown topic config key {key!r}{did_you_mean(key, LOG_KEYS)}"
 
 
 def _override_value(key: str, text: str) -> Any:
@@ -94,7 +108,7 @@ def parse_store_config(pairs: Iterable[str]) -> StoreConfig:
         elif key in KAFKA_TOPIC_KEYS:
             errors.append(f"{key} is a Kafka topic config that logfs does not implement")
         else:
-            errors.append(f"unknown config key {key!r}")
+            errors.append(f"unknown config key {key!r}{did_you_mean(key, [*LOG_KEYS, *STORE_KEYS, *BROKER_SYNONYMS])}")
 
     store: dict[str, Any] = {}
     for key, text in given.items():

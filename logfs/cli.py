@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,14 +70,54 @@ def configure_logging(level: str) -> None:
 
 
 class _Group(click.Group):
-    """A click group that turns expected failures into exit code 1 with a one-line message."""
+    """A click group that turns expected failures into exit code 1 with a one-line message, gives every command the
+    global ``--log-level`` too, and lets a closed stdout end a command quietly."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Every command also takes ``--log-level``: ``logfs mount S M --log-level info`` works as ``logfs
+        --log-level info mount S M`` does (issue 23 item 8), the way a user adds an option to the end of the last
+        command line. The command's value applies after the group's (click parses the command's options once the
+        group's callback has run), so the later one on the line wins, as in argparse with parent parsers."""
+        cmd.params.append(
+            click.Option(
+                ["--log-level"],
+                type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                default=None,
+                expose_value=False,
+                callback=_log_level_after_command,
+                help="As `logfs --log-level` before the command (either place works).",
+            )
+        )
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # `logfs dump … | head`: the reader is gone. Click's main then exits 1 without a word and keeps the
+            # interpreter's last flush of stdout quiet, as coreutils end on SIGPIPE. An EPIPE from elsewhere (not
+            # our stdout) stays an error with its message.
+            if not _stdout_closed():
+                raise click.ClickException("Broken pipe") from None
+            raise
         except (LogfsError, OSError) as exc:
             _log.debug("command failed: %s: %s", type(exc).__name__, exc, exc_info=True)
             raise click.ClickException(_message(exc)) from exc
+
+
+def _log_level_after_command(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        configure_logging(value)
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe or socket whose reading end is closed (poll reports POLLERR on the write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _message(exc: Exception) -> str:
@@ -301,9 +342,10 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     """Unmount a logfs mount (fusermount3 -u); its `logfs mount` process then shuts down cleanly and exits 0.
 
     While files under the mount are open (or a shell's working directory is inside it) the unmount fails with
-    "Device or resource busy" and names the processes holding it (from /proc/*/fd, cwd and root). --lazy detaches
-    the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process shuts down
-    cleanly once their files are closed (at most 10 s later, whatever else is still open).
+    "Device or resource busy" and names the processes holding it, with their command lines (from /proc/*/fd, cwd
+    and root, and the path system calls their threads wait in: `logfs follow` waits in open() of a fetch file).
+    --lazy detaches the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process
+    shuts down cleanly once their files are closed (at most 10 s later, whatever else is still open).
     """
     from logfs.mount.holders import holders
     from logfs.mount.server import unmount
@@ -313,10 +355,16 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     if done.returncode != 0:
         message = done.stderr.strip() or f"fusermount3 -u {mountpoint} failed"
         if not lazy and ("busy" in message.lower() or "EBUSY" in message):
-            held = "".join(f"\n  {holder}" for holder in holders(mountpoint))
+            found = holders(mountpoint)
+            held = "".join(f"\n  {holder}" for holder in found if holder.certain)
+            maybe = "".join(f"\n  {holder}" for holder in found if not holder.certain)
+            if maybe:
+                maybe = "\nperhaps also (this user may not trace them to tell which mount they wait on):" + maybe
+            nobody = " (by no process of this user" + (" that it can tell)" if maybe else ")")
             message += (
-                f"\nfiles under {mountpoint} are still open (or a process has its working directory there):"
-                f"{held or ' (by no process of this user)'}\nclose them, or `logfs umount --lazy {mountpoint}` to"
+                f"\nfiles under {mountpoint} are still open (or a process has its working directory there, or waits"
+                f" in a system call on a path under it):{held or nobody}{maybe}"
+                f"\nclose them, or `logfs umount --lazy {mountpoint}` to"
                 " detach it now (follow/ readers then read end of file, and the mount shuts down cleanly)"
             )
         raise click.ClickException(message)

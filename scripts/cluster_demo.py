@@ -63,6 +63,11 @@ def main() -> int:
             " and three nodes:")  # fmt: skip
         for node in cluster.nodes.values():
             say(f"    logfs mount {node.store} {node.mount} " + " ".join(f"--config {c}" for c in node.config))
+        proxies = ", ".join(f"node {n.node_id} {n.proxy.address}" for n in cluster.nodes.values())
+        say(f"    (zookeeper.connect differs per node: each names a TCP proxy of its own ({proxies}), all forwarding "
+            f"to ZooKeeper at {cluster.zk.connect}. The failover tests cut one node from ZooKeeper at its proxy "
+            f"(tests/tcpproxy.py); this demo never does, so they only pass bytes through. Your own nodes give "
+            f"ZooKeeper's address itself: --config zookeeper.connect={cluster.zk.connect}.)")  # fmt: skip
         leader, info = cluster.wait_leader(30)
         say(f"[2/6] ZooKeeper elected node {leader.node_id} (leader epoch {info.leader_epoch}); every node says so:")
         show_leader_files(cluster)

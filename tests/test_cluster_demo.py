@@ -31,6 +31,12 @@ def test_the_cluster_demo_fails_over_and_keeps_every_acknowledged_record(tmp_pat
     assert killed and new and killed.group(1) != new.group(1), out
     assert float(new.group(3)) <= 2.0 + 1.0 + 0.2, out  # the demo's session timeout (2000 ms) + 1 s, polled
     assert "acknowledged records missing: 0" in out
+    zk = re.search(r"ZooKeeper at (127\.0\.0\.1:\d+) ", out)
+    assert zk, out
+    for node in (1, 2, 3):  # issue 23 item 8: each node's proxied zookeeper.connect is explained
+        proxy = re.search(rf"--config node\.id={node} --config zookeeper\.connect=(127\.0\.0\.1:\d+) ", out)
+        assert proxy and proxy.group(1) != zk.group(1) and f"node {node} {proxy.group(1)}" in out, out
+    assert f"all forwarding to ZooKeeper at {zk.group(1)}" in out
     assert "every acknowledged record survived the failover" in out
     codes = re.search(r"exit codes (\{[^}]*\})", out)
     assert codes and ast.literal_eval(codes.group(1)) == {1: 0, 2: 0, 3: 0}, out

@@ -477,6 +477,52 @@ def test_config_write_is_whole_or_nothing() -> None:
     assert current == {"segment.bytes": "1048576"}
 
 
+@pytest.mark.parametrize(
+    ("line", "suggestion"),
+    [
+        ("retention.msx=1", "retention.ms"),
+        ("segmnt.bytes=2048", "segment.bytes"),
+        ("min.insync.replica=2", "min.insync.replicas"),
+        ("SEGMENT.BYTES=2048", "segment.bytes"),  # keys are case-sensitive, as in Kafka: the spelling is named
+        ("cleanup.polcy=compact", "cleanup.policy"),
+    ],
+)
+def test_a_mistyped_topic_key_gets_a_suggestion(line: str, suggestion: str) -> None:
+    """Issue 23 item 8: a typo names the key it resembles, in a write of <topic>/config and in --config."""
+    key = line.partition("=")[0]
+    with pytest.raises(ConfigError) as excinfo:
+        parse_config_lines(line, {})
+    assert f"unknown topic config key {key!r} (did you mean {suggestion}?)" in error_of(excinfo)
+    with pytest.raises(ConfigError) as excinfo:
+        parse_store_config([line])
+    assert f"unknown config key {key!r} (did you mean {suggestion}?)" in error_of(excinfo)
+
+
+@pytest.mark.parametrize(
+    ("pair", "suggestion"),
+    [("num.partition=2", "num.partitions"), ("replica.id=1", "replica.ids"),
+     ("zookeper.connect=h:1", "zookeeper.connect"), ("log.retention.hour=1", "log.retention.hours")],
+)  # fmt: skip
+def test_a_mistyped_store_key_gets_a_suggestion(pair: str, suggestion: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_store_config([pair])
+    assert f"(did you mean {suggestion}?)" in error_of(excinfo)
+
+
+def test_an_unrelated_key_gets_no_suggestion() -> None:
+    """A suggestion only for a near miss: a word unlike any key is named alone, never with a misleading guess."""
+    for line in ("bogus.key=1", "no.such.key=1", "log.dirs=/x", "flush=1"):
+        with pytest.raises(ConfigError) as excinfo:
+            parse_config_lines(line, {})
+        assert "did you mean" not in error_of(excinfo)
+        with pytest.raises(ConfigError) as excinfo:
+            parse_store_config([line])
+        assert "did you mean" not in error_of(excinfo)
+    with pytest.raises(ConfigError) as excinfo:  # a store key is not suggested for a topic's config
+        parse_config_lines("num.partition=2", {})
+    assert "did you mean" not in error_of(excinfo)
+
+
 def test_config_write_error_lists_every_bad_line() -> None:
     text = "segment.ms=5\nno equals sign\n\ncompression.type=gzip\nbogus.key=1\nsegment.bytes=x\n"
     with pytest.raises(ConfigError) as excinfo:
