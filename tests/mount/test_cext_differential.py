@@ -12,6 +12,8 @@ codecs through ``batches``, transactions committed, aborted and left open, a com
   answers under ``.logfs/fetch/``, ``state``;
 * the same refusals for a set of bad inputs: errno of each write, and ``.logfs/errors`` (op, path, errno, reason);
 * after both unmount, every ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` of the stores byte-identical.
+* a ``logfs follow`` of each kind replicating its leader: its ``.log`` files the leader's, its index files the other
+  follower's (the compacted topic left out: a follower cleans it on its own schedule).
 
 Timestamps the mount takes from its clock (a text line's append time, a marker's) differ between the two mounts by
 nature: in those topics (``CLOCK_TOPICS``) a batch's two timestamps and its CRC are zeroed before comparing (after
@@ -25,6 +27,7 @@ so the comparison is never of two mounts of the same kind.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import importlib.util
@@ -42,6 +45,7 @@ from types import ModuleType
 import crc32c
 import pytest
 from conftest import Mount, errno_of, running_mount, state
+from follower_procs import following, identical, wait_for
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from logfs.core.format.records import CEXT
@@ -62,6 +66,7 @@ def _realdata() -> ModuleType:
 
 realdata = _realdata()
 
+SEED = 0  # every seed of the workload is offset by this (a campaign of other workloads edits it)
 MOUNT_CONFIG = ("replica.ids=0,1", "log.cleaner.backoff.ms=50", "transaction.timeout.ms=900000")
 # retention.ms=-1: the writer's timestamps are of 2023, and a retention check must not race the comparison
 SEGMENT = {"segment.bytes": 65536, "retention.ms": -1}
@@ -101,7 +106,7 @@ def _text_lines() -> bytes:
     own)."""
     odd = [b"", b"\r", b"a\x00b", b"\ttab\t", b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"\xff\xfe not utf-8 \xc3"]
     odd.append(b"x" * 60_000)
-    lines = [e.body for e in realdata.events(600_000, seed=11)]
+    lines = [e.body for e in realdata.events(600_000, seed=SEED + 11)]
     for i, line in enumerate(odd):
         lines.insert(i * 97 % len(lines), line)
     return b"".join(line + b"\n" for line in lines)
@@ -167,6 +172,62 @@ def _producer_batches(seed: int) -> bytes:
     return b"".join(out)
 
 
+def _json_value(rng: random.Random, depth: int = 0) -> object:
+    """A random JSON value: every kind of number (exponents, -0.0, beyond 64 bits), strings of any code point
+    (controls, astral planes), nesting."""
+    kind = rng.randrange(9 if depth < 3 else 6)
+    if kind == 0:
+        return rng.choice((None, True, False))
+    if kind == 1:
+        return rng.choice((0, -1, 2**63 - 1, -(2**63), 2**64 + 1, -(10**30), rng.randint(-(10**6), 10**6)))
+    if kind == 2:
+        return rng.choice((-0.0, 1e-7, 1.5e300, 0.1, 2.5, -3.0e-5, 123456.789, rng.uniform(-1e9, 1e9)))
+    if kind in (3, 4, 5):
+        chars = [chr(rng.choice((rng.randint(0, 0x7F), rng.randint(0x80, 0xD7FF), rng.randint(0x10000, 0x10FFFF))))
+                 for _ in range(rng.randint(0, 12))]  # fmt: skip
+        return "".join(chars)
+    if kind in (6, 7):
+        return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {str(_json_value(rng, 3)): _json_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def _fuzzed_json_lines(seed: int, count: int = 400) -> bytes:
+    """Random records as JSON lines written in varied styles (ASCII-escaped or not, spaced or compact): keys, values
+    and header values of every JSON kind, base64 keys and values of random bytes."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        record: dict[str, object] = {"key": rng.choice((None, str(_json_value(rng, 3)))), "value": _json_value(rng)}
+        if rng.random() < 0.3:
+            record["headers"] = [{"key": f"h{n}", "value": _json_value(rng, 2)} for n in range(rng.randint(0, 3))]
+        if rng.random() < 0.15:
+            key, value = rng.randbytes(rng.randint(0, 20)), rng.randbytes(rng.randint(0, 60))
+            record = {"key": base64.b64encode(key).decode(), "keyEncoding": "base64",
+                      "value": base64.b64encode(value).decode(), "valueEncoding": "base64"}  # fmt: skip
+        record["timestamp"] = TS0 + i
+        separators = rng.choice(((",", ":"), (", ", ": "), (" , ", " : ")))
+        lines.append(json.dumps(record, ensure_ascii=rng.random() < 0.5, separators=separators).encode() + b"\n")
+    return b"".join(lines)
+
+
+@functools.cache  # as _producer_batches
+def _random_batches(seed: int) -> bytes:
+    """Producer batches of random bytes: keys and values that are not UTF-8, or are but hold controls and quotes,
+    header names of any code point; each codec."""
+    rng = random.Random(seed)
+    out = []
+    for n in range(40):
+        builder = DefaultRecordBatchBuilder(2, n % 5, False, -1, -1, -1, 1 << 20)
+        for offset in range(rng.randint(1, 30)):
+            key = rng.choice((None, rng.randbytes(rng.randint(0, 16)), '"\\\n\x01é'.encode()))
+            value = rng.choice((None, rng.randbytes(rng.randint(0, 300)), "ok \x7f\u2028 😀".encode()))
+            headers = [(chr(rng.randint(32, 0x2FFF)) * rng.randint(1, 3), rng.randbytes(rng.randint(0, 9)))
+                       for _ in range(rng.randint(0, 2))]  # fmt: skip
+            builder.append(offset, TS0 + offset, key, value, headers)
+        out.append(bytes(builder.build()))
+    return b"".join(out)
+
+
 def _keyed(seed: int, count: int) -> bytes:
     """Keyed JSON lines for the compacted topic: 40 keys, a tombstone every 9th record."""
     rng = random.Random(seed)
@@ -189,17 +250,17 @@ def _run_workload(mnt: Path) -> None:
     (mnt / "bad/config").write_text(f"max.message.bytes={BAD_MAX}\nretention.ms=-1\n")
 
     text = _text_lines()
-    _write(mnt / "text/0/append", text, seed=1)
-    _write(mnt / "text/append", text[: len(text) // 3], seed=2)  # null keys: partitions in turn
-    _write(mnt / "json/append.jsonl", _json_lines(21, 700_000), seed=3)  # murmur2 of the keys
-    _write(mnt / "json/1/append.jsonl", _json_lines(22, 200_000), seed=4)
-    _write(mnt / "prod/0/batches", _producer_batches(31), seed=5)
-    _write(mnt / "kv/0/append.jsonl", _keyed(41, 1500), seed=6)
+    _write(mnt / "text/0/append", text, seed=SEED + 1)
+    _write(mnt / "text/append", text[: len(text) // 3], seed=SEED + 2)  # null keys: partitions in turn
+    _write(mnt / "json/append.jsonl", _json_lines(SEED + 21, 700_000), seed=SEED + 3)  # murmur2 of the keys
+    _write(mnt / "json/1/append.jsonl", _json_lines(SEED + 22, 200_000) + _fuzzed_json_lines(SEED + 23), seed=SEED + 4)
+    _write(mnt / "prod/0/batches", _producer_batches(SEED + 31) + _random_batches(SEED + 32), seed=SEED + 5)
+    _write(mnt / "kv/0/append.jsonl", _keyed(SEED + 41, 1500), seed=SEED + 6)
 
     txns = mnt / ".logfs/transactions"
-    _write(mnt / "txn/0/append.jsonl", _json_lines(51, 30_000), seed=7)
+    _write(mnt / "txn/0/append.jsonl", _json_lines(SEED + 51, 30_000), seed=SEED + 7)
     os.mkdir(txns / "job1")
-    _write(txns / "job1/txn/0/append.jsonl", _json_lines(52, 40_000), seed=8)
+    _write(txns / "job1/txn/0/append.jsonl", _json_lines(SEED + 52, 40_000), seed=SEED + 8)
     _write(txns / "job1/txn/0/append", b"in job1\n" * 50, seed=9)
     _write(mnt / "txn/0/append", b"plain between\n" * 20, seed=10)
     (txns / "job1/control").write_text("commit\n")
@@ -207,7 +268,7 @@ def _run_workload(mnt: Path) -> None:
     _write(txns / "job2/txn/0/batches", _small_batches(), seed=11)
     (txns / "job2/control").write_text("abort\n")
     os.mkdir(txns / "job3")  # left open: committed/ stops at its first offset
-    _write(txns / "job3/txn/0/append.jsonl", _json_lines(54, 10_000), seed=12)
+    _write(txns / "job3/txn/0/append.jsonl", _json_lines(SEED + 54, 10_000), seed=SEED + 12)
     _write(mnt / "txn/0/append", b"plain after the open one\n" * 30, seed=13)
 
     (mnt / "kv/config").write_text("cleanup.policy=compact\n")  # everything written: one clean, the same on both
@@ -438,12 +499,12 @@ def _views(mnt: Path) -> dict[str, object]:
     return out
 
 
-def _stored(store: Path) -> dict[str, bytes]:
-    """The segment files of a store (``.timeindex`` of the clock topics left out), normalized."""
+def _stored(store: Path, skip: str = "") -> dict[str, bytes]:
+    """The segment files of a store (``.timeindex`` of the clock topics left out, and topic ``skip``), normalized."""
     out: dict[str, bytes] = {}
     for directory in sorted(store.iterdir()):
         topic = directory.name.rpartition("-")[0]
-        if not directory.is_dir() or topic not in TOPICS:
+        if not directory.is_dir() or topic not in TOPICS or topic == skip:
             continue
         clock = topic in CLOCK_TOPICS
         for f in sorted(directory.iterdir()):
@@ -506,6 +567,20 @@ def test_the_compiled_helpers_and_the_reference_store_and_serve_the_same_bytes(t
         for name, mount in mounts.items():
             _wait_cleaned(mount.path, mount.store)
             views[name] = _views(mount.path)
+        for name, mount in mounts.items():  # a follower of each kind replicates its leader (stored checks, indexes)
+            with _env(name == "python"):
+                follower = stack.enter_context(following(mount.path, tmp_path / f"{name}-follower", 1))
+            wait_for(
+                f"the {name} follower to catch up",
+                lambda m=mount, n=name: all(  # type: ignore[misc]
+                    identical(m.store, tmp_path / f"{n}-follower", topic, partitions)
+                    for topic, partitions in TOPICS.items()
+                    if topic != HORIZON_TOPIC  # a follower cleans on its own schedule: its segments group otherwise
+                ),
+                follower,
+                mount,
+                timeout_s=60,
+            )
 
     assert answers["python"] == answers["compiled"]
     refused = [a for a in answers["python"] if a[1] is not None]
@@ -530,3 +605,7 @@ def test_the_compiled_helpers_and_the_reference_store_and_serve_the_same_bytes(t
     assert sum(f.endswith(".log") for f in py_files) > 20  # rolls happened
     different_files = [name for name in py_files if py_files[name] != c_files[name]]
     assert not different_files, f"stored files differ: {different_files}"
+    py_files, c_files = (_stored(tmp_path / f"{name}-follower", skip=HORIZON_TOPIC) for name in ("python", "compiled"))
+    assert sorted(py_files) == sorted(c_files) and py_files
+    different_files = [name for name in py_files if py_files[name] != c_files[name]]
+    assert not different_files, f"the followers' stored files differ: {different_files}"
