@@ -10,7 +10,8 @@ codecs through ``batches``, transactions committed, aborted and left open, a com
 
 * every read view byte-identical: ``at/`` in each format and at several starts, ``hw/``, ``committed/``, fetch
   answers under ``.logfs/fetch/``, ``state``;
-* the same refusals for a set of bad inputs: errno of each write, and ``.logfs/errors`` (op, path, errno, reason);
+* the same answers to a set of bad inputs and of records either side of ``max.message.bytes``: errno of each write,
+  and ``.logfs/errors`` (op, path, errno, reason);
 * after both unmount, every ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` of the stores byte-identical.
 * a ``logfs follow`` of each kind replicating its leader: its ``.log`` files the leader's, its index files the other
   follower's (the compacted topic left out: a follower cleans it on its own schedule).
@@ -376,7 +377,17 @@ def _refusals(mnt: Path) -> list[tuple[str, int | None]]:
     answers.append(("long line", errno_of(os.write, fd, b"y" * (BAD_MAX + 10) + b"\n")))
     answers.append(("long line again", errno_of(os.write, fd, b"short\n")))
     answers.append(("long line close", errno_of(os.close, fd)))
-    for name in ("at/99", "at/0-99", "at/@x", "follow/-1", "at/0.txt"):
+    for size in range(BAD_MAX - 90, BAD_MAX - 40):  # one record near max.message.bytes, on both sides of it
+        answers.append((f"line of {size}", errno_of(_write_once, mnt / "bad/0/append", b"n" * size + b"\n")))
+        line = b'{"key":"k","value":"%s","headers":{"h":"v"}}\n' % (b"j" * (size - 8))
+        answers.append((f"json line of {size}", errno_of(_write_once, mnt / "bad/0/append.jsonl", line)))
+    rng = random.Random(SEED + 61)  # requests of many lines cut into batches near the limit
+    for n in range(6):
+        lines = b"".join(b"c" * rng.randint(0, 2500) + b"\n" for _ in range(rng.randint(5, 40)))
+        answers.append((f"lines {n}", errno_of(_write_once, mnt / "bad/0/append", lines)))
+        lines = b"".join(b'{"value":"%s"}\n' % (b"d" * rng.randint(0, 2500)) for _ in range(rng.randint(5, 40)))
+        answers.append((f"json lines {n}", errno_of(_write_once, mnt / "bad/0/append.jsonl", lines)))
+    for name in ("at/99999", "at/0-99999", "at/@x", "follow/-1", "at/0.txt"):
         answers.append((name, errno_of(os.stat, mnt / "bad/0" / name)))
     return answers
 
