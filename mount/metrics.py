@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from logfs.core.format import records
 from logfs.mount.refusals import RefusalLog
 
 TopicPartitionKey = tuple[str, int]
@@ -150,6 +151,12 @@ def render(stats: Statistics) -> bytes:
     lines += _family("logfs_replica_in_sync", "gauge", "1 when the follower is in the ISR.",
                      [(_labels(k, r), int(r in g.isr)) for k, g, r, _ in followers])  # fmt: skip
     lines += _family("logfs_follow_readers", "gauge", "Open follow/ handles.", [("", stats.follow_readers)])
+    # Which record code serves this mount: a build without a compiler (or LOGFS_NO_CEXT=1) is correct but slower,
+    # and an operator should be able to see that without reading the start-up log (tests/mount/test_cext_differential.py
+    # starts one mount of each kind and checks this before comparing them).
+    lines += _family("logfs_compiled_helpers", "gauge",
+                     "1 when the compiled record helpers (core/format/_*.c) are used, 0 for the pure-Python reference.",
+                     [("", int(records.USE_CEXT))])  # fmt: skip
     lines += _family("logfs_fresh_inodes", "gauge", "at/, follow/ and write-file inodes the kernel holds.",
                      [("", stats.fresh_inodes)])  # fmt: skip
     for name, value in sorted(stats.render_cache.items()):
