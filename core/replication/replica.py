@@ -14,7 +14,7 @@ State, per partition and leader epoch (:class:`LeaderPartition`), under one lock
   lacks). Without ZooKeeper, live means heard from within ``replica.lag.time.max.ms``: any request of the fetch
   protocol (:meth:`LeaderReplicas.follower_heard`: a fetch of any partition, or the look-up of its
   ``.logfs/fetch/<id>`` directory that ``logfs follow`` makes every discovery round, so a follower of a leader with
-  no topic yet counts too). With ZooKeeper the caller's ``isr`` gives the registered nodes (logfs/cluster/node.py).
+  no topic yet counts too). With ZooKeeper the caller's ``live`` gives the registered nodes (logfs/cluster/node.py).
   So a producer that creates a topic and writes at once is neither refused nor told to retry (its acks=all waits
   for the follower's first fetches of the new partition), and a stopped follower does not stall a new topic.
 
@@ -441,12 +441,15 @@ class LeaderReplicas:
         *,
         now_ms: int | None = None,
         isr: Callable[[TopicPartition], Iterable[int]] | None = None,
+        live: Callable[[], Iterable[int]] | None = None,
     ) -> None:
-        """``isr``: the ISR each partition starts with (an elected leader's, from ZooKeeper); default this node
-        alone."""
+        """``isr``: the ISR each partition the store holds now starts with (an elected leader's, from ZooKeeper);
+        default this node alone. ``live``: the live replicas, a partition created later starts with them in its ISR
+        (ZooKeeper: the registered nodes); default the followers heard from (:meth:`live_followers`)."""
         self.store = store
         self.leader_epoch = leader_epoch
         self._initial_isr = isr
+        self._live = live
         config = store.config
         self.node_id = config.node_id
         self.replica_ids = tuple(config.replica_ids)
@@ -486,20 +489,20 @@ class LeaderReplicas:
         """The partition's leader state, taken now if this is its first use (or its topic was created again).
         UnknownTopicOrPartition when the store has no such partition.
 
-        The ISR it starts with: the caller's ``isr`` when given (ZooKeeper); else the leader alone for the partitions
-        the store held when this was built (a new leader epoch, spec §6), and the leader with every live follower
-        for a partition created since (Kafka's creation rule; the module docstring)."""
+        The ISR it starts with: for a partition the store held when this was built, the caller's ``isr`` (ZooKeeper)
+        or else the leader alone (a new leader epoch, spec §6); for a partition created since (or a topic created
+        again), the leader and every live replica (Kafka's creation rule; the module docstring): the caller's
+        ``live`` or else the followers heard from."""
         log = self.store.log(topic, partition)
         tp = TopicPartition(topic, partition)
         with self._lock:
             current = self._partitions.get(tp)
             if current is None or current.log is not log:
-                if self._initial_isr is not None:
-                    isr: Iterable[int] = [r for r in self._initial_isr(tp) if r in self.replica_ids]
-                elif self._taking_existing:
-                    isr = []
+                if self._taking_existing:
+                    isr: Iterable[int] = [] if self._initial_isr is None else self._initial_isr(tp)
                 else:
-                    isr = self.live_followers(now_ms)
+                    isr = self.live_followers(now_ms) if self._live is None else self._live()
+                isr = [r for r in isr if r in self.replica_ids]
                 current = LeaderPartition(
                     log,
                     node_id=self.node_id,
@@ -511,7 +514,7 @@ class LeaderReplicas:
                     now_ms=now_ms,
                 )
                 if not self._taking_existing and len(current.isr) > 1:
-                    _log.info("%s: created with the ISR %s (the leader and its live followers)", current.name,
+                    _log.info("%s: created with the ISR %s (this node and the live replicas)", current.name,
                               list(current.isr))  # fmt: skip
                 self._partitions[tp] = current
             return current

@@ -581,10 +581,17 @@ def test_a_partition_created_while_leading_starts_with_the_live_followers_in_its
         assert replicas.partition("last", 0, now_ms=T0 + LAG_MS + 3).isr == (LEADER, F2)
 
 
-def test_a_zookeeper_leaders_isr_callback_decides_every_partitions_isr(tmp_path: Path) -> None:
+def test_a_zookeeper_leader_takes_the_recorded_isr_and_gives_new_partitions_the_registered_nodes(
+    tmp_path: Path,
+) -> None:
     with store_with(tmp_path, [0], replica_ids=(0, 1, 2)) as store:
-        replicas = LeaderReplicas(store, 3, now_ms=T0, isr=lambda tp: (0, 2, 9))
+        registered = [0, 2, 9]
+        replicas = LeaderReplicas(store, 3, now_ms=T0, isr=lambda tp: (0, 1, 9), live=lambda: registered)
         replicas.follower_heard(F1, now_ms=T0)
-        assert replicas.partition("t", 0).isr == (LEADER, F2)  # 9 is no replica: left out
+        assert replicas.partition("t", 0).isr == (LEADER, F1)  # as recorded; 9 is no replica: left out
         store.create_topic("new", 1)
         assert replicas.partition("new", 0).isr == (LEADER, F2)  # the registered nodes, not the fetchers
+        store.delete_topic("t")
+        store.create_topic("t", 1)
+        registered = [0, 1, 2]
+        assert replicas.partition("t", 0).isr == (LEADER, F1, F2)  # created again: not the old record
