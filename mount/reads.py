@@ -501,7 +501,23 @@ class Reader:
         failure = self.store.failure
         health = render_store_health(failure.offline is not None, failure.read_errors, failure.corrupt_batches)
         cleaner = "" if self.cleaner is None else self.cleaner.metrics_text()
-        return render(stats) + health + extra.encode() + cleaner.encode()
+        return render(stats) + health + self._followers_live().encode() + extra.encode() + cleaner.encode()
+
+    def _followers_live(self) -> str:
+        """A leader's ``logfs_follower_live`` lines: whether each follower is live, so that a topic created now
+        starts with it in the ISR (core/replication/replica.py, ``LeaderReplicas.live_followers``)."""
+        replication = self.replication
+        if replication is None or not replication.leaders.followers:
+            return ""
+        leaders = replication.leaders
+        live = set(leaders.live_followers())
+        lines = [
+            "# HELP logfs_follower_live 1 when the follower sent a fetch request within replica.lag.time.max.ms "
+            "(a partition created now starts with it in the ISR).",
+            "# TYPE logfs_follower_live gauge",
+        ]
+        lines += [f'logfs_follower_live{{replica="{r}"}} {int(r in live)}' for r in leaders.followers]
+        return "\n".join(lines) + "\n"
 
 
 def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, partition: int, **kwargs: Any) -> bytes:

@@ -107,11 +107,14 @@ class LeaderReplication:
 
     def check_replica(self, node: Node) -> None:
         """UnknownReplica (EPERM) for a fetch path of an id that is not one of this leader's followers (logged once
-        per lookup)."""
+        per lookup); for a follower's, record that it was heard from (``LeaderReplicas.follower_heard``: a partition
+        created within ``replica.lag.time.max.ms`` of it starts with it in the ISR)."""
         if node.replica >= 0 and not self.leaders.is_follower(node.replica):
             _log.info("refused a fetch by replica %d: not a follower of node %d (replica.ids=%s)", node.replica,
                       self.leaders.node_id, ",".join(map(str, self.leaders.replica_ids)))  # fmt: skip
             raise UnknownReplica(node.replica, self.leaders.replica_ids, self.leaders.node_id)
+        if node.replica >= 0:  # a request of the fetch protocol: this follower is live (a new partition's ISR)
+            self.leaders.follower_heard(node.replica)
 
     async def fetch(self, node: Node) -> FetchSnapshot:
         """The lookup of a fetch file: record the fetch, long-poll at the log end, fix the answer."""

@@ -9,6 +9,14 @@ State, per partition and leader epoch (:class:`LeaderPartition`), under one lock
   any), the leader's LEO at that fetch, and when it was last caught up;
 * the ISR. Every leader epoch starts with the leader alone (spec §6). Kafka's controller may name more members at a
   leader election; the constructor's ``isr`` allows that for the scenarios ported from Kafka's PartitionTest.
+* **A partition created while this node leads** starts with the ISR = the leader and every *live* follower
+  (Kafka's controller creates a partition with the ISR equal to its live assigned replicas: they hold nothing it
+  lacks). Without ZooKeeper, live means heard from within ``replica.lag.time.max.ms``: any request of the fetch
+  protocol (:meth:`LeaderReplicas.follower_heard`: a fetch of any partition, or the look-up of its
+  ``.logfs/fetch/<id>`` directory that ``logfs follow`` makes every discovery round, so a follower of a leader with
+  no topic yet counts too). With ZooKeeper the caller's ``live`` gives the registered nodes (logfs/cluster/node.py).
+  So a producer that creates a topic and writes at once is neither refused nor told to retry (its acks=all waits
+  for the follower's first fetches of the new partition), and a stopped follower does not stall a new topic.
 
 Rules (Kafka 3.9):
 
@@ -433,20 +441,27 @@ class LeaderReplicas:
         *,
         now_ms: int | None = None,
         isr: Callable[[TopicPartition], Iterable[int]] | None = None,
+        live: Callable[[], Iterable[int]] | None = None,
     ) -> None:
-        """``isr``: the ISR each partition starts with (an elected leader's, from ZooKeeper); default this node
-        alone."""
+        """``isr``: the ISR each partition the store holds now starts with (an elected leader's, from ZooKeeper);
+        default this node alone. ``live``: the live replicas, a partition created later starts with them in its ISR
+        (ZooKeeper: the registered nodes); default the followers heard from (:meth:`live_followers`)."""
         self.store = store
         self.leader_epoch = leader_epoch
         self._initial_isr = isr
+        self._live = live
         config = store.config
         self.node_id = config.node_id
         self.replica_ids = tuple(config.replica_ids)
         self.replica_lag_time_max_ms = config.replica_lag_time_max_ms
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, LeaderPartition] = {}
+        # follower → when it last sent a request of the fetch protocol (ms since the epoch; any thread writes)
+        self._heard: dict[int, int] = {}
+        self._taking_existing = True  # the partitions the store holds now start with the leader alone (spec §6)
         for tp, _ in store.logs():
             self.partition(tp.topic, tp.partition, now_ms=now_ms)
+        self._taking_existing = False
 
     @property
     def followers(self) -> tuple[int, ...]:
@@ -456,25 +471,51 @@ class LeaderReplicas:
         """Whether ``replica_id`` may fetch: one of ``replica.ids`` other than this node."""
         return replica_id != self.node_id and replica_id in self.replica_ids
 
+    def follower_heard(self, replica_id: int, now_ms: int | None = None) -> None:
+        """Follower ``replica_id`` sent a request of the fetch protocol now: it is live for the next
+        ``replica.lag.time.max.ms`` (:meth:`live_followers`). Ignored for an id that is not a follower. Any thread
+        (one dict store; called on the trio thread for every fetch look-up)."""
+        if self.is_follower(replica_id):
+            self._heard[replica_id] = wall_clock_ms() if now_ms is None else now_ms
+
+    def live_followers(self, now_ms: int | None = None) -> tuple[int, ...]:
+        """The followers heard from within ``replica.lag.time.max.ms``, ascending: a new partition's ISR besides
+        this node (module docstring). Any thread."""
+        now = wall_clock_ms() if now_ms is None else now_ms
+        heard = dict(self._heard)
+        return tuple(r for r in self.followers if now - heard.get(r, -(1 << 62)) <= self.replica_lag_time_max_ms)
+
     def partition(self, topic: str, partition: int, *, now_ms: int | None = None) -> LeaderPartition:
         """The partition's leader state, taken now if this is its first use (or its topic was created again).
-        UnknownTopicOrPartition when the store has no such partition."""
+        UnknownTopicOrPartition when the store has no such partition.
+
+        The ISR it starts with: for a partition the store held when this was built, the caller's ``isr`` (ZooKeeper)
+        or else the leader alone (a new leader epoch, spec §6); for a partition created since (or a topic created
+        again), the leader and every live replica (Kafka's creation rule; the module docstring): the caller's
+        ``live`` or else the followers heard from."""
         log = self.store.log(topic, partition)
         tp = TopicPartition(topic, partition)
         with self._lock:
             current = self._partitions.get(tp)
             if current is None or current.log is not log:
+                if self._taking_existing:
+                    isr: Iterable[int] = [] if self._initial_isr is None else self._initial_isr(tp)
+                else:
+                    isr = self.live_followers(now_ms) if self._live is None else self._live()
+                isr = [r for r in isr if r in self.replica_ids]
                 current = LeaderPartition(
                     log,
                     node_id=self.node_id,
                     replica_ids=self.replica_ids,
                     leader_epoch=self.leader_epoch,
                     replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                    isr=[] if self._initial_isr is None else
-                    [r for r in self._initial_isr(tp) if r in self.replica_ids],
+                    isr=isr,
                     name=f"{topic}-{partition}",
                     now_ms=now_ms,
-                )  # fmt: skip
+                )
+                if not self._taking_existing and len(current.isr) > 1:
+                    _log.info("%s: created with the ISR %s (this node and the live replicas)", current.name,
+                              list(current.isr))  # fmt: skip
                 self._partitions[tp] = current
             return current
 

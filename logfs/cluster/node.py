@@ -394,12 +394,20 @@ class ClusterNode:
                                       PersistedReplicaState(node, epoch, epoch, (node,), True))  # fmt: skip
 
         def isr(tp: TopicPartition) -> tuple[int, ...]:
-            """The recorded ISR; a partition created since starts with every live replica (Kafka's creation rule:
-            they hold nothing it lacks; the HW waits for their first fetches)."""
+            """The recorded ISR of a partition the store holds; one not recorded yet (created since the last record)
+            starts with every live replica, as a partition created while leading does (``live``)."""
             v = states.get((tp.topic, tp.partition))
-            return tuple(self._live) if v is None else v.state.isr
+            return live() if v is None else v.state.isr
 
-        leaders = await trio.to_thread.run_sync(functools.partial(LeaderReplicas, self.store, epoch, isr=isr))
+        def live() -> tuple[int, ...]:
+            """The registered nodes at the last reconcile: a partition created while this node leads starts with
+            them in its ISR (Kafka's creation rule: they hold nothing it lacks; the HW waits for their first
+            fetches), never with an ISR recorded for a topic of the same name deleted since."""
+            return tuple(sorted(self._live))
+
+        leaders = await trio.to_thread.run_sync(
+            functools.partial(LeaderReplicas, self.store, epoch, isr=isr, live=live)
+        )
         replication = LeaderReplication(leaders, self.ops.partitions, read_thread=self.ops._read_thread,
                                         write_thread=self.ops._write_thread)  # fmt: skip
         if adopt and self.ops.replication is not None:

@@ -271,7 +271,7 @@ class Follower:
                 await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
             try:
                 listing = await trio.to_thread.run_sync(
-                    list_leader, self.leader, limiter=self._fetch_limiter, abandon_on_cancel=True
+                    list_leader, self.leader, self.replica_id, limiter=self._fetch_limiter, abandon_on_cancel=True
                 )
             except OSError as exc:
                 self._leader_failed(exc)

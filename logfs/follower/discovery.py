@@ -1,7 +1,9 @@
 """What the follower learns from the leader's root, and the topics it makes here to match.
 
 Discovery lists the leader's mount: its topics (the names not starting with ``.``), each topic's partitions (the
-digit names under ``<topic>/``, the count being the highest plus one) and its ``config`` text (:func:`list_leader`).
+digit names under ``<topic>/``, the count being the highest plus one) and its ``config`` text (:func:`list_leader`);
+it also looks up ``.logfs/fetch/<replica id>`` there, so that the leader knows this follower is live even before it
+has a partition to fetch (a topic created there starts with the live followers in its ISR).
 Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, and the leader's config
 as this store's topic overrides whenever the text changed. A topic deleted between the listing of the root and of
 the topic is skipped, not an error: the next round sees the truth.
@@ -28,6 +30,7 @@ from logfs.core.store import Store
 _log = logging.getLogger(__name__)
 
 LOGFS_DIR = ".logfs"
+FETCH_DIR = "fetch"  # .logfs/fetch/<replica id>/: the fetch protocol (docs/replication.md)
 
 # Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
 # server, an unmounted mount point.
@@ -48,11 +51,23 @@ class Listing:
     topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
 
-def list_leader(leader: Path) -> Listing:
-    """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount)."""
+def list_leader(leader: Path, replica_id: int | None = None) -> Listing:
+    """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount).
+
+    With ``replica_id``, also a look-up of ``.logfs/fetch/<replica_id>``: a request of the fetch protocol that tells
+    the leader this follower is live even while it has no partition to fetch, so a topic created there starts with
+    this replica in its ISR (core/replication/replica.py, ``LeaderReplicas.follower_heard``). The kernel keeps that
+    entry 1 s (mount/reads.py's STABLE_TIMEOUT_S), so with a listing every second the leader hears of it at least
+    every 2 s or so. A refusal (EPERM: not one of the leader's replicas) is the fetches' to report."""
     names = os.listdir(leader)
     if LOGFS_DIR not in names:
         raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {leader}: the leader is not mounted")
+    if replica_id is not None:
+        try:
+            os.stat(leader / LOGFS_DIR / FETCH_DIR / str(replica_id))
+        except OSError as exc:
+            if exc.errno in LEADER_DOWN:
+                raise
     listing = Listing()
     for topic in sorted(n for n in names if not n.startswith(".")):
         try:

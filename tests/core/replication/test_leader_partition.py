@@ -550,3 +550,48 @@ def test_leader_replicas_take_every_partition_and_forget_deleted_ones(tmp_path: 
         assert replicas.partitions() == []
         store.create_topic("t", 1)
         assert replicas.partition("t", 0) is not first
+
+
+def test_a_partition_created_while_leading_starts_with_the_live_followers_in_its_isr(tmp_path: Path) -> None:
+    """Kafka's controller creates a partition with the ISR = its live assigned replicas. Here live = heard from (a
+    request of the fetch protocol) within replica.lag.time.max.ms; the partitions held when the leader epoch began
+    start with the leader alone (spec §6)."""
+    with store_with(tmp_path, [0], replica_ids=(0, 1, 2)) as store:
+        assert store.config.replica_lag_time_max_ms == LAG_MS
+        replicas = LeaderReplicas(store, 3, now_ms=T0)
+        replicas.follower_heard(F1, now_ms=T0)
+        replicas.follower_heard(7, now_ms=T0)  # not a follower: ignored
+        assert replicas.partition("t", 0, now_ms=T0).isr == (LEADER,)  # held before: the leader alone
+        assert replicas.live_followers(T0 + LAG_MS) == (F1,)
+        store.create_topic("new", 1)
+        fresh = replicas.partition("new", 0, now_ms=T0 + LAG_MS)
+        assert fresh.isr == (LEADER, F1) and fresh.replica_state(F1).last_caught_up_ms == T0 + LAG_MS
+        # acks=all is not refused, and waits for F1's first fetches of the new partition
+        fresh.check_enough_replicas()
+        append(fresh.log, 1, fresh.leader_epoch)
+        fresh.maybe_increment_high_watermark(T0 + LAG_MS)
+        assert not fresh.check_replicated(1)
+        fresh.record_fetch(F1, 1, now_ms=T0 + LAG_MS + 5)
+        assert fresh.check_replicated(1)
+        # a follower not heard from for longer than the lag time is not live: a newer partition does not wait for it
+        store.create_topic("later", 1)
+        assert replicas.partition("later", 0, now_ms=T0 + LAG_MS + 1).isr == (LEADER,)
+        replicas.follower_heard(F2, now_ms=T0 + LAG_MS + 2)
+        store.create_topic("last", 1)
+        assert replicas.partition("last", 0, now_ms=T0 + LAG_MS + 3).isr == (LEADER, F2)
+
+
+def test_a_zookeeper_leader_takes_the_recorded_isr_and_gives_new_partitions_the_registered_nodes(
+    tmp_path: Path,
+) -> None:
+    with store_with(tmp_path, [0], replica_ids=(0, 1, 2)) as store:
+        registered = [0, 2, 9]
+        replicas = LeaderReplicas(store, 3, now_ms=T0, isr=lambda tp: (0, 1, 9), live=lambda: registered)
+        replicas.follower_heard(F1, now_ms=T0)
+        assert replicas.partition("t", 0).isr == (LEADER, F1)  # as recorded; 9 is no replica: left out
+        store.create_topic("new", 1)
+        assert replicas.partition("new", 0).isr == (LEADER, F2)  # the registered nodes, not the fetchers
+        store.delete_topic("t")
+        store.create_topic("t", 1)
+        registered = [0, 1, 2]
+        assert replicas.partition("t", 0).isr == (LEADER, F1, F2)  # created again: not the old record
