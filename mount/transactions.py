@@ -118,21 +118,38 @@ class Transactions:
         if label is not None:
             validate_transactional_id(label)  # a label is a file name under .logfs/labels/: the same rules
         marked: list[TopicPartition] = []
+        ends: dict[TopicPartition, int] = {}
         try:
             await self._write_thread(
                 lambda: self.coordinator.end(
                     transactional_id,
                     producer_epoch,
                     commit=commit,
-                    marker_writer=self._marker_writer(marked),
+                    marker_writer=self._marker_writer(marked, ends),
                     label=label,
                     now_ms=now_ms(),
                 )
             )
         finally:
             self._woken(marked, [transactional_id])
+        await self._wait_markers_replicated(ends)
         _log.info("%s transaction %s (%d partition(s))", "committed" if commit else "aborted", transactional_id,
                   len(marked))  # fmt: skip
+
+    async def _wait_markers_replicated(self, ends: dict[TopicPartition, int]) -> None:
+        """acks=all for the markers: ``control`` returns once every marker is below its partition's HW. The
+        decision lives in this store's transaction log only, so a follower promoted before it holds a marker would
+        abort the transaction as an orphan (``_abort_orphans``); once the markers are in the ISR, every future leader
+        has them. A failure is the fsync's (NotEnoughReplicasAfterAppend, ReplicationTimeout: EIO): the decision
+        stands on this leader, and survives a failover only if the markers do, as for any unacknowledged append."""
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, end in ends.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = end
+        for topic, required in sorted(by_topic.items()):
+            try:
+                await self.replication.wait_replicated(topic, required, self.store.config.request_timeout_ms)
+            except UnknownTopicOrPartition:  # deleted meanwhile: nothing left to replicate
+                continue
 
     async def watch(self) -> None:
         """Complete what a crash left decided, then abort forgotten transactions every EXPIRE_INTERVAL_S. A task of
@@ -199,10 +216,12 @@ class Transactions:
                 )
         return aborted
 
-    def _marker_writer(self, marked: list[TopicPartition]) -> MarkerWriter:
+    def _marker_writer(
+        self, marked: list[TopicPartition], ends: dict[TopicPartition, int] | None = None
+    ) -> MarkerWriter:
         """Markers for the coordinator (worker thread): appended in this mount's leader epoch and flushed (nothing
         writes a marker again once the transaction log says COMPLETE), then the leader's HW rule. A partition whose
-        topic was deleted gets none."""
+        topic was deleted gets none. ``ends`` receives each marked partition's offset just past its marker."""
         epoch = self.replication.leader_epoch
 
         def write(
@@ -213,11 +232,13 @@ class Transactions:
             except UnknownTopicOrPartition:
                 return
             log = leader.log
-            log.append_end_txn_marker(producer_id, producer_epoch, commit=commit,
-                                      coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
+            info = log.append_end_txn_marker(producer_id, producer_epoch, commit=commit,
+                                             coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
             log.flush_records()
             leader.maybe_increment_high_watermark()
             marked.append(TopicPartition(topic, partition))
+            if ends is not None:
+                ends[TopicPartition(topic, partition)] = info.last_offset + 1
 
         return write
 
