@@ -215,8 +215,9 @@ class Groups:
         raise BadFileHandle(f"{node} cannot be opened")
 
     async def lookup_follow(self, node: Node) -> Entry:
-        """A fresh inode for one lookup of a group's ``follow``: its start is fixed now, as a ``follow/`` name's."""
-        return self.tree.add_fresh(node, await self.follow_start(node), created_ns=time.time_ns())
+        """A fresh inode for one lookup of a group's ``follow``: its start is fixed now, as a ``follow/`` name's (and
+        as there, a lookup with the same start gets the same inode back: ``Tree.follow_entry``)."""
+        return self.tree.follow_entry(node, await self.follow_start(node), created_ns=time.time_ns())
 
     async def follow_start(self, node: Node) -> FollowStart:
         """Where a lookup of a group's ``follow`` starts: the committed offset while the log holds it, else

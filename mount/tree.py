@@ -14,6 +14,14 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
   would stall behind another's fsync; ``follow/`` files, whose names are unbounded. They answer with
   ``entry_timeout=0`` so the next open looks the name up again. Each fresh entry carries a payload (an ``at/``
   file's open RangeView) released when both its lookup count and its open handles reach zero.
+* A ``follow/`` name (or a group's ``follow``) looked up again while the kernel holds the inode of its last
+  lookup, and resolving to the same start, gets that same inode back (:meth:`Tree.follow_entry`): both lookups
+  name the same stream, and each open is a reader of its own. Without that, readers opening one name at once
+  livelock in the kernel: with entry_timeout 0 every process that finds the dentry (or waits for a lookup of that
+  name in flight) revalidates it by a LOOKUP; a new inode fails the revalidation, the kernel drops the dentry and
+  looks the name up again, and that in turn fails the revalidations of the others. 200 ``cat follow/latest``
+  started at once cost 12,600 lookups (63 each) and 500 took 47–90 s to open; with the same inode back each
+  process needs one or two.
 * pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
   counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
 * ``.logfs/fetch/…`` files are fresh too (each lookup is one fetch: the leader records the follower's offset and
@@ -66,6 +74,7 @@ from logfs.mount.nodes import (
 )
 
 ROOT_INODE: int = pyfuse3.ROOT_INODE
+FOLLOW_KINDS = frozenset({Kind.FOLLOW_FILE, Kind.GROUP_FOLLOW})  # streams: the same start, the same inode
 FETCH_NAMES_KEPT = 4  # fetch names per replica and partition whose inodes the table keeps for a repeated lookup
 
 
@@ -92,6 +101,7 @@ class Tree:
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
+        self._follow_names: dict[Node, Entry] = {}  # follow/ name → the entry its last counted lookup named
         root = Node(Kind.ROOT)
         self._entries[ROOT_INODE] = Entry(ROOT_INODE, root)
         self._stable[root] = ROOT_INODE
@@ -299,9 +309,23 @@ class Tree:
             self._release(old)  # the kernel may still hold it: a getattr answers ENOENT, a lookup gets a new inode
         return entry
 
+    def follow_entry(self, node: Node, payload: Any, created_ns: int) -> Entry:
+        """The entry of one lookup of a ``follow/`` name or a group's ``follow``: the inode its last counted lookup
+        named when the kernel still holds it and its payload (a ``FollowStart``: format and start offset) equals
+        ``payload``, else a new one; the caller counts the lookup with :meth:`remember`. See the module docstring."""
+        entry = self._follow_names.get(node)
+        if entry is not None and entry.lookups > 0 and entry.payload == payload:
+            return entry
+        return self.add_fresh(node, payload, created_ns)
+
     def remember(self, entry: Entry) -> None:
         """Count one successful lookup (or mkdir) reply naming ``entry``."""
         entry.lookups += 1
+        if entry.node.kind in FOLLOW_KINDS:
+            # A FORGET of all its earlier lookups may have been handled while this lookup awaited its attributes;
+            # the reply names the inode again, so the table holds it again (a follow/ payload holds no resource).
+            self._entries.setdefault(entry.inode, entry)
+            self._follow_names[entry.node] = entry
 
     def entry(self, inode: int) -> Entry:
         """The entry of a known inode; NoEntry for one the table does not hold (forgotten, or never given)."""
@@ -334,6 +358,8 @@ class Tree:
                     del names[entry.node]
                 if not names:
                     self._fetch_names.pop(key, None)
+            elif entry.node.kind in FOLLOW_KINDS and self._follow_names.get(entry.node) is entry:
+                del self._follow_names[entry.node]
             self._release(entry)
 
     def _release(self, entry: Entry) -> None:
@@ -343,6 +369,7 @@ class Tree:
     def release_all(self) -> None:
         """At unmount: release every fresh entry's payload (the kernel need not forget everything)."""
         self._fetch_names.clear()
+        self._follow_names.clear()
         for entry in [e for e in self._entries.values() if e.node.kind.fresh]:
             self._release(entry)
 
