@@ -73,14 +73,21 @@ POLL_WRITABLE = select.POLLOUT | select.POLLWRNORM
 
 @dataclass(slots=True)
 class FollowStart:
-    """A looked-up ``follow/`` name (the payload of its fresh inode): its format, the offset its stream starts at
-    (fixed at lookup), and the size its getattr last answered (kept for when the range cannot be measured any
-    more: retention took its start). Two are equal when format and start are: they name the same stream, and a
-    lookup that resolves to an equal one gets the same inode back (``Tree.follow_entry``)."""
+    """A looked-up ``follow/`` name (the payload of its inode): its format, the offset its stream starts at (fixed at
+    lookup), and the size its getattr last answered (kept for when the range cannot be measured any more: retention
+    took its start). Two are equal when format and start are: they name the same stream. A later lookup of the
+    name replaces the payload of its inode (``Tree.follow_entry``) unless size-polling readers (tail) hold it open:
+    their views and the size they poll are this start's."""
 
     fmt: Format
     start: int
     size: int = field(default=0, compare=False)
+    sized_readers: int = field(default=0, compare=False)  # open handles of SIZE_POLLING_READERS bound to this start
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the inode must keep this start (a size-polling reader holds it open)."""
+        return self.sized_readers > 0
 
 
 def polls_size(pid: int) -> bool:
@@ -182,10 +189,15 @@ class FollowReaders:
             raise NoEntry(f"{node}: offset {spec.start} is outside the log")
         view = None
         if polls_size(pid):
+            spec.sized_readers += 1  # first: no later lookup may move this inode's start under its size
             try:
                 view = await self._read_thread(self._open_view, node, spec, view_end(log, node.committed))
             except OffsetOutOfRange:
+                spec.sized_readers -= 1
                 raise NoEntry(f"{node}: offset {spec.start} is outside the log") from None
+            except BaseException:
+                spec.sized_readers -= 1
+                raise
         self.count += 1
         if view is not None:
             return FollowHandle(entry, spec.fmt, spec.start, None, view=view)
@@ -212,6 +224,9 @@ class FollowReaders:
                     del self._probes[probe.pid]
         if h.view is not None:
             h.view.close()
+            spec = h.entry.payload  # the FollowStart it pinned at open: not replaced since
+            if isinstance(spec, FollowStart):
+                spec.sized_readers -= 1
         state = self.partitions.maybe_get(h.node.topic, h.node.partition)
         if state is not None:
             state.poll_handles.pop(fh, None)

@@ -15,13 +15,17 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
   ``entry_timeout=0`` so the next open looks the name up again. Each fresh entry carries a payload (an ``at/``
   file's open RangeView) released when both its lookup count and its open handles reach zero.
 * A ``follow/`` name (or a group's ``follow``) looked up again while the kernel holds the inode of its last
-  lookup, and resolving to the same start, gets that same inode back (:meth:`Tree.follow_entry`): both lookups
-  name the same stream, and each open is a reader of its own. Without that, readers opening one name at once
-  livelock in the kernel: with entry_timeout 0 every process that finds the dentry (or waits for a lookup of that
-  name in flight) revalidates it by a LOOKUP; a new inode fails the revalidation, the kernel drops the dentry and
-  looks the name up again, and that in turn fails the revalidations of the others. 200 ``cat follow/latest``
-  started at once cost 12,600 lookups (63 each) and 500 took 47–90 s to open; with the same inode back each
-  process needs one or two.
+  lookup gets that same inode back (:meth:`Tree.follow_entry`), with the start this lookup resolved as its payload
+  (``latest`` moves with the HW); each open binds the payload of the name's latest lookup and is a stream of its
+  own. Without that, readers opening one name at once livelock in the kernel: with entry_timeout 0 every process
+  that finds the dentry (or waits for a lookup of that name in flight) revalidates it by a LOOKUP; a new inode
+  fails the revalidation, the kernel drops the dentry and looks the name up again, and that in turn fails the
+  revalidations of the others. 200 ``cat follow/latest`` started at once cost 12,600 lookups (63 each), 500 took
+  47–90 s to open, and 500 more while a writer appended 1,000 lines a second 22,000 lookups; with the same inode
+  back each process needs one or two. The open still starts where ``latest`` was at some moment of the open(2)
+  call: every path walk sends at least one LOOKUP (entry_timeout 0), and the payload the open binds comes from
+  that lookup or a later one. One exception: while a size-polling reader (``tail``) holds the inode open, its
+  start does not move (its size would shrink under ``tail -f``): a lookup with another start gets a new inode.
 * pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
   counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
 * ``.logfs/fetch/…`` files are fresh too (each lookup is one fetch: the leader records the follower's offset and
@@ -311,11 +315,16 @@ class Tree:
 
     def follow_entry(self, node: Node, payload: Any, created_ns: int) -> Entry:
         """The entry of one lookup of a ``follow/`` name or a group's ``follow``: the inode its last counted lookup
-        named when the kernel still holds it and its payload (a ``FollowStart``: format and start offset) equals
-        ``payload``, else a new one; the caller counts the lookup with :meth:`remember`. See the module docstring."""
+        named, while the kernel still holds it, with ``payload`` (a ``FollowStart``: format and start offset) as its
+        payload now unless that is pinned (``FollowStart.pinned``: a size-polling reader holds it); else a new one.
+        The caller counts the lookup with :meth:`remember`. See the module docstring."""
         entry = self._follow_names.get(node)
-        if entry is not None and entry.lookups > 0 and entry.payload == payload:
-            return entry
+        if entry is not None and entry.lookups > 0:
+            if entry.payload == payload:
+                return entry
+            if not entry.payload.pinned:
+                entry.payload, entry.created_ns = payload, created_ns
+                return entry
         return self.add_fresh(node, payload, created_ns)
 
     def remember(self, entry: Entry) -> None:
