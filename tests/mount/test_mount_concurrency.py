@@ -226,8 +226,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def test_500_readers_open_in_linear_time_wait_for_little_cpu_and_answer_ctrl_c(tmp_path: Path) -> None:
-    """Readers of one ``follow/`` name started at once all open in time linear in their number (each lookup of the
-    same start gets the same inode: mount/tree.py), cost the mount little CPU while they wait (one signal check per
+    """Readers of one ``follow/`` name started at once all open in time linear in their number (the name keeps its
+    inode: mount/tree.py), cost the mount little CPU while they wait (one signal check per
     process, √n of them a second, mount/signals.py), and still answer Ctrl-C within docs/mount.md's bound for 500.
     The bounds are loose for a busy machine; the figures are printed."""
     with running_mount(tmp_path / "store", tmp_path / "mnt") as mount:
@@ -258,7 +258,7 @@ def test_500_readers_open_in_linear_time_wait_for_little_cpu_and_answer_ctrl_c(t
         assert inodes <= 5  # 500 readers of one name: one inode (a new one per lookup: ~500)
         # Linear: 5 times the readers, ~5 times the time (a new inode per lookup made it 15-80 times)
         assert many_s / max(few_s, 0.25) < 12
-        assert cpu < 0.10  # 2-5 % on a busy machine (a /proc status read per reader every 50 ms: 13-17 %)
+        assert cpu < 0.10  # 2-3.5 % on a busy machine (a /proc status read per reader every 50 ms: 13-17 %)
         assert statistics.median(latencies) < 2 * eintr_bound(500)
         assert max(latencies) < 2
 
@@ -279,7 +279,7 @@ def test_500_readers_open_at_once_while_a_writer_appends(tmp_path: Path) -> None
     with running_mount(tmp_path / "store", tmp_path / "mnt") as mount:
         os.mkdir(mount.path / "busy")
         appender = subprocess.Popen(
-            [sys.executable, "-c", "import os, sys, time\nfd = os.open(sys.argv[1], os.O_WRONLY)\ni = 0\n"
+            [sys.executable, "-c", "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\ni = 0\n"
              "while True:\n    os.write(fd, b'line %d\\n' % i)\n    i += 1\n",
              str(mount.path / "busy/0/append")],
         )  # fmt: skip
