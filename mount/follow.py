@@ -16,10 +16,13 @@
 * **Read.** Each read renders whole records from the reader's offset up to the HW (the LSO under ``committed/``)
   in a worker thread, at least ``FOLLOW_CHUNK_BYTES_MIN`` at a time (the rest waits in the handle). With nothing
   to return it waits on the partition's event: one fresh ``trio.Event`` per HW advance, or under ``committed/``
-  per change of the partition (the LSO moves with markers too), at most ``FOLLOW_WAIT_S`` before it looks again.
+  per change of the partition (the LSO moves with markers too), at most ``FOLLOW_WAIT_S`` before it looks again
+  (a safety net only: every change that matters sets an event, and a timer per reader costs a wake-up per reader).
 * **Signals.** pyfuse3 drops the kernel's interrupt, so one watcher task (:meth:`FollowReaders.watch_signals`)
-  checks the openers of all waiting reads every ``signals.CHECK_INTERVAL_S`` and cancels the wait of a reader
-  whose opener has a deliverable signal pending; that read answers EINTR.
+  checks the openers of all waiting reads, one ``/proc`` read per process (the handles a process opened share its
+  :class:`~logfs.mount.signals.SignalProbe`), every ``signals.check_interval(n)`` for ``n`` such processes (50 ms
+  while few wait, growing as √n: ``mount/signals.py``), and cancels the wait of each reader whose opener has a
+  deliverable signal pending; that read answers EINTR.
 * **Shutdown.** :meth:`FollowReaders.begin_shutdown` wakes every waiting reader (each then answers EOF) and waits
   on an event that the last one to stop waiting sets: no polling.
 * **poll(2)** A reader is ready when it has bytes to return; otherwise its poll handle is notified at the next HW
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import select
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -56,7 +59,8 @@ _log = logging.getLogger(__name__)
 
 
 FOLLOW_CHUNK_BYTES_MIN = 64 * 1024  # what one follow/ render asks for at least (the rest waits in the handle)
-FOLLOW_WAIT_S = 1.0  # the longest a follow/ read waits before looking again (the HW event normally wakes it)
+FOLLOW_WAIT_S = 5.0  # the longest a follow/ read waits before looking again (the HW event normally wakes it)
+SIGNAL_SWEEP_SLICE = 64  # /proc reads of one signal sweep between two yields of the trio thread
 
 FOLLOW_SIZES_MAX = 10_000  # remembered sizes of follow/ ranges (forgotten all at once beyond)
 # Processes that read a growing file by its size and need EOF at its end: GNU (and busybox) tail -f polls st_size
@@ -69,13 +73,21 @@ POLL_WRITABLE = select.POLLOUT | select.POLLWRNORM
 
 @dataclass(slots=True)
 class FollowStart:
-    """A looked-up ``follow/`` name (the payload of its fresh inode): its format, the offset its stream starts at
-    (fixed at lookup), and the size its getattr last answered (kept for when the range cannot be measured any
-    more: retention took its start)."""
+    """A looked-up ``follow/`` name (the payload of its inode): its format, the offset its stream starts at (fixed at
+    lookup), and the size its getattr last answered (kept for when the range cannot be measured any more: retention
+    took its start). Two are equal when format and start are: they name the same stream. A later lookup of the
+    name replaces the payload of its inode (``Tree.follow_entry``) unless size-polling readers (tail) hold it open:
+    their views and the size they poll are this start's."""
 
     fmt: Format
     start: int
-    size: int = 0
+    size: int = field(default=0, compare=False)
+    sized_readers: int = field(default=0, compare=False)  # open handles of SIZE_POLLING_READERS bound to this start
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the inode must keep this start (a size-polling reader holds it open)."""
+        return self.sized_readers > 0
 
 
 def polls_size(pid: int) -> bool:
@@ -110,6 +122,8 @@ class FollowReaders:
         self.count = 0  # open follow/ handles (``logfs_follow_readers``)
         self._read_thread = read_thread
         self._waiting: dict[FollowHandle, trio.CancelScope] = {}
+        self._probes: dict[int, signals.SignalProbe] = {}  # pid → the probe its open readers share
+        self._wait_began = trio.Event()  # set when a read starts to wait (the signal watcher sleeps on it meanwhile)
         self._closing = False
         self._drained = trio.Event()  # set once closing and no read waits
         # (id of the log, committed, format, start, end) → rendered size of that range (see size)
@@ -124,7 +138,10 @@ class FollowReaders:
         name = parse_follow_name(node.name)
         log = self._log(node)
         try:
-            position = await self._read_thread(resolve_start, log, name.stem, node.committed)
+            if name.stem.startswith("@"):  # a time index lookup: the disk
+                position = await self._read_thread(resolve_start, log, name.stem, node.committed)
+            else:  # earliest, latest, an offset: in memory (a thread hop per lookup is most of a lookup's cost)
+                position = resolve_start(log, name.stem, node.committed)
         except ValueError:
             raise NoEntry(str(node)) from None
         if not log.log_start_offset <= position <= log.log_end_offset:
@@ -140,7 +157,7 @@ class FollowReaders:
         log = self._log(node)
         end = view_end(log, node.committed)
         key = (id(log), node.committed, spec.fmt, spec.start, end)
-        known = self._sizes.get(key)
+        known = 0 if spec.start == end else self._sizes.get(key)  # an empty range (an idle latest) has no bytes
         if known is None:
             try:
                 view = await self._read_thread(self._open_view, node, spec, end)
@@ -172,21 +189,44 @@ class FollowReaders:
             raise NoEntry(f"{node}: offset {spec.start} is outside the log")
         view = None
         if polls_size(pid):
+            spec.sized_readers += 1  # first: no later lookup may move this inode's start under its size
             try:
                 view = await self._read_thread(self._open_view, node, spec, view_end(log, node.committed))
             except OffsetOutOfRange:
+                spec.sized_readers -= 1
                 raise NoEntry(f"{node}: offset {spec.start} is outside the log") from None
+            except BaseException:
+                spec.sized_readers -= 1
+                raise
         self.count += 1
         if view is not None:
             return FollowHandle(entry, spec.fmt, spec.start, None, view=view)
-        return FollowHandle(entry, spec.fmt, spec.start, signals.SignalProbe(pid))
+        return FollowHandle(entry, spec.fmt, spec.start, self._probe(pid))
+
+    def _probe(self, pid: int) -> signals.SignalProbe:
+        """The signal probe of process ``pid``, shared by every reader it opened (the watcher then reads its
+        ``/proc`` status once per check, however many readers it holds); a new one when the process the known
+        probe watches is gone (its pid may be reused)."""
+        probe = self._probes.get(pid)
+        if probe is None or not probe.alive():
+            probe = self._probes[pid] = signals.SignalProbe(pid)
+        probe.users += 1
+        return probe
 
     def release(self, fh: int, h: FollowHandle) -> None:
         self.count -= 1
         if h.probe is not None:
-            h.probe.close()
+            probe, h.probe = h.probe, None
+            probe.users -= 1
+            if probe.users <= 0:
+                probe.close()
+                if self._probes.get(probe.pid) is probe:
+                    del self._probes[probe.pid]
         if h.view is not None:
             h.view.close()
+            spec = h.entry.payload  # the FollowStart it pinned at open: not replaced since
+            if isinstance(spec, FollowStart):
+                spec.sized_readers -= 1
         state = self.partitions.maybe_get(h.node.topic, h.node.partition)
         if state is not None:
             state.poll_handles.pop(fh, None)
@@ -224,6 +264,7 @@ class FollowReaders:
                         continue
                 with trio.move_on_after(FOLLOW_WAIT_S) as scope:  # bounded: the loop re-checks everything
                     self._waiting[h] = scope
+                    self._wait_began.set()
                     try:
                         await moved.wait()
                     finally:
@@ -278,12 +319,33 @@ class FollowReaders:
                 await self._drained.wait()
 
     async def watch_signals(self) -> None:
-        """Every ``CHECK_INTERVAL_S``, wake with EINTR each waiting reader whose opener has a deliverable signal
-        pending. One task for all readers: an idle reader costs one /proc read per interval (~9 µs), not a wake-up
-        of its own. Runs until cancelled."""
+        """Wake with EINTR each waiting reader whose opener has a deliverable signal pending, checking every
+        ``signals.check_interval(n)`` for the ``n`` processes that waited at the last check. One task for all
+        readers, one ``/proc`` read per process and check: an idle reader costs no wake-up of its own, and the
+        checks cost √n reads a second. Runs until cancelled."""
+        processes = 0
         while True:
-            await trio.sleep(signals.CHECK_INTERVAL_S)
-            for h, scope in list(self._waiting.items()):
-                if h.probe is not None and h.probe.pending():
-                    h.interrupted = True
-                    scope.cancel()
+            if not self._waiting:  # nothing to watch: sleep until a read waits (no wake-ups of an idle mount)
+                self._wait_began = trio.Event()
+                await self._wait_began.wait()
+            await trio.sleep(signals.check_interval(processes))
+            processes = await self.check_signals()
+
+    async def check_signals(self) -> int:
+        """One sweep of :meth:`watch_signals`: interrupt the waiting readers whose opener has a deliverable signal
+        pending; the number of processes checked. Yields to the trio thread every ``SIGNAL_SWEEP_SLICE`` reads, so
+        a sweep of thousands of readers never holds up the mount's requests for long."""
+        checked: dict[signals.SignalProbe, bool] = {}
+        for h, scope in list(self._waiting.items()):
+            probe = h.probe
+            if probe is None:
+                continue
+            signalled = checked.get(probe)
+            if signalled is None:
+                if checked and len(checked) % SIGNAL_SWEEP_SLICE == 0:
+                    await trio.lowlevel.checkpoint()
+                signalled = checked[probe] = probe.pending()
+            if signalled and self._waiting.get(h) is scope:  # still this wait (the sweep may have yielded)
+                h.interrupted = True
+                scope.cancel()
+        return len(checked)

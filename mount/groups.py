@@ -207,16 +207,16 @@ class Groups:
         if kind is Kind.GROUP_FOLLOW:
             self._leader()
             h = await self.follows.open(entry, pid)
-            spec = entry.payload
-            assert isinstance(spec, FollowStart)
-            self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, spec.start, spec.start,
+            start = h.position  # where this reader starts (a later lookup may move the inode's start)
+            self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, start, start,
                                             trio.current_time())  # fmt: skip
             return h, True
         raise BadFileHandle(f"{node} cannot be opened")
 
     async def lookup_follow(self, node: Node) -> Entry:
-        """A fresh inode for one lookup of a group's ``follow``: its start is fixed now, as a ``follow/`` name's."""
-        return self.tree.add_fresh(node, await self.follow_start(node), created_ns=time.time_ns())
+        """The inode of one lookup of a group's ``follow``: its start is fixed now, as a ``follow/`` name's (and as
+        there, the name keeps its inode while the kernel holds it: ``Tree.follow_entry``)."""
+        return self.tree.follow_entry(node, await self.follow_start(node), created_ns=time.time_ns())
 
     async def follow_start(self, node: Node) -> FollowStart:
         """Where a lookup of a group's ``follow`` starts: the committed offset while the log holds it, else

@@ -219,8 +219,8 @@ class Reader:
         if node.kind is Kind.AT_FILE:
             view = await self._open_at(node)
             return self.tree.add_fresh(node, view, created_ns=now)
-        if node.kind is Kind.FOLLOW_FILE:  # its start is fixed now (mount/follow.py)
-            return self.tree.add_fresh(node, await self.follows.lookup(node), created_ns=now)
+        if node.kind is Kind.FOLLOW_FILE:  # its start is fixed now (mount/follow.py); the name keeps its inode
+            return self.tree.follow_entry(node, await self.follows.lookup(node), created_ns=now)
         return self.tree.add_fresh(node, None, created_ns=now)
 
     async def _open_at(self, node: Node) -> RangeView:

@@ -14,6 +14,18 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
   would stall behind another's fsync; ``follow/`` files, whose names are unbounded. They answer with
   ``entry_timeout=0`` so the next open looks the name up again. Each fresh entry carries a payload (an ``at/``
   file's open RangeView) released when both its lookup count and its open handles reach zero.
+* A ``follow/`` name (or a group's ``follow``) looked up again while the kernel holds the inode of its last
+  lookup gets that same inode back (:meth:`Tree.follow_entry`), with the start this lookup resolved as its payload
+  (``latest`` moves with the HW); each open binds the payload of the name's latest lookup and is a stream of its
+  own. Without that, readers opening one name at once livelock in the kernel: with entry_timeout 0 every process
+  that finds the dentry (or waits for a lookup of that name in flight) revalidates it by a LOOKUP; a new inode
+  fails the revalidation, the kernel drops the dentry and looks the name up again, and that in turn fails the
+  revalidations of the others. 200 ``cat follow/latest`` started at once cost 12,600 lookups (63 each), 500 took
+  47–90 s to open, and 500 more while a writer appended 1,000 lines a second 22,000 lookups; with the same inode
+  back each process needs one or two. The open still starts where ``latest`` was at some moment of the open(2)
+  call: every path walk sends at least one LOOKUP (entry_timeout 0), and the payload the open binds comes from
+  that lookup or a later one. One exception: while a size-polling reader (``tail``) holds the inode open, its
+  start does not move (its size would shrink under ``tail -f``): a lookup with another start gets a new inode.
 * pyfuse3 answers READDIRPLUS, so a listed entry is a lookup too: a listed write file gets its own fresh inode,
   counted like one from ``lookup``, and every listed entry carries exact attributes (the kernel caches them).
 * ``.logfs/fetch/…`` files are fresh too (each lookup is one fetch: the leader records the follower's offset and
@@ -66,6 +78,7 @@ from logfs.mount.nodes import (
 )
 
 ROOT_INODE: int = pyfuse3.ROOT_INODE
+FOLLOW_KINDS = frozenset({Kind.FOLLOW_FILE, Kind.GROUP_FOLLOW})  # streams: the same start, the same inode
 FETCH_NAMES_KEPT = 4  # fetch names per replica and partition whose inodes the table keeps for a repeated lookup
 
 
@@ -92,6 +105,7 @@ class Tree:
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
+        self._follow_names: dict[Node, Entry] = {}  # follow/ name → the entry its last counted lookup named
         root = Node(Kind.ROOT)
         self._entries[ROOT_INODE] = Entry(ROOT_INODE, root)
         self._stable[root] = ROOT_INODE
@@ -299,9 +313,28 @@ class Tree:
             self._release(old)  # the kernel may still hold it: a getattr answers ENOENT, a lookup gets a new inode
         return entry
 
+    def follow_entry(self, node: Node, payload: Any, created_ns: int) -> Entry:
+        """The entry of one lookup of a ``follow/`` name or a group's ``follow``: the inode its last counted lookup
+        named, while the kernel still holds it, with ``payload`` (a ``FollowStart``: format and start offset) as its
+        payload now unless that is pinned (``FollowStart.pinned``: a size-polling reader holds it); else a new one.
+        The caller counts the lookup with :meth:`remember`. See the module docstring."""
+        entry = self._follow_names.get(node)
+        if entry is not None and entry.lookups > 0:
+            if entry.payload == payload:
+                return entry
+            if not entry.payload.pinned:
+                entry.payload, entry.created_ns = payload, created_ns
+                return entry
+        return self.add_fresh(node, payload, created_ns)
+
     def remember(self, entry: Entry) -> None:
         """Count one successful lookup (or mkdir) reply naming ``entry``."""
         entry.lookups += 1
+        if entry.node.kind in FOLLOW_KINDS:
+            # A FORGET of all its earlier lookups may have been handled while this lookup awaited its attributes;
+            # the reply names the inode again, so the table holds it again (a follow/ payload holds no resource).
+            self._entries.setdefault(entry.inode, entry)
+            self._follow_names[entry.node] = entry
 
     def entry(self, inode: int) -> Entry:
         """The entry of a known inode; NoEntry for one the table does not hold (forgotten, or never given)."""
@@ -334,6 +367,8 @@ class Tree:
                     del names[entry.node]
                 if not names:
                     self._fetch_names.pop(key, None)
+            elif entry.node.kind in FOLLOW_KINDS and self._follow_names.get(entry.node) is entry:
+                del self._follow_names[entry.node]
             self._release(entry)
 
     def _release(self, entry: Entry) -> None:
@@ -343,6 +378,7 @@ class Tree:
     def release_all(self) -> None:
         """At unmount: release every fresh entry's payload (the kernel need not forget everything)."""
         self._fetch_names.clear()
+        self._follow_names.clear()
         for entry in [e for e in self._entries.values() if e.node.kind.fresh]:
             self._release(entry)
 

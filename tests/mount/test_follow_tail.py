@@ -57,6 +57,28 @@ def test_tail_f_of_follow_latest_prints_lines_appended_after_it_started(topic: P
         _stop(proc)
 
 
+def test_tail_f_keeps_its_start_while_other_readers_look_the_name_up(topic: Path, tmp_path: Path) -> None:
+    """Lookups of a follow/ name move the start of its inode (mount/tree.py), but not while tail holds it: the size
+    it polls would shrink and tail would print "file truncated" and everything again."""
+    latest = topic / "0" / "follow" / "latest"
+    out = tmp_path / "tail.out"
+    proc = _spawn(["tail", "-s", "0.1", "-f", str(latest)], out)
+    try:
+        time.sleep(0.5)  # tail is polling
+        expected = ""
+        for i in range(3):
+            write_all(topic / "0" / "append", b"line %d\n" % i)
+            expected += f"line {i}\n"
+            _wait_for(out, expected, proc)
+            os.stat(latest)  # another process's lookup: a new start
+            os.close(os.open(latest, os.O_RDONLY))
+        time.sleep(0.5)  # two more polls of tail's
+        assert out.read_text() == expected
+    finally:
+        _stop(proc)
+    assert proc.stderr is not None and b"truncated" not in proc.stderr.read()
+
+
 def test_tail_n_plus_1_f_prints_the_start_then_new_lines(topic: Path, tmp_path: Path) -> None:
     write_all(topic / "0" / "append", b"a\nb\n")
     out = tmp_path / "tail.out"
