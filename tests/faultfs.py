@@ -48,14 +48,12 @@ Files: ``.log`` files (segments) are opened with ``direct_io``, so every read re
 the others without, so the store can ``mmap`` its index files (FUSE refuses a shared mapping of a direct_io file);
 ``keep_cache`` is off so each open re-reads what a fault changed. Attributes are never cached (timeouts 0).
 
-Threads: the trio thread serves everything except fsync, which runs in a worker thread; a thread of its own
-stats the mount point twice a second, so that a withdrawn request never leaves the trio thread stuck (``_poke``).
+Threads: the trio thread serves everything except fsync, which runs in a worker thread.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import json
 import logging
@@ -63,7 +61,6 @@ import os
 import shutil
 import stat
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,7 +68,6 @@ from typing import Any
 from faultmodel import POLL_S, FaultState, NameOp, Rule
 
 _log = logging.getLogger("faultfs")
-POKE_S = 0.5  # see _poke
 
 # --- the filesystem -------------------------------------------------------------------------------------------------
 
@@ -448,31 +444,13 @@ async def _serve(source: Path, mountpoint: Path, control: Path) -> None:
                 written = snapshot
             await trio.sleep(POLL_S)
 
-    stop_poking = threading.Event()
-    poker = threading.Thread(target=_poke, args=(mountpoint, stop_poking), name="faultfs poke", daemon=True)
-    poker.start()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
             await pyfuse3.main(min_tasks=4, max_tasks=64)
             nursery.cancel_scope.cancel()
     finally:
-        stop_poking.set()
         pyfuse3.close(unmount=True)
-        poker.join(POKE_S * 4)
-
-
-def _poke(mountpoint: Path, stop: threading.Event) -> None:
-    """Stat the mount point every :data:`POKE_S` from outside the trio thread, so that the loop never stays stuck.
-
-    pyfuse3's request loop reads /dev/fuse with a blocking read once the descriptor polled readable. When the only
-    pending request is withdrawn in between — its sender killed before the request was read, as the power-cut
-    campaign's kill -9 does — that read blocks the trio thread until the next request arrives, and with it every
-    answer already computed in a worker thread (an fsync of the killed process's other thread, which then never
-    exits: its mount is never torn down and the campaign hangs). A stat is such a next request."""
-    while not stop.wait(POKE_S):
-        with contextlib.suppress(OSError):
-            os.stat(mountpoint)
 
 
 def main(argv: list[str] | None = None) -> int:

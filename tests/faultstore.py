@@ -124,8 +124,25 @@ class FaultyStore:
         if connection is not None:
             with contextlib.suppress(OSError), open(connection / "abort", "w") as abort:
                 abort.write("1")
-        mount.proc.wait(20)
+        self._wait_for_killed(mount)
         clear_mount(mount.path)
+
+    def _wait_for_killed(self, mount: Mount, timeout: float = 20.0) -> None:
+        """Wait until the killed mount's process is gone, stat'ing the faultfs root meanwhile.
+
+        pyfuse3's request loop (the faultfs's) reads /dev/fuse with a blocking read, holding the GIL, once the
+        descriptor polled readable. When the request that made it readable is withdrawn before the read — its sender
+        killed, as here — the read blocks the faultfs's whole process until the next request: an fsync the killed
+        mount's last thread sent is then never answered, that thread never exits, and without the connection abort
+        (``/sys/fs/fuse/connections`` is not mounted everywhere) its FUSE mount is never torn down: the campaign
+        hung. A stat from this process is such a next request."""
+        deadline = time.monotonic() + timeout
+        while mount.proc.poll() is None:
+            if time.monotonic() > deadline:
+                mount.proc.wait(0)  # TimeoutExpired, naming the process
+            with contextlib.suppress(OSError):
+                os.stat(self.ffs.mountpoint)
+            time.sleep(0.05)
 
     def restart_healthy(self, *config: str) -> Mount:
         """Stop the logfs mount and the faultfs, then mount the store directly on the healthy disk."""
