@@ -188,7 +188,9 @@ class Store:
         lock_fd = lock_store(root)
         failure = register(root)  # a fresh, online channel: before the first write of a store file
         try:
-            _check_meta_properties(root, config.node_id)
+            fresh = _check_meta_properties(root, config.node_id) or created
+            if fresh:
+                _sync_new_store_directory(root, failure)
             marker = root / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             if clean:
@@ -507,14 +509,43 @@ def overrides_file_name(topic: str) -> str:
     return f"{TOPIC_OVERRIDES_PREFIX}{topic[:150]}~{digest}{TOPIC_OVERRIDES_SUFFIX}"
 
 
-def _check_meta_properties(root: Path, node_id: int) -> None:
-    """Write meta.properties on first use; refuse a different node.id later (Kafka's format)."""
+def _sync_new_store_directory(root: Path, failure: LogDirFailureChannel) -> None:
+    """Make a new store's own name durable: fsync the directory holding the store directory, and every directory
+    above it on the same file system (Kafka's LogManager flushes the parent of a log directory it creates).
+
+    Every file of the store is fsynced into the store directory (``durable.replace_file``, ``_create_partition``),
+    but nothing else makes the store directory's entry in its parent durable: a power cut after the first
+    acknowledged writes to a new store lost all of them (issue 23). A directory found empty is as fragile as one
+    made here — a script's ``mkdir -p a/b/store`` a moment before leaves ``a`` and ``b`` unsynced too, and which
+    ancestors it made cannot be told afterwards — so every ancestor up to the file system's root is synced, once per
+    new store. An ancestor that cannot be opened (no read permission) is skipped; any other failure fails the open.
+    Blocking: Store.open runs before the mount's trio loop starts."""
+    real = root.resolve()
+    device = os.stat(real).st_dev
+    for directory in real.parents:
+        if os.stat(directory).st_dev != device:
+            break  # a mount point: the directory above belongs to another file system, which nothing here changed
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except PermissionError:
+            _log.debug("cannot open %s to fsync it: skipped", directory)
+            continue
+        with failure.guard(directory, "fsync"):
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _check_meta_properties(root: Path, node_id: int) -> bool:
+    """Write meta.properties on first use; refuse a different node.id later (Kafka's format). True when it wrote
+    the file (the store is new)."""
     path = root / META_PROPERTIES
     if path.exists():
         stored = stored_node_id(root)
         if stored != node_id:
             raise ConfigError(f"store {root} belongs to node.id={stored}; refusing node.id={node_id}")
-        return
+        return False
     cluster = uuid.uuid4().hex
     directory = uuid.uuid4().hex
     text = (
@@ -522,6 +553,7 @@ def _check_meta_properties(root: Path, node_id: int) -> None:
         f"cluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
     )
     replace_file(path, text.encode())
+    return True
 
 
 def stored_node_id(root: Path) -> int:

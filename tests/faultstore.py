@@ -43,33 +43,42 @@ OFFLINE_WAIT_S = 10.0
 class FaultyStore:
     """``src/`` (the disk) → faultfs at ``ffs/`` → ``logfs mount`` of ``ffs/store`` at ``mnt/``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store: str = "store") -> None:
+        """``store``: the store's path relative to the faultfs (``a/b/store``: under directories that the first
+        ``start(make="script")`` makes, as ``mkdir -p`` would)."""
         self.root = root
         self.ffs = FaultFS(root / "src", root / "ffs", root / "control")
         self.mount: Mount | None = None
+        self._store = store
 
     @property
     def store(self) -> Path:
         """The store as the logfs mount sees it (on the faultfs)."""
-        return self.ffs.mountpoint / "store"
+        return self.ffs.mountpoint / self._store
 
     @property
     def disk_store(self) -> Path:
         """The same store on the plain directory underneath (the healthy disk)."""
-        return self.ffs.source / "store"
+        return self.ffs.source / self._store
 
     @property
     def mnt(self) -> Path:
         return self.root / "mnt"
 
-    def start(self, *config: str) -> Mount:
-        """faultfs (if not up) with an empty schedule, then ``logfs mount`` of the store on it."""
+    def start(self, *config: str, make: str = "durable") -> Mount:
+        """faultfs (if not up) with an empty schedule, then ``logfs mount`` of the store on it.
+
+        A missing store directory is made first: by default durably (mkdir, then fsync of its parent, as an admin
+        would); ``make="script"`` makes it, and every missing directory above it, without an fsync (a script's
+        ``mkdir -p`` a moment before the mount)."""
         if self.ffs.proc is None or self.ffs.proc.poll() is not None:
             self.ffs.start()
         self.ffs.schedule([])
-        if not self.store.exists():  # the store's own directory is the test's to make durable, as an admin would
+        if not self.store.exists() and make == "script":
+            self.store.mkdir(parents=True)
+        if not self.store.exists() and make == "durable":
             self.store.mkdir()
-            fd = os.open(self.ffs.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(self.store.parent, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(fd)
             finally:
@@ -115,8 +124,25 @@ class FaultyStore:
         if connection is not None:
             with contextlib.suppress(OSError), open(connection / "abort", "w") as abort:
                 abort.write("1")
-        mount.proc.wait(20)
+        self._wait_for_killed(mount)
         clear_mount(mount.path)
+
+    def _wait_for_killed(self, mount: Mount, timeout: float = 20.0) -> None:
+        """Wait until the killed mount's process is gone, stat'ing the faultfs root meanwhile.
+
+        pyfuse3's request loop (the faultfs's) reads /dev/fuse with a blocking read, holding the GIL, once the
+        descriptor polled readable. When the request that made it readable is withdrawn before the read — its sender
+        killed, as here — the read blocks the faultfs's whole process until the next request: an fsync the killed
+        mount's last thread sent is then never answered, that thread never exits, and without the connection abort
+        (``/sys/fs/fuse/connections`` is not mounted everywhere) its FUSE mount is never torn down: the campaign
+        hung. A stat from this process is such a next request."""
+        deadline = time.monotonic() + timeout
+        while mount.proc.poll() is None:
+            if time.monotonic() > deadline:
+                mount.proc.wait(0)  # TimeoutExpired, naming the process
+            with contextlib.suppress(OSError):
+                os.stat(self.ffs.mountpoint)
+            time.sleep(0.05)
 
     def restart_healthy(self, *config: str) -> Mount:
         """Stop the logfs mount and the faultfs, then mount the store directly on the healthy disk."""

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from conftest import make_topic
 from faultstore import FaultyStore, assert_acked, logfs_check, values
-from writers import VALUE, Writer, append_writer, batches_writer, jsonl_writer, start, stop
+from writers import VALUE, Writer, append_writer, batches_writer, jsonl_writer, kafka_batches_writer, start, stop
 
 DEFAULT_ROUNDS = 5
 ROUNDS = int(os.environ.get("LOGFS_POWERCUT_ROUNDS", DEFAULT_ROUNDS))
@@ -39,6 +39,11 @@ LONG_ROUND_EVERY = 4
 LONG_ROUND_S = 5.5
 NEW_TOPICS = int(os.environ.get("LOGFS_POWERCUT_NEW_TOPICS", 1))
 NEW_SEGMENT_BYTES = int(os.environ.get("LOGFS_POWERCUT_SEGMENT_BYTES", 1024))
+# The kafka-python campaign (issue 23): segments of a few batches, and a fresh store every STORE_ROUNDS rounds so a
+# long campaign's rounds stay short (a store of thousands of tiny segments would make every mount start slow).
+ROLL_CONFIG = ("segment.bytes=8192", "index.interval.bytes=256")
+STORE_ROUNDS = int(os.environ.get("LOGFS_POWERCUT_STORE_ROUNDS", 50))
+KAFKA_BATCH_RECORDS = 50
 
 
 @pytest.mark.timeout(60 + 20 * ROUNDS)
@@ -113,3 +118,92 @@ def check_acked(mnt: Path, acked: dict[str, list[bytes]], partitions: dict[str, 
             raise AssertionError(f"topic {topic} {when}: {exc}") from None
         garbage = [v for v in present if not VALUE.match(v)]
         assert not garbage, f"topic {topic} {when}: records no writer wrote: {garbage[:3]}"
+
+
+@pytest.mark.timeout(120 + 15 * ROUNDS)
+def test_power_cut_campaign_of_kafka_batches_across_rolls(tmp_path: Path) -> None:
+    """Issue 23, point 4: the window that lost an acknowledged batch from the middle of a batch writer's sequence.
+
+    Two partitions of 8 KiB segments (a roll every few batches): partition 0 takes two text writers and a
+    kafka-python batch writer (write + fsync), partition 1 a JSON-lines writer, a kafka-python batch writer (write +
+    fsync) and one writing O_SYNC; the batch writers send 50 records a batch, the codec rotating none, gzip, snappy,
+    lz4, zstd. So a roll by one writer's append falls between another writer's write and its fsync all the time.
+    Each round kills the mount at a random moment, applies the power cut, and the next round's mount must hold every
+    record acknowledged so far, in the partition it was written to, exactly once. A fresh store every
+    ``LOGFS_POWERCUT_STORE_ROUNDS`` rounds (default 50), each one finished on the healthy disk and ``logfs check``'d.
+    """
+    totals = {"acked": 0, "undone": 0, "cut": 0, "stores": 0}
+    fs: FaultyStore | None = None
+    acked: dict[str, list[bytes]] = {}
+    try:
+        for round_no in range(ROUNDS):
+            seed = SEED + round_no
+            rng = random.Random(f"power-cut-kafka/{seed}")
+            first = round_no % STORE_ROUNDS == 0
+            if first:
+                if fs is not None:
+                    _finish_store(fs, acked)
+                fs = FaultyStore(tmp_path / f"s{round_no // STORE_ROUNDS}")
+                acked = {"c": [], "c1": []}
+                totals["stores"] += 1
+            assert fs is not None
+            fs.start(*ROLL_CONFIG)
+            check_kafka_acked(fs.mnt, acked, f"at the start of round {round_no} (seed {seed})")
+            if first:
+                make_topic(fs.mnt, "c", partitions=2)
+            c = fs.mnt / "c"
+            writers = [
+                append_writer(c / "0", f"a-{round_no}"),
+                append_writer(c / "0", f"t-{round_no}"),
+                kafka_batches_writer(c / "0", f"k-{round_no}", KAFKA_BATCH_RECORDS),
+                jsonl_writer(c / "1", f"j-{round_no}"),
+                kafka_batches_writer(c / "1", f"b-{round_no}", KAFKA_BATCH_RECORDS),
+                kafka_batches_writer(c / "1", f"n-{round_no}", KAFKA_BATCH_RECORDS, o_sync=True),
+            ]
+            start(writers)
+            time.sleep(rng.uniform(0.05, 0.7))
+            fs.kill_logfs()
+            stop(writers)
+            cut = fs.ffs.powercut()
+            fs.ffs.stop()
+            for w, key in zip(writers, ["c", "c", "c", "c1", "c1", "c1"], strict=True):
+                acked[key].extend(w.acked)
+            round_acked = sum(len(w.acked) for w in writers)
+            totals["acked"] += round_acked
+            totals["undone"] += len(cut["undone"])
+            totals["cut"] += len(cut["cut"])
+            print(f"round {round_no} (seed {seed}): acked {round_acked}, undone {len(cut['undone'])} names, "
+                  f"cut {len(cut['cut'])} files")  # fmt: skip
+        if fs is not None:
+            _finish_store(fs, acked)
+        print(f"campaign: {ROUNDS} rounds (seeds {SEED}..{SEED + ROUNDS - 1}), {totals['stores']} stores, "
+              f"{totals['acked']} acknowledged records, 0 lost, {totals['undone']} names undone, "
+              f"{totals['cut']} files cut")  # fmt: skip
+    finally:
+        if fs is not None:
+            fs.close()
+
+
+def check_kafka_acked(mnt: Path, acked: dict[str, list[bytes]], when: str) -> None:
+    """Every acknowledged record of topic ``c`` in its partition (``c``: 0, ``c1``: 1) exactly once, and nothing
+    no writer wrote."""
+    for key, partition in (("c", 0), ("c1", 1)):
+        if not acked[key]:
+            continue
+        present = values(mnt / "c" / str(partition) / "at" / "earliest")
+        try:
+            assert_acked(present, acked[key])
+        except AssertionError as exc:
+            raise AssertionError(f"partition c-{partition} {when}: {exc}") from None
+        garbage = [v for v in present if not VALUE.match(v)]
+        assert not garbage, f"partition c-{partition} {when}: records no writer wrote: {garbage[:3]}"
+
+
+def _finish_store(fs: FaultyStore, acked: dict[str, list[bytes]]) -> None:
+    """The store on the healthy disk: every acknowledged record, a clean unmount, a clean ``logfs check``."""
+    fs.restart_healthy(*ROLL_CONFIG)
+    check_kafka_acked(fs.mnt, acked, "on the healthy disk")
+    fs.finish()
+    check = logfs_check(fs.disk_store)
+    assert check.returncode == 0, check.stdout + check.stderr
+    fs.close()

@@ -23,9 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
 from logfs.core.format.encode import encode_values
 
-VALUE = re.compile(rb"^[ajbtn]-\d+-\d+(-\d+)?$")
+VALUE = re.compile(rb"^[ajbtnk]-\d+-\d+(-\d+)?$")
 TXNS = Path(".logfs/transactions")
 JOIN_TIMEOUT_S = 30.0
 
@@ -120,6 +122,42 @@ def batches_writer(part: Path, tag: str) -> Writer:
         return values
 
     return Writer(f"batches {part}", step)
+
+
+# Kafka's codec ids, in the order a kafka-python writer rotates through them: none, gzip, snappy, lz4, zstd.
+CODECS = (0, 1, 2, 3, 4)
+
+
+def kafka_batch(values: list[bytes], codec: int) -> bytes:
+    """One RecordBatch of ``values`` as kafka-python's producer builds it (``codec``: a Kafka compression id)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=False, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=16 * 1024 * 1024,
+    )  # fmt: skip
+    now = int(time.time() * 1000)
+    for i, value in enumerate(values):
+        assert builder.append(i, now, None, value, [])
+    return bytes(builder.build())
+
+
+def kafka_batches_writer(part: Path, tag: str, records: int = 50, *, o_sync: bool = False) -> Writer:
+    """One kafka-python RecordBatch of ``records`` records per step to a partition's ``batches``, the codec rotating
+    through :data:`CODECS`: write + fsync (``o_sync``: one O_SYNC write). A step acknowledges its batch once the
+    fsync (or the O_SYNC write) returned."""
+
+    def step(w: Writer, n: int) -> list[bytes]:
+        values = [f"{tag}-{n}-{k}".encode() for k in range(records)]
+        batch = kafka_batch(values, CODECS[n % len(CODECS)])
+        fd = os.open(part / "batches", os.O_WRONLY | (os.O_SYNC if o_sync else 0))
+        try:
+            assert os.write(fd, batch) == len(batch)
+            if not o_sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return values
+
+    return Writer(f"kafka batches {part}{' O_SYNC' if o_sync else ''}", step)
 
 
 def transaction_writer(mnt: Path, topic: str, partitions: int, tag: str) -> Writer:
