@@ -185,6 +185,7 @@ def read_batches(
             last = -1
             for b in segment.batches(found.position):
                 if b.base_offset >= end_offset:
+                    _check_beyond(log, segment, b.position, b.last_offset)
                     break
                 if total and total + b.size > max_bytes:
                     full = True
@@ -208,3 +209,20 @@ def read_batches(
             check_span(segment.log_file, view[at : at + hi - lo], lo)  # no bad bytes to a follower (issue 16)
             at += hi - lo
     return view[room:], bases
+
+
+def _check_beyond(log: Log, segment: LogSegment, position: int, last_offset: int) -> None:
+    """A batch at or past the end of a fetch must be one appended since the end was taken, below the log end offset
+    now; a base offset flipped upward (the CRC does not cover it) would otherwise end every answer early, silently,
+    and stall the follower there (issue 23). The append publishes its bytes before the log end offset: under the
+    log's lock it has finished."""
+    if last_offset < log.log_end_offset:
+        return
+    with log.read_lock:
+        if last_offset < log.log_end_offset:
+            return
+    log_file = segment.log_file
+    raise log_file.failure_channel.corrupt_batch(
+        log_file.path, position, f"ends at offset {last_offset}, past the log end offset {log.log_end_offset} (its "
+        "base offset is not covered by the CRC)"
+    )  # fmt: skip
