@@ -285,9 +285,11 @@ def _check(log_file: LogFile, view: memoryview, position: int, span_end: int, mi
         batch_last = value + _LAST_DELTA.unpack_from(view, at + _LAST_DELTA_AT)[0]
         if at == 0:
             limit = f"[{lower}, {min(bounds.max_last, bounds.first_max_last)}]"
-            where = "the offsets its segment and the offset index allow"
-        else:
-            limit, where = f"[{last + 1}, {bounds.max_last}]", "above the batch before it"
+            where = "the offsets its segment, the offset index and the log end offset allow"
+        else:  # the damage may be this batch's base offset or the one before it: name both
+            before = _previous_batch(view, at)
+            limit = f"[{last + 1}, {bounds.max_last}]"
+            where = f"the batch before it, at byte {position + before}, ends at {last}"
         raise _corrupt(
             log_file, position + at, f"has offsets {value}..{batch_last}, outside {limit} ({where}: the base offset "
             "is not covered by the CRC)"
@@ -300,6 +302,34 @@ def _check(log_file: LogFile, view: memoryview, position: int, span_end: int, mi
     if position + at <= log_file.size_bytes:  # else a truncation cut these bytes while they were checked
         log_file.verified.add(position, position + at)
     return at, last
+
+
+def check_left_out(source: BoundsSource, segment: LogSegment, position: int, base: int, last_offset: int) -> None:
+    """A batch a read leaves out because its base offset is at or past the read's end (a fetch's, a view's) must
+    still lie within its segment's bounds: a base offset flipped upward would otherwise end the read early, silently
+    (issue 23). CorruptStoredBatch when it does not; an append whose bytes came before its log end offset is waited
+    for under the log's lock, as in :func:`_check`. Any thread."""
+    log_file = segment.log_file
+    bounds = source.read_bounds(segment.base_offset, log_file, position)
+    if base <= last_offset <= bounds.max_last:
+        return
+    with source.read_lock:
+        bounds = source.read_bounds(segment.base_offset, log_file, position)
+    if base <= last_offset <= bounds.max_last:
+        return
+    raise _corrupt(
+        log_file, position, f"has offsets {base}..{last_offset}, past {bounds.max_last}, the last its segment and the "
+        "log end offset allow (the base offset is not covered by the CRC)"
+    )  # fmt: skip
+
+
+def _previous_batch(view: memoryview, at: int) -> int:
+    """The position in ``view`` of the batch that ends at ``at`` (the walk passed every batch before it)."""
+    before = position = 0
+    while position < at:
+        before = position
+        position += int.from_bytes(view[position + 8 : position + 12], "big", signed=True) + LOG_OVERHEAD
+    return before
 
 
 def _corrupt(log_file: LogFile, position: int, reason: str) -> CorruptStoredBatch:

@@ -338,11 +338,11 @@ class LogFile:
                 limit = len(chunk) - _LAST_OFFSET_DELTA_END
                 while at <= limit:
                     base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
-                    if length < MIN_DECLARED_BATCH_BYTES:
-                        raise CorruptRecord(
-                            f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
-                            position=position + at,
-                        )
+                    if length < MIN_DECLARED_BATCH_BYTES:  # a stored batch, read for a client: EIO (issue 23)
+                        raise self._failure.corrupt_batch(
+                            self._path, position + at, f"declares {length} bytes, below the minimum of "
+                            f"{MIN_DECLARED_BATCH_BYTES} (framing)"
+                        )  # fmt: skip
                     size = length + LOG_OVERHEAD
                     if position + at + size > end:  # the published size ends at a batch boundary: damage
                         raise self._failure.corrupt_batch(
