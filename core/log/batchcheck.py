@@ -10,7 +10,11 @@ position by the store's failure channel (``core/logdirfailure.py``).
 
 What is checked per batch: the declared length (at least Kafka's 14 bytes, the batch within the span read), magic
 2, and the CRC-32C of the bytes after the CRC field (the crc32c package's C function: ~23 GB/s, so the cost is the
-per-batch call, ~0.3 µs). The record walk is the renderer's; the CRC covers those bytes.
+per-batch call, ~0.3 µs). The record walk is the renderer's; the CRC covers those bytes. Then the header fields the
+CRC does not cover (issue 23, :func:`scan_python`): base offsets that rise from batch to batch within the bounds the
+partition gives (:meth:`Log.read_bounds <logfs.core.log.log.Log.read_bounds>`: the segment's base, the offset
+index, the next segment or the log end offset) and leader epochs the epoch cache allows; header fields only, no
+per-record cost. docs/storage.md, "Header fields outside the CRC", states the rule and its limit.
 
 Every batch that lies whole in what a read reads is checked, on every read: a disk may hand back different bytes on
 a re-read (a flaky sector, a transport that flips bits), so a verdict on earlier bytes does not stand for bytes read
