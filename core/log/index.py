@@ -124,6 +124,17 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             slot = self._largest_lower_bound_slot(buffer, target_offset, _KEY)
             return OffsetPosition(self._base_offset, 0) if slot < 0 else self._parse(buffer, slot)
 
+    def lookup_entry(self, target_offset: int) -> OffsetPosition | None:
+        """The largest entry whose offset is at or below ``target_offset``, or None when there is none (where
+        :meth:`lookup` answers the top of the segment). Any thread."""
+        with self._lock:
+            self._load()
+            if self._entries == 0:
+                return None
+            buffer = self._mapped()
+            slot = self._largest_lower_bound_slot(buffer, target_offset, _KEY)
+            return None if slot < 0 else self._parse(buffer, slot)
+
     def fetch_upper_bound_offset(self, start_position: int, fetch_bytes: int) -> OffsetPosition | None:
         """The first entry at or after byte ``start_position + fetch_bytes``, or None if there is none.
 

@@ -78,10 +78,12 @@ VIEWS = [
 ]
 
 
-def _views(mnt: Path, topic: str, segment: Path) -> dict[str, Path]:
+def _views(mnt: Path, topic: str, segment: Path, damaged: int | None = None) -> dict[str, Path]:
     part = mnt / topic / "0"
     views = {v: part / v for v in VIEWS}
     views["hw"] = part / "hw" / f"{segment.name.removesuffix('.log')}.jsonl"
+    if damaged is not None:  # a view that starts at the damaged batch's offset, found through the offset index
+        views["at/<offset>"] = part / "at" / str(damaged)
     base = int(segment.name.split(".")[0])
     views["fetch"] = mnt / ".logfs/fetch/1" / topic / "0" / f"{base}.-1"
     return views
@@ -131,7 +133,7 @@ def test_one_flipped_header_bit_fails_every_view_with_eio_and_names_the_batch(mo
         positions = _positions(segment)
         assert len(positions) >= 3, f"{segment} holds {len(positions)} batches"
         position = positions[-1] if where == "active last" else positions[len(positions) // 2]
-        views = _views(mnt, topic, segment)
+        views = _views(mnt, topic, segment, int.from_bytes(segment.read_bytes()[position : position + 8], "big"))
         _flip(segment, position + byte, mask)
         for name, path in views.items():
             got = _read(path)

@@ -152,3 +152,34 @@ def test_readers_racing_appends_are_never_refused(store: Store) -> None:
         thread.join(30)
     assert not errors, errors[0]
     assert reads > 10
+
+
+def _lower_base(path: Path, position: int) -> tuple[int, int]:
+    """Flip the lowest set bit of the base offset of the batch at ``position`` (it goes down); the byte and mask."""
+    data = path.read_bytes()
+    base = int.from_bytes(data[position : position + 8], "big")
+    bit = (base & -base).bit_length() - 1
+    at, mask = position + 7 - bit // 8, 1 << (bit % 8)
+    _flip(path, at, mask)
+    return at, mask
+
+
+def test_an_offset_lookup_refuses_a_base_offset_that_went_down(store: Store) -> None:
+    """A lookup (``at/<offset>``, a fetch, ``follow/<offset>``) walks from an index entry to the batch holding the
+    offset. A base offset flipped downward would make it skip that batch and start after it, silently: the walk
+    refuses offsets that do not rise, and a walk from an entry that passes the entry's offset without a batch
+    holding it (the skipped batch was the entry's own)."""
+    log = store.log("t", 0)
+    _fill(log, 30)
+    segment = log.active_segment
+    entry = segment.offset_index.entry(2)
+    assert segment.translate_offset(entry.offset) is not None
+    flipped = _lower_base(segment.log_path, entry.position)  # the entry's own batch: now below the entry's offset
+    with pytest.raises(CorruptStoredBatch, match="offset index names offset"):
+        segment.translate_offset(entry.offset)
+    _flip(segment.log_path, *flipped)  # back
+    follower = segment.translate_offset(entry.offset + 1)  # the batch after the entry's
+    assert follower is not None
+    _lower_base(segment.log_path, follower.position)
+    with pytest.raises(CorruptStoredBatch, match="not above"):
+        segment.translate_offset(entry.offset + 1)
