@@ -159,14 +159,21 @@ def test_one_flipped_header_bit_fails_every_view_with_eio_and_names_the_batch(mo
 
 def test_random_single_bit_flips_anywhere_in_a_segment_read_the_original_or_fail(mount: Mount) -> None:
     """The campaign: 150 rounds (seeded, reproducible) of one bit flipped at a random byte of a random segment of
-    a topic — headers, CRCs, records alike — then every view read: each answer is the original bytes exactly or
-    EIO, never a different or shorter answer. The bit goes back after each round."""
+    a topic — headers, CRCs, records alike — then every view read (``at/`` from the start and from an offset in
+    text, ``.jsonl`` and ``.kafka``, ``committed/``, each segment's ``hw/`` file and a fetch from each segment's
+    base): each answer is the original bytes exactly or EIO, never a different or shorter answer. The bit goes back
+    after each round."""
     store, mnt = mount
     topic = "campaign"
     _fill(mnt, topic)
     segments = _segments(store, topic)
-    views = {v: mnt / topic / "0" / v for v in VIEWS}
-    original = {name: _read(path) for name, path in views.items()}
+    part = mnt / topic / "0"
+    views = {v: part / v for v in [*VIEWS, "at/77", "at/77.jsonl", "at/77.kafka"]}
+    for segment in segments:
+        base = int(segment.name.split(".")[0])
+        views[f"hw/{base}"] = part / "hw" / f"{segment.name.removesuffix('.log')}.jsonl"
+        views[f"fetch {base}"] = mnt / ".logfs/fetch/1" / topic / "0" / f"{base}.-1"
+    original = {name: _answer(name, _read(path)) for name, path in views.items()}
     assert all(isinstance(v, bytes) and v for v in original.values())
     rng = random.Random(23)
     failed = served = 0
@@ -177,7 +184,7 @@ def test_random_single_bit_flips_anywhere_in_a_segment_read_the_original_or_fail
         _flip(segment, at, mask)
         try:
             for name, path in views.items():
-                got = _read(path)
+                got = _answer(name, _read(path))
                 if got == errno.EIO:
                     failed += 1
                     continue
@@ -185,7 +192,15 @@ def test_random_single_bit_flips_anywhere_in_a_segment_read_the_original_or_fail
                 served += 1
         finally:
             _flip(segment, at, mask)
+    print(f"campaign: {failed} reads EIO, {served} reads the original")
     assert failed > 0 and served > 0, (failed, served)
+
+
+def _answer(name: str, got: bytes | int) -> bytes | int:
+    """What a read answered, for comparison: a fetch answer's records (its JSON head holds times and the HW)."""
+    if name.startswith("fetch") and isinstance(got, bytes):
+        return got.partition(b"\n")[2]
+    return got
 
 
 def test_a_compacted_topic_reads_and_dumps_cleanly_with_its_gaps(tmp_path: Path) -> None:
