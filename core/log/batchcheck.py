@@ -53,7 +53,13 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import crc32c as _crc32c
 
 from logfs.core.errors import CorruptStoredBatch
-from logfs.core.format.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC, MIN_DECLARED_BATCH_BYTES
+from logfs.core.format.batch import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_DECLARED_BATCH_BYTES,
+    RECORD_BATCH_OVERHEAD,
+)
 from logfs.core.format.records import CEXT
 from logfs.core.format.varint import INT32_MAX, INT64_MAX
 
@@ -197,6 +203,8 @@ def scan_python(
             return at, BAD_MAGIC, magic, last
         if _crc(view[at + ATTRIBUTES_OFFSET : at + size]) != crc:
             return at, BAD_CRC, 0, last
+        if size < RECORD_BATCH_OVERHEAD:  # a CRC that passes over less than a v2 header: no lastOffsetDelta to read
+            return at, BAD_FRAMING, length, last
         batch_last = base + _LAST_DELTA.unpack_from(view, at + _LAST_DELTA_AT)[0]
         if base <= last or batch_last < base or batch_last > max_last or (first and batch_last > first_max_last):
             return at, BAD_OFFSETS, base, last

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -203,3 +204,16 @@ def test_leader_epochs_above_the_cache_fail() -> None:
     assert (kind, value) == (BAD_EPOCH, 1) and at == 2 * (len(buf) // 4)
     negative = _run([[b"x"]], epochs=[-2])
     assert scan_python(memoryview(negative), 0, len(negative))[1:3] == (BAD_EPOCH, -2)
+
+
+@pytest.mark.parametrize("length", [14, 15, 48])
+def test_a_batch_shorter_than_a_header_with_a_matching_crc_is_framing(length: int) -> None:
+    """A CRC that passes over fewer bytes than a v2 header has no lastOffsetDelta to read: framing, in both walks
+    (the buffer ends with the batch, so a read of the field would run past it)."""
+    tail = bytes(range(length - 9))  # the bytes after the CRC field
+    buf = (0).to_bytes(8, "big") + length.to_bytes(4, "big") + (0).to_bytes(4, "big") + b"\x02"
+    buf += crc32c.crc32c(tail).to_bytes(4, "big") + tail
+    assert len(buf) == length + 12
+    assert scan_python(memoryview(buf), 0, len(buf)) == (0, BAD_FRAMING, length, -1)
+    if compiled is not None:
+        assert compiled(buf, 0, len(buf)) == (0, BAD_FRAMING, length, -1)
