@@ -110,3 +110,49 @@ def test_dump_refuses_a_file_that_is_not_a_segment_file_with_exit_2(tmp_path: Pa
     out = run_dump(str(other))
     assert out.returncode == 2
     assert "not a .log, .index or .timeindex file" in out.stderr
+
+
+def _flip(path: Path, at: int, mask: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def test_dump_flags_header_fields_the_crc_does_not_cover_and_exits_1(tmp_path: Path) -> None:
+    """Issue 23: a base offset that goes back, a leader epoch the partition's epoch checkpoint does not allow, a
+    negative epoch below -1 and a magic other than 2 are damage at their batch (crc=ok: the CRC does not cover them)."""
+    (tmp_path / "leader-epoch-checkpoint").write_text("0\n1\n3 0\n")
+    cases = [
+        (7, 0x02, "offsets 0..2 outside [2,"),  # the second batch's base 2 -> 0: overlaps the first (0..1)
+        (15, 0x04, "partition leader epoch 7 is not one"),  # epoch 3 -> 7, the checkpoint knows only 3
+        (12, 0x80, "partition leader epoch -2147483645"),  # the sign bit
+        (16, 0x01, "magic"),
+    ]
+    for byte, mask, reason in cases:
+        path, positions = write_segment(tmp_path)
+        _flip(path, positions[1] + byte, mask)
+        out = run_dump(str(path))
+        assert out.returncode == 1, (reason, out.stdout)
+        lines = out.stdout.splitlines()
+        assert "invalid=" not in lines[1] and "invalid=" not in lines[3], out.stdout
+        assert f"position: {positions[1]} " in lines[2] and "invalid=" in lines[2] and reason in lines[2], lines[2]
+        assert "damage found" in out.stderr
+
+
+def test_dump_calls_a_gap_a_gap_without_the_cleaners_checkpoint(tmp_path: Path) -> None:
+    """Offsets 0..1, then 10: without a cleaner-offset-checkpoint covering them, offsets 2..9 are a gap, not
+    "removed by compaction", and not damage."""
+    log = bytearray()
+    for base, n in ((0, 2), (10, 1)):
+        batch = bytearray(encode_batch([Record(i, 1000, None, b"v") for i in range(n)]))
+        assign_offset_and_epoch(batch, 0, base, 0)
+        log += batch
+    path = tmp_path / "t-0" / f"{0:020d}.log"
+    path.parent.mkdir()
+    path.write_bytes(bytes(log))
+    out = run_dump(str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "gap: offsets 2..9 (8) hold no batch" in out.stdout and "compaction" not in out.stdout
+    (tmp_path / "cleaner-offset-checkpoint").write_text("0\n1\nt 0 11\n")
+    out = run_dump(str(path))
+    assert out.returncode == 0 and "gap: offsets 2..9 (8) hold no batch (removed by compaction)" in out.stdout

@@ -317,7 +317,7 @@ static PyMethodDef methods[] = {
     {"jsonl_batches", logfs_jsonl_batches, METH_VARARGS,
      "append.jsonl lines of the usual shape as records sections, or None (core/format/_jsonlbatches.c)."},
     {"check_stored", logfs_check_stored, METH_VARARGS,
-     "Check a run of stored batches: framing, magic, CRC-32C (core/format/_checkstored.c)."},
+     "Check a run of stored batches: framing, magic, CRC-32C, offsets, epochs (core/format/_checkstored.c)."},
     {NULL, NULL, 0, NULL},
 };
 

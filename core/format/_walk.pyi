@@ -67,5 +67,9 @@ def check_stored(
     buf: bytes | bytearray | memoryview,
     position: int,
     span_end: int,
+    min_base: int = 0,
+    first_max_last: int = ...,
+    max_last: int = ...,
+    epochs: bytes = b"",
     /,
-) -> tuple[int, int, int]: ...
+) -> tuple[int, int, int, int]: ...

@@ -10,7 +10,11 @@ position by the store's failure channel (``core/logdirfailure.py``).
 
 What is checked per batch: the declared length (at least Kafka's 14 bytes, the batch within the span read), magic
 2, and the CRC-32C of the bytes after the CRC field (the crc32c package's C function: ~23 GB/s, so the cost is the
-per-batch call, ~0.3 µs). The record walk is the renderer's; the CRC covers those bytes.
+per-batch call, ~0.3 µs). The record walk is the renderer's; the CRC covers those bytes. Then the header fields the
+CRC does not cover (issue 23, :func:`scan_python`): base offsets that rise from batch to batch within the bounds the
+partition gives (:meth:`Log.read_bounds <logfs.core.log.log.Log.read_bounds>`: the segment's base, the offset
+index, the next segment or the log end offset) and leader epochs the epoch cache allows; header fields only, no
+per-record cost. docs/storage.md, "Header fields outside the CRC", states the rule and its limit.
 
 Every batch that lies whole in what a read reads is checked, on every read: a disk may hand back different bytes on
 a re-read (a flaky sector, a transport that flips bits), so a verdict on earlier bytes does not stand for bytes read
@@ -40,14 +44,24 @@ import bisect
 import os
 import struct
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import crc32c as _crc32c
 
 from logfs.core.errors import CorruptStoredBatch
-from logfs.core.format.batch import ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC, MIN_DECLARED_BATCH_BYTES
+from logfs.core.format.batch import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_DECLARED_BATCH_BYTES,
+    RECORD_BATCH_OVERHEAD,
+)
 from logfs.core.format.records import CEXT
+from logfs.core.format.varint import INT32_MAX, INT64_MAX
 
 if TYPE_CHECKING:
     from logfs.core.log.logfile import LogFile
@@ -118,42 +132,93 @@ class VerifiedRanges:
             self._bounds.clear()
 
 
-def check_batches(log_file: LogFile, buf: bytes | bytearray | memoryview, position: int, span_end: int) -> None:
+def check_batches(
+    log_file: LogFile, buf: bytes | bytearray | memoryview, position: int, span_end: int, min_base: int | None = None
+) -> int | None:
     """Check the whole batches at the start of ``buf`` (the bytes of ``log_file`` from ``position``, a batch
     boundary); a batch cut short by the end of ``buf`` but within ``span_end`` (the end of the span the caller reads,
     a batch boundary) is left for the caller's next read. CorruptStoredBatch for a batch that fails; what passes is
-    recorded in the file's verdict cache."""
-    if buf:
-        _check(log_file, memoryview(buf), position, span_end)
+    recorded in the file's verdict cache. ``min_base``: what the caller knows the first base offset is at least (the
+    previous read's answer plus one). Returns the last offset of the batches that passed (None for none), for the
+    caller's next read."""
+    if not buf:
+        return None
+    at, last = _check(log_file, memoryview(buf), position, span_end, min_base)
+    return last if at else None
 
 
-# What scan_python (and the compiled check_stored) found: (where it stopped, a kind, a value).
-OK, BAD_FRAMING, BAD_MAGIC, BAD_CRC = 0, 1, 2, 3
-Scan = Callable[[memoryview, int, int], tuple[int, int, int]]
+# What scan_python (and the compiled check_stored) found: (where it stopped, a kind, a value, a last offset).
+OK, BAD_FRAMING, BAD_MAGIC, BAD_CRC, BAD_OFFSETS, BAD_EPOCH = 0, 1, 2, 3, 4, 5
+Scan = Callable[[memoryview, int, int, int, int, int, bytes], tuple[int, int, int, int]]
+NO_OFFSET_BOUND = INT64_MAX
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_AT = ATTRIBUTES_OFFSET + 2  # lastOffsetDelta follows the 2-byte attributes
+_EPOCH_ENTRY = struct.Struct("=qq")  # (start offset, epoch): the packed leader-epoch cache a scan is given
 
 
-def scan_python(view: memoryview, position: int, span_end: int) -> tuple[int, int, int]:
-    """The reference walk of the check: ``(at, kind, value)`` — ``at`` where it stopped (the end of the last whole
-    batch in ``view`` when kind is OK, else the bad batch), ``kind`` OK, BAD_FRAMING (value: the declared length),
-    BAD_MAGIC (value: the magic) or BAD_CRC. ``core/format/_checkstored.c`` is the same walk in C."""
+def pack_epochs(entries: Sequence[tuple[int, int]]) -> bytes:
+    """The leader-epoch cache ``(epoch, start_offset)`` entries (oldest first), packed as scan takes them."""
+    return b"".join(_EPOCH_ENTRY.pack(start, epoch) for epoch, start in entries)
+
+
+def scan_python(
+    view: memoryview,
+    position: int,
+    span_end: int,
+    min_base: int = 0,
+    first_max_last: int = NO_OFFSET_BOUND,
+    max_last: int = NO_OFFSET_BOUND,
+    epochs: bytes = b"",
+) -> tuple[int, int, int, int]:
+    """The reference walk of the check: ``(at, kind, value, last)`` — ``at`` where it stopped (the end of the last
+    whole batch in ``view`` when kind is OK, else the bad batch), ``kind`` OK, BAD_FRAMING (value: the declared
+    length), BAD_MAGIC (value: the magic), BAD_CRC, BAD_OFFSETS (value: the base offset) or BAD_EPOCH (value: the
+    leader epoch); ``last`` the last offset of the last batch that passed (``min_base - 1`` when none did).
+
+    The header fields the CRC does not cover (issue 23, point 5), per batch, after its CRC: the base offset at least
+    ``min_base`` for the first batch and above the previous batch's last offset for the others (a gap is fine, going
+    back or overlapping is not), the last offset (base + lastOffsetDelta) not below the base, at most ``max_last``,
+    and for the first batch at most ``first_max_last``; the partition leader epoch at least -1 (no epoch) and, when
+    ``epochs`` (:func:`pack_epochs`) is not empty, at most the epoch the cache gives the base offset (its last entry
+    starting at or below it; the first entry's below the first start). ``core/format/_checkstored.c`` is the same
+    walk in C."""
     at = 0
     end = len(view)
+    last = min_base - 1
+    n_epochs = len(epochs) // _EPOCH_ENTRY.size
+    k = 0  # the epoch entry of the current base offset: bases only rise, so the walk only moves forward
+    first = True
     while at + LOG_OVERHEAD <= end:
         if at + ATTRIBUTES_OFFSET <= end:
-            _base, length, _epoch, magic, crc = _HEAD.unpack_from(view, at)
+            base, length, epoch, magic, crc = _HEAD.unpack_from(view, at)
         else:  # not even the header in this buffer: only its length is known, and the batch is read next
             length, magic, crc = int.from_bytes(view[at + 8 : at + 12], "big", signed=True), MAGIC, -1
+            base = epoch = 0
         size = length + LOG_OVERHEAD
         if length < MIN_DECLARED_BATCH_BYTES or position + at + size > span_end:
-            return at, BAD_FRAMING, length
+            return at, BAD_FRAMING, length, last
         if at + size > end:
             break  # a whole batch, only not all in this buffer: the caller reads it next
         if magic != MAGIC:
-            return at, BAD_MAGIC, magic
+            return at, BAD_MAGIC, magic, last
         if _crc(view[at + ATTRIBUTES_OFFSET : at + size]) != crc:
-            return at, BAD_CRC, 0
+            return at, BAD_CRC, 0, last
+        if size < RECORD_BATCH_OVERHEAD:  # a CRC that passes over less than a v2 header: no lastOffsetDelta to read
+            return at, BAD_FRAMING, length, last
+        batch_last = base + _LAST_DELTA.unpack_from(view, at + _LAST_DELTA_AT)[0]
+        if base <= last or batch_last < base or batch_last > max_last or (first and batch_last > first_max_last):
+            return at, BAD_OFFSETS, base, last
+        if epoch < -1:
+            return at, BAD_EPOCH, epoch, last
+        if n_epochs and epoch >= 0:
+            while k + 1 < n_epochs and _EPOCH_ENTRY.unpack_from(epochs, (k + 1) * _EPOCH_ENTRY.size)[0] <= base:
+                k += 1
+            if epoch > _EPOCH_ENTRY.unpack_from(epochs, k * _EPOCH_ENTRY.size)[1]:
+                return at, BAD_EPOCH, epoch, last
+        last = batch_last
+        first = False
         at += size
-    return at, OK, 0
+    return at, OK, 0, last
 
 
 # The compiled walk when built (LOGFS_NO_CEXT=1 selects the reference, as for the record walk).
@@ -161,29 +226,137 @@ scan_compiled: Scan | None = CEXT.check_stored if CEXT is not None and hasattr(C
 scan: Scan = scan_compiled if scan_compiled is not None and not os.environ.get("LOGFS_NO_CEXT") else scan_python
 
 
-def _check(log_file: LogFile, view: memoryview, position: int, span_end: int) -> int:
-    """The check of :func:`check_batches`; returns where the last whole batch in ``view`` ends."""
-    at, kind, value = scan(view, position, span_end)
+class ReadBounds(NamedTuple):
+    """What a check of a run of batches starting at a byte of a segment may assume (see :func:`scan_python`)."""
+
+    min_base: int
+    first_max_last: int
+    max_last: int
+    epochs: bytes
+
+
+class BoundsSource(Protocol):
+    """A partition that tells a check the bounds of its segments' batches (``core/log/log.py``'s Log)."""
+
+    def read_bounds(self, segment_base: int, log_file: LogFile, position: int) -> ReadBounds: ...
+
+    @property
+    def read_lock(self) -> AbstractContextManager[object]: ...
+
+
+# The partition of each open directory: a check of a segment's bytes asks its partition for offset and epoch bounds.
+_sources: weakref.WeakValueDictionary[Path, BoundsSource] = weakref.WeakValueDictionary()
+
+
+def register(directory: Path, source: BoundsSource) -> None:
+    """Let checks of the ``.log`` files in ``directory`` ask ``source`` for their bounds (the Log, when opened)."""
+    _sources[directory] = source
+
+
+def segment_base_of(log_file: LogFile) -> int:
+    """The base offset a ``.log`` file's name carries (``<20 digits>.log``, or a cleaner's ``.cleaned``/``.swap``)."""
+    try:
+        return int(log_file.path.name.split(".", 1)[0])
+    except ValueError:
+        return 0
+
+
+def _bounds(log_file: LogFile, position: int) -> tuple[ReadBounds, BoundsSource | None]:
+    base = segment_base_of(log_file)
+    source = _sources.get(log_file.path.parent)
+    if source is None:  # a file no open partition owns (a tool, a test): the segment's own invariants only
+        return ReadBounds(base, NO_OFFSET_BOUND, base + INT32_MAX, b""), None
+    return source.read_bounds(base, log_file, position), source
+
+
+def _check(log_file: LogFile, view: memoryview, position: int, span_end: int, min_base: int | None = None) -> tuple[
+    int, int
+]:  # fmt: skip
+    """The check of :func:`check_batches`; returns where the last whole batch in ``view`` ends and the last offset
+    of the batches that passed. ``min_base``: a lower bound on the first batch's base offset the caller knows (the
+    batch before it ended below it)."""
+    bounds, source = _bounds(log_file, position)
+    lower = bounds.min_base if min_base is None else max(min_base, bounds.min_base)
+    at, kind, value, last = scan(view, position, span_end, lower, bounds.first_max_last, bounds.max_last, bounds.epochs)
+    if kind in (BAD_OFFSETS, BAD_EPOCH) and source is not None:
+        # The log end offset and the epoch cache follow an append's bytes (core/log/local.py, core/log/log.py): a
+        # batch read in between exceeds them. Under the log's lock that append has finished: look again.
+        with source.read_lock:
+            bounds = source.read_bounds(segment_base_of(log_file), log_file, position)
+        lower = bounds.min_base if min_base is None else max(min_base, bounds.min_base)
+        at, kind, value, last = scan(
+            view, position, span_end, lower, bounds.first_max_last, bounds.max_last, bounds.epochs
+        )
     if kind == BAD_FRAMING:
         raise _corrupt(log_file, position + at, f"declares {value} bytes (framing: outside its segment's span)")
     if kind == BAD_MAGIC:
         raise _corrupt(log_file, position + at, f"has magic {value}, not {MAGIC}")
     if kind == BAD_CRC:
         raise _corrupt(log_file, position + at, "fails its CRC-32C")
+    if kind == BAD_OFFSETS:
+        batch_last = value + _LAST_DELTA.unpack_from(view, at + _LAST_DELTA_AT)[0]
+        if at == 0:
+            limit = f"[{lower}, {min(bounds.max_last, bounds.first_max_last)}]"
+            where = "the offsets its segment, the offset index and the log end offset allow"
+        else:  # the damage may be this batch's base offset or the one before it: name both
+            before = _previous_batch(view, at)
+            limit = f"[{last + 1}, {bounds.max_last}]"
+            where = f"the batch before it, at byte {position + before}, ends at {last}"
+        raise _corrupt(
+            log_file, position + at, f"has offsets {value}..{batch_last}, outside {limit} ({where}: the base offset "
+            "is not covered by the CRC)"
+        )  # fmt: skip
+    if kind == BAD_EPOCH:
+        raise _corrupt(
+            log_file, position + at, f"has partition leader epoch {value}, which the leader-epoch cache does not "
+            "allow at its offset (the epoch is not covered by the CRC)"
+        )  # fmt: skip
     if position + at <= log_file.size_bytes:  # else a truncation cut these bytes while they were checked
         log_file.verified.add(position, position + at)
-    return at
+    return at, last
+
+
+def check_left_out(source: BoundsSource, segment: LogSegment, position: int, base: int, last_offset: int) -> None:
+    """A batch a read leaves out because its base offset is at or past the read's end (a fetch's, a view's) must
+    still lie within its segment's bounds: a base offset flipped upward would otherwise end the read early, silently
+    (issue 23). CorruptStoredBatch when it does not; an append whose bytes came before its log end offset is waited
+    for under the log's lock, as in :func:`_check`. Any thread."""
+    log_file = segment.log_file
+    bounds = source.read_bounds(segment.base_offset, log_file, position)
+    if base <= last_offset <= bounds.max_last:
+        return
+    with source.read_lock:
+        bounds = source.read_bounds(segment.base_offset, log_file, position)
+    if base <= last_offset <= bounds.max_last:
+        return
+    raise _corrupt(
+        log_file, position, f"has offsets {base}..{last_offset}, past {bounds.max_last}, the last its segment and the "
+        "log end offset allow (the base offset is not covered by the CRC)"
+    )  # fmt: skip
+
+
+def _previous_batch(view: memoryview, at: int) -> int:
+    """The position in ``view`` of the batch that ends at ``at`` (the walk passed every batch before it)."""
+    before = position = 0
+    while position < at:
+        before = position
+        position += int.from_bytes(view[position + 8 : position + 12], "big", signed=True) + LOG_OVERHEAD
+    return before
 
 
 def _corrupt(log_file: LogFile, position: int, reason: str) -> CorruptStoredBatch:
     return log_file.failure_channel.corrupt_batch(log_file.path, position, reason)
 
 
-def check_span(log_file: LogFile, buf: bytes | bytearray | memoryview, position: int) -> None:
-    """Check ``buf``, the whole batches of ``log_file`` from ``position``: every one passes, none is cut short."""
-    done = _check(log_file, memoryview(buf), position, position + len(buf))
+def check_span(
+    log_file: LogFile, buf: bytes | bytearray | memoryview, position: int, min_base: int | None = None
+) -> int:
+    """Check ``buf``, the whole batches of ``log_file`` from ``position``: every one passes, none is cut short.
+    Returns the last offset of the last batch (``min_base`` as in :func:`check_batches`)."""
+    done, last = _check(log_file, memoryview(buf), position, position + len(buf), min_base)
     if done != len(buf):
         raise _corrupt(log_file, position + done, "is cut short by the end of its span (framing)")
+    return last
 
 
 def read_checked(segment: LogSegment, lo: int, hi: int, at: int, size: int) -> bytes:
@@ -211,8 +384,11 @@ def read_checked(segment: LogSegment, lo: int, hi: int, at: int, size: int) -> b
     if len(buf) != end - start:
         return buf[at - start :]  # the caller reports bytes that are not there
     done = check_from
+    carried: int | None = None
     if check_from < end:
-        done += _check(log_file, memoryview(buf)[check_from - start :], check_from, hi)
+        checked, last = _check(log_file, memoryview(buf)[check_from - start :], check_from, hi)
+        done += checked
+        carried = last + 1 if checked else None
     if done < end:  # the last batch crosses the end of the read
         known = verified.containing(done)
         head = buf[done - start : done - start + LOG_OVERHEAD]  # _check passed its framing: its length is known
@@ -222,7 +398,7 @@ def read_checked(segment: LogSegment, lo: int, hi: int, at: int, size: int) -> b
         # Read whole and checked unless the cache holds it and it is large: a batch of up to REREAD_BYTES is
         # checked on the bytes served by every read (the module docstring's limit).
         if known is None or known[1] < end or length + LOG_OVERHEAD <= REREAD_BYTES:
-            check_span(log_file, log_file.read(done, max(length, 0) + LOG_OVERHEAD), done)
+            check_span(log_file, log_file.read(done, max(length, 0) + LOG_OVERHEAD), done, carried)
     return buf[at - start :]
 
 

@@ -124,6 +124,17 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             slot = self._largest_lower_bound_slot(buffer, target_offset, _KEY)
             return OffsetPosition(self._base_offset, 0) if slot < 0 else self._parse(buffer, slot)
 
+    def lookup_entry(self, target_offset: int) -> OffsetPosition | None:
+        """The largest entry whose offset is at or below ``target_offset``, or None when there is none (where
+        :meth:`lookup` answers the top of the segment). Any thread."""
+        with self._lock:
+            self._load()
+            if self._entries == 0:
+                return None
+            buffer = self._mapped()
+            slot = self._largest_lower_bound_slot(buffer, target_offset, _KEY)
+            return None if slot < 0 else self._parse(buffer, slot)
+
     def fetch_upper_bound_offset(self, start_position: int, fetch_bytes: int) -> OffsetPosition | None:
         """The first entry at or after byte ``start_position + fetch_bytes``, or None if there is none.
 
@@ -148,6 +159,25 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             buffer = self._mapped()
             slot = self._largest_lower_bound_slot(buffer, position, _VALUE)
             return 0 if slot < 0 else self._parse(buffer, slot).position
+
+    def offsets_around(self, position: int) -> tuple[int | None, int | None]:
+        """What the index says of the batches from byte ``position`` (a batch boundary) on, for the read-side check
+        of the header fields the CRC does not cover (``core/log/batchcheck.py``): ``(below, at)``. An entry (O, P)
+        names the append whose last offset is O starting at P, one entry per append, so the batches from the last
+        entry at or below ``position`` on come after the append of the entry before it: ``below`` is that entry's
+        offset (their base offsets lie above it), None without one. ``at`` is the offset of an entry at exactly
+        ``position`` (the first batch there ends at or before it), else None. Any thread."""
+        with self._lock:
+            self._load()
+            if self._entries == 0:
+                return None, None
+            buffer = self._mapped()
+            slot = self._largest_lower_bound_slot(buffer, position, _VALUE)
+            if slot < 0:
+                return None, None
+            entry = self._parse(buffer, slot)
+            below = self._parse(buffer, slot - 1).offset if slot > 0 else None
+            return below, entry.offset if entry.position == position else None
 
     def position_at_or_above(self, position: int) -> int | None:
         """The position of the first entry at or after byte ``position`` (the start of a batch), or None. Any

@@ -31,6 +31,7 @@ thread). Reads and the offset properties are safe from any thread at any time.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import threading
@@ -41,13 +42,17 @@ from logfs.core.config import LogConfig
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import LockBusy, OffsetOutOfRange, UnexpectedAppendOffset
 from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
+from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch, check_leader_request
 from logfs.core.log.appendruns import append_request
+from logfs.core.log.batchcheck import NO_OFFSET_BOUND, ReadBounds, pack_epochs
+from logfs.core.log.batchcheck import register as register_bounds
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.highwatermark import HighWatermark
 from logfs.core.log.index import TimestampOffset
 from logfs.core.log.local import LocalLog
+from logfs.core.log.logfile import LogFile
 from logfs.core.log.producers import LogProducers
 from logfs.core.log.retention import Rule, log_start_rule, retention_bytes_rule, retention_ms_rule
 from logfs.core.log.scan import RangeScan, Segments
@@ -94,6 +99,36 @@ class Log:
         if producer_state is None:
             producer_state = ProducerStateManager(directory, leo.message_offset)
         self._producers = LogProducers(directory, producer_state, self._hw.offset, self._log_start_offset)
+        register_bounds(directory, self)  # reads check batch offsets and epochs against this log
+
+    @property
+    def read_lock(self) -> threading.RLock:
+        """The lock an append holds from its bytes to its log end offset and epoch (``core/log/batchcheck.py``
+        takes it to look again at a batch that seems to exceed them)."""
+        return self._lock
+
+    def read_bounds(self, segment_base: int, log_file: LogFile, position: int) -> ReadBounds:
+        """The bounds of the batches of the segment at ``segment_base`` from byte ``position`` on, for the read-side
+        check of the header fields the CRC does not cover (``core/log/batchcheck.py``, issue 23): base offsets from
+        the segment's base (or above the offset index's entry before the one at or below ``position``), last offsets
+        below the next segment's base (the log end offset for the last segment, and never past what a relative
+        offset can hold), the first batch's last offset at most the index entry at ``position`` when there is one,
+        and the leader-epoch cache. Any thread, no lock: the snapshot of segments and the cache's copy are
+        consistent enough because every bound only grows while a segment's bytes exist (a truncation below a reader
+        makes its read fail, as it does anyway)."""
+        snapshot = self.local.snapshot
+        bases = snapshot.bases
+        i = bisect.bisect_right(bases, segment_base)
+        upper = bases[i] - 1 if i < len(bases) else self.local.log_end_offset - 1
+        max_last = min(upper, segment_base + INT32_MAX)
+        min_base, first_max_last = segment_base, NO_OFFSET_BOUND
+        if position > 0 and i > 0 and snapshot.segments[i - 1].log_file is log_file:
+            below, at = snapshot.segments[i - 1].offset_index.offsets_around(position)
+            if below is not None:
+                min_base = max(min_base, below + 1)
+            if at is not None:
+                first_max_last = at
+        return ReadBounds(min_base, first_max_last, max_last, pack_epochs(self.epoch_cache.epoch_entries()))
 
     def __repr__(self) -> str:
         return (

@@ -40,6 +40,7 @@ from logfs.core.format.batch import (
     MIN_DECLARED_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
 )
+from logfs.core.format.varint import INT64_MIN
 from logfs.core.log.batchcheck import VerifiedRanges
 from logfs.core.logdirfailure import LogDirFailureChannel, channel_for
 
@@ -315,15 +316,26 @@ class LogFile:
         finally:
             self._release()
 
-    def search_for_offset(self, target_offset: int, start_position: int) -> tuple[int, int, int] | None:
+    def search_for_offset(
+        self, target_offset: int, start_position: int, entry_offset: int | None = None
+    ) -> tuple[int, int, int] | None:
         """``(last offset, position, size)`` of the first batch from ``start_position`` whose last offset is at or
         after ``target_offset`` (Kafka's searchForOffsetWithSize), or None. Any thread.
 
         The hot half of every offset lookup, so it reads only the two header fields it needs per batch rather than
         framing full headers as :meth:`batches` does (~2x faster on 4 KiB of small batches).
+
+        The base offset is not covered by the CRC (issue 23): a batch whose offsets do not rise above the one before
+        it in the walk, or, when ``start_position`` is the offset index's entry for ``entry_offset`` (the append
+        ending at that offset starts there), a walk that passes ``entry_offset`` without a batch holding it, is
+        damage (CorruptStoredBatch): a base offset flipped downward would otherwise make the lookup skip its batch
+        and a view start after it, silently.
         """
         end = self._size
         position = start_position
+        prev_last = INT64_MIN  # the last offset of the batch before, in this walk
+        unmet = entry_offset is not None
+        entry = entry_offset if entry_offset is not None else 0
         read_bytes = SCAN_FIRST_READ_BYTES
         if position + HEADER_SIZE_UP_TO_MAGIC >= end:
             return None
@@ -338,11 +350,11 @@ class LogFile:
                 limit = len(chunk) - _LAST_OFFSET_DELTA_END
                 while at <= limit:
                     base_offset, length = _OFFSET_AND_LENGTH.unpack_from(chunk, at)
-                    if length < MIN_DECLARED_BATCH_BYTES:
-                        raise CorruptRecord(
-                            f"declared batch length {length} is below the minimum of {MIN_DECLARED_BATCH_BYTES}",
-                            position=position + at,
-                        )
+                    if length < MIN_DECLARED_BATCH_BYTES:  # a stored batch, read for a client: EIO (issue 23)
+                        raise self._failure.corrupt_batch(
+                            self._path, position + at, f"declares {length} bytes, below the minimum of "
+                            f"{MIN_DECLARED_BATCH_BYTES} (framing)"
+                        )  # fmt: skip
                     size = length + LOG_OVERHEAD
                     if position + at + size > end:  # the published size ends at a batch boundary: damage
                         raise self._failure.corrupt_batch(
@@ -350,8 +362,22 @@ class LogFile:
                             "(framing)"
                         )  # fmt: skip
                     last_offset = base_offset + _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)[0]
+                    if base_offset <= prev_last or last_offset < base_offset:
+                        raise self._failure.corrupt_batch(
+                            self._path, position + at, f"has offsets {base_offset}..{last_offset}, not above "
+                            f"{prev_last}, where the batch before it ends (the base offset is not covered by the CRC)"
+                        )  # fmt: skip
+                    if unmet and last_offset >= entry:
+                        if base_offset > entry:
+                            raise self._failure.corrupt_batch(
+                                self._path, position + at, f"has offsets {base_offset}..{last_offset}, but the "
+                                f"offset index names offset {entry} at byte {start_position} and no batch "
+                                "from there holds it (a base offset is not covered by the CRC)"
+                            )  # fmt: skip
+                        unmet = False
                     if last_offset >= target_offset:
                         return last_offset, position + at, size
+                    prev_last = last_offset
                     at += size
                 if at == 0:
                     return None  # a header cut short by the end of the file (a torn tail), or a truncation

@@ -130,7 +130,11 @@ def scan_segment(
 
 def _check_offsets(segment: LogSegment, h: BatchHeader, next_offset: int) -> None:
     """InvalidRecord unless the batch starts at or after ``next_offset`` (where the batch before it ended, or the
-    segment's base offset) and its last offset fits a relative offset.
+    segment's base offset), its last offset fits a relative offset, and its leader epoch is at least -1: the rules
+    of the read-side check (``core/log/batchcheck.py``) that hold without the rest of the log, so a tail that a read
+    would refuse is quarantined at start instead (issue 23). An epoch above the epoch cache's is not refused here:
+    the cache is assigned after a batch is appended, so a crash between the two leaves a good batch with a newer
+    epoch than the checkpoint, which recovery then assigns (as Kafka's does).
 
     Gaps are allowed (a follower may roll past missing offsets); a step back is not. The base offset lies
     outside the CRC, so damage to it passes ``validate_batch``: Kafka's recovery then fails to append the
@@ -143,6 +147,8 @@ def _check_offsets(segment: LogSegment, h: BatchHeader, next_offset: int) -> Non
         )
     if not segment.can_convert_to_relative_offset(h.last_offset):
         raise InvalidRecord(f"offset {h.last_offset} cannot be stored relative to base offset {segment.base_offset}")
+    if h.partition_leader_epoch < -1:  # the read check's rule too (core/log/batchcheck.py): no epoch is -1
+        raise InvalidRecord(f"partition leader epoch {h.partition_leader_epoch} is below -1 (no epoch)")
 
 
 def recover_segment(

@@ -276,8 +276,11 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is at or after ``offset``, or None. Any thread."""
         self.touch()
-        mapping = self._offset_index.lookup(offset)
-        found = self._log.search_for_offset(offset, max(mapping.position, starting_position))
+        entry = self._offset_index.lookup_entry(offset)
+        if entry is not None and entry.position >= starting_position:  # the walk starts at the entry: it names it
+            found = self._log.search_for_offset(offset, entry.position, entry.offset)
+        else:
+            found = self._log.search_for_offset(offset, max(entry.position if entry else 0, starting_position))
         return None if found is None else LogOffsetPosition(*found)
 
     def read(

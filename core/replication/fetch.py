@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import OffsetOutOfRange
-from logfs.core.log.batchcheck import check_span
+from logfs.core.errors import CorruptRecord, OffsetOutOfRange
+from logfs.core.log.batchcheck import check_left_out, check_span
 from logfs.core.log.epoch import EpochEndOffset
 from logfs.core.log.log import Log
+from logfs.core.log.logfile import BatchPosition
 from logfs.core.log.segment import LogSegment
 from logfs.core.replication.replica import NO_CHANGE, FetchValidation, LeaderPartition, ReplicaChange
 
@@ -183,8 +185,10 @@ def read_batches(
             full = False
             lo = hi = found.position
             last = -1
-            for b in segment.batches(found.position):
+            published = segment.log_file.size_bytes  # it ends at a batch boundary, and only grows
+            for b in _framed(segment, found.position):
                 if b.base_offset >= end_offset:
+                    check_left_out(log, segment, b.position, b.base_offset, b.last_offset)  # not damage
                     break
                 if total and total + b.size > max_bytes:
                     full = True
@@ -192,6 +196,12 @@ def read_batches(
                 hi = b.position + b.size
                 total += b.size
                 last = b.last_offset
+            else:
+                if hi < published:  # the walk stopped at a batch declaring more bytes than the segment holds
+                    log_file = segment.log_file
+                    raise log_file.failure_channel.corrupt_batch(
+                        log_file.path, hi, f"declares a size past its segment's end {published} (framing)"
+                    )
             if hi > lo:
                 if segment.base_offset >= fetch_offset:
                     bases.append(segment.base_offset)
@@ -208,3 +218,14 @@ def read_batches(
             check_span(segment.log_file, view[at : at + hi - lo], lo)  # no bad bytes to a follower (issue 16)
             at += hi - lo
     return view[room:], bases
+
+
+def _framed(segment: LogSegment, position: int) -> Iterator[BatchPosition]:
+    """The segment's batches from ``position`` on (``LogFile.batches``), a declared size below Kafka's minimum
+    reported as the damaged stored batch it is (EIO through the mount), not as a client's bad record."""
+    try:
+        yield from segment.batches(position)
+    except CorruptRecord as exc:
+        log_file = segment.log_file
+        at = exc.position if exc.position is not None else position
+        raise log_file.failure_channel.corrupt_batch(log_file.path, at, f"{exc.reason} (framing)") from exc

@@ -63,7 +63,7 @@ from typing import NamedTuple
 
 from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.log.batchcheck import read_checked
+from logfs.core.log.batchcheck import check_left_out, read_checked
 from logfs.core.log.log import Log
 from logfs.core.log.scan import RangeScan, StoredBatch, batch_at
 from logfs.core.log.segment import LogSegment
@@ -398,6 +398,7 @@ def _plan(
             if last is None:
                 hi = segment.size_bytes  # not the active segment: it holds the LEO's batch
             elif last.base_offset >= end:
+                check_left_out(log, segment, last.position, last.base_offset, last.last_offset)  # not damage
                 hi = last.position
             else:
                 hi = last.position + last.size

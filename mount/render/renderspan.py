@@ -46,9 +46,12 @@ def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[b
     pieces of SCAN_READ_BYTES (or one whole batch when it is larger). StorageError if the bytes are not there;
     CorruptStoredBatch for a batch that fails its CRC or framing (issue 16: ``core/log/batchcheck.py``)."""
     position = lo
+    min_base: int | None = None  # above the last offset of the batches already yielded (the check's carry)
     while position < hi:
         buf = log_file.read(position, min(SCAN_READ_BYTES, hi - position))
-        check_batches(log_file, buf, position, hi)  # never render bad bytes
+        last = check_batches(log_file, buf, position, hi, min_base)  # never render bad bytes
+        if last is not None:
+            min_base = last + 1
         used = 0
         for at, size in iter_batch_positions(buf):
             yield buf, at, size, position + at
@@ -62,7 +65,7 @@ def iter_stored_batches(log_file: LogFile, lo: int, hi: int) -> Iterator[tuple[b
             buf = log_file.read(position, declared)
             if len(buf) != declared:
                 raise StorageError(f"{log_file.path}: batch at byte {position} is cut short (truncated under a view?)")
-            check_span(log_file, buf, position)
+            min_base = check_span(log_file, buf, position, min_base) + 1
             yield buf, 0, declared, position
             used = declared
         position += used

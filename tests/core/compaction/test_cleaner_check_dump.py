@@ -55,7 +55,16 @@ def test_check_reports_an_interrupted_clean_and_stale_entries(tmp_path: Path) ->
 
 
 def test_dump_shows_the_gaps(tmp_path: Path) -> None:
+    """A gap the cleaner's checkpoint covers is "removed by compaction"; without the checkpoint it is only a gap
+    (issue 23: dump does not guess where the gaps came from); either way a gap is not damage."""
     directory = cleaned_store(tmp_path)
+    result = DumpResult()
+    lines = [line for f in sorted(directory.glob("*.log")) for line in dump_file(f, records=True, result=result)]
+    assert result.damaged == 0
+    gaps = [line for line in lines if "gap: offsets" in line]
+    assert gaps and not any("compaction" in g for g in gaps)
+    active = max(int(f.name.split(".")[0]) for f in directory.glob("*.log"))
+    (tmp_path / CLEANER_CHECKPOINT).write_text(f"0\n1\ntopic 0 {active}\n")  # the cleaner has been up to there
     result = DumpResult()
     lines = [line for f in sorted(directory.glob("*.log")) for line in dump_file(f, records=True, result=result)]
     assert result.damaged == 0

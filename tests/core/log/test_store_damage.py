@@ -239,6 +239,25 @@ def test_zeroed_base_offset_outside_the_crc_cuts_the_log_at_that_batch(tmp_path:
     store.close()
 
 
+def test_a_leader_epoch_below_minus_one_outside_the_crc_cuts_the_log_at_that_batch(tmp_path: Path) -> None:
+    """The CRC does not cover the partition leader epoch either: the sign bit flipped is the read check's damage
+    (core/log/batchcheck.py, issue 23), and recovery quarantines the tail from that batch as it does a step back."""
+    write_store(tmp_path, shutdown="crashed")
+    last_file = segment_files(tmp_path)[-1]
+    victim = batches_of(last_file)[2]
+    with open(last_file, "r+b") as f:
+        f.seek(victim.position + 12)
+        byte = f.read(1)[0]
+        f.seek(victim.position + 12)
+        f.write(bytes([byte ^ 0x80]))
+    cut = last_file.read_bytes()[victim.position :]
+
+    store, _, events = reopen_cut_at(tmp_path, victim.base_offset, cut)
+
+    assert "partition leader epoch" in next(e.detail for e in events if e.kind == "truncated")
+    store.close()
+
+
 def test_garbage_after_the_last_batch_is_cut_and_every_record_stays(tmp_path: Path) -> None:
     write_store(tmp_path, shutdown="crashed")
     last_file = segment_files(tmp_path)[-1]
