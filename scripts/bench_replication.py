@@ -226,7 +226,14 @@ def bench_lag(root: Path, rate_mb_s: float, seconds: float) -> tuple[list[float]
         assert fmnt is not None
 
         def watch() -> None:
-            fd = os.open(fmnt / "t" / "0" / "follow" / "0.kafka", os.O_RDONLY)
+            # A new topic starts with its live followers in the ISR (docs/replication.md), so the ISR the cluster
+            # waited for does not mean this follower has created the partition yet: wait for its mount to show it.
+            path = fmnt / "t" / "0" / "follow" / "0.kafka"
+            deadline = time.monotonic() + 30
+            while not (fmnt / "t" / "0").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            fd = os.open(path, os.O_RDONLY)
+            opened.set()
             try:
                 pending = b""
                 while len(seen) < count:
@@ -243,8 +250,10 @@ def bench_lag(root: Path, rate_mb_s: float, seconds: float) -> tuple[list[float]
             finally:
                 os.close(fd)
 
+        opened = threading.Event()
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
+        opened.wait(60)  # the first write's lag counts from its write, not from the reader's open
         fd = os.open(lmnt / "t" / "0" / "batches", os.O_WRONLY)
         try:
             began = time.perf_counter()
