@@ -26,8 +26,10 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
@@ -143,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(done.stderr[-4000:])
         if done.returncode != 0:
             print(done.stdout, end="")
-            print(f"bench_runs: run {run + 1} exited {done.returncode}", file=sys.stderr)
+            kept = Path(tempfile.mkstemp(prefix="bench_runs-", suffix=".err")[1])
+            kept.write_text(done.stderr)
+            print(f"bench_runs: run {run + 1} exited {done.returncode}; its whole stderr: {kept}", file=sys.stderr)
             return done.returncode
         outputs.append(tables(done.stdout))
     print(
