@@ -161,6 +161,9 @@ class Store:
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
+        # The same logs by topic, so that a lookup of one topic costs what that topic has, never O(partitions):
+        # the mount asks it on every lookup and getattr (kept in step with _logs by _add_log and _drop_log).
+        self._by_topic: dict[str, dict[int, Log]] = {}
         self._overrides: dict[str, dict[str, str]] = {}
         self._due = _Due()
         self._closed = False
@@ -233,7 +236,7 @@ class Store:
             tp = parse_partition_dir(entry.name)
             if tp is None:
                 continue
-            self._logs[tp] = load_log(
+            self._add_log(tp, load_log(
                 entry,
                 self.topic_config(tp.topic),
                 self.handles,
@@ -242,7 +245,7 @@ class Store:
                 log_start_offset=starts.get(tp, 0),
                 high_watermark=hws.get(tp, 0),
                 on_event=self._on_event,
-            )
+            ))  # fmt: skip
         _log.info(
             "opened store %s: %d partitions, %s",
             self.path, len(self._logs),
@@ -257,13 +260,29 @@ class Store:
     # --- topics and partitions -------------------------------------------------------------------------------------
 
     def topics(self) -> list[str]:
-        return sorted({tp.topic for tp in self._logs})
+        return sorted(self._by_topic)
 
     def partitions(self, topic: str) -> list[int]:
-        return sorted(tp.partition for tp in self._logs if tp.topic == topic)
+        return sorted(self._by_topic.get(topic, ()))
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (0: no such topic), without building a list."""
+        return len(self._by_topic.get(topic, ()))
 
     def has_topic(self, topic: str) -> bool:
-        return any(tp.topic == topic for tp in self._logs)
+        return topic in self._by_topic
+
+    def _add_log(self, tp: TopicPartition, log: Log) -> None:
+        self._logs[tp] = log
+        self._by_topic.setdefault(tp.topic, {})[tp.partition] = log
+
+    def _drop_log(self, tp: TopicPartition) -> Log:
+        log = self._logs.pop(tp)
+        logs = self._by_topic[tp.topic]
+        del logs[tp.partition]
+        if not logs:
+            del self._by_topic[tp.topic]
+        return log
 
     def logs(self) -> Iterator[tuple[TopicPartition, Log]]:
         yield from sorted(self._logs.items())
@@ -305,19 +324,19 @@ class Store:
         log = load_log(directory, self.topic_config(topic), self.handles, had_clean_shutdown=True)
         fsync_dir(directory)  # its first segment's name, then the directory's own (Kafka's flushDir on creation)
         fsync_dir(self.path)
-        self._logs[tp] = log
+        self._add_log(tp, log)
 
     def delete_topic(self, topic: str, *, only_if_empty: bool = False) -> None:
         """Delete ``topic`` and all its data (``only_if_empty``: refuse with TopicNotEmpty when it has records)."""
         self.failure.check()  # offline: nothing is closed, renamed or forgotten
         with self._lock:
-            tps = [tp for tp in self._logs if tp.topic == topic]
+            tps = [TopicPartition(topic, p) for p in sorted(self._by_topic.get(topic, ()))]
             if not tps:
                 raise UnknownTopicOrPartition(f"no topic {topic!r}")
             if only_if_empty and any(self._logs[tp].log_end_offset > 0 for tp in tps):
                 raise TopicNotEmpty(f"topic {topic!r} holds records")
             for tp in tps:
-                log = self._logs.pop(tp)
+                log = self._drop_log(tp)
                 log.close()
                 doomed = log.directory.with_name(_delete_dir_name(tp))
                 with self.failure.guard(log.directory, "rename"):
@@ -348,9 +367,8 @@ class Store:
         save_topic_overrides(self._overrides_path(topic), overrides)
         with self._lock:
             self._overrides[topic] = dict(overrides)
-            for tp, log in self._logs.items():
-                if tp.topic == topic:
-                    log.config = effective
+            for log in self._by_topic.get(topic, {}).values():
+                log.config = effective
 
     # --- records and periodic work ---------------------------------------------------------------------------------
 
