@@ -20,6 +20,7 @@ Threads: the trio thread only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,11 +97,17 @@ class PartitionState:
     poll_handles: dict[int, Any] = field(default_factory=dict)
     acks_waiting: int = 0  # acks=all fsyncs waiting for the HW
     released_acks: bool = False  # the last HW move woke acks=all fsyncs (their writers' next batches are near)
+    # fetch sessions holding this partition (mount/session.py) → their wake-up for it: a session looks only at the
+    # partitions that woke it, so an answer costs O(partitions with news), not O(its partitions)
+    watchers: dict[Any, Callable[[], None]] = field(default_factory=dict)
 
     def appended(self) -> None:
-        """Records were appended without moving the HW: wake the fetches waiting at the log end."""
+        """Records were appended without moving the HW: wake the fetches waiting at the log end (and the fetch
+        sessions holding the partition)."""
         self.changed.set()
         self.changed = trio.Event()
+        for wake in self.watchers.values():
+            wake()
 
     def notify(self) -> None:
         """The HW moved (or the ISR changed): wake every follow reader, acks=all wait and fetch waiting (one fresh

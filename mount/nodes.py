@@ -27,6 +27,7 @@ Paths::
                 <topic>/                FETCH_TOPIC
                     <partition>/        FETCH_PARTITION
                         <offset>.<epoch>    FETCH_FILE     r   a follower's fetch: a snapshot fixed at lookup
+                .session                FETCH_SESSION  rw  the follower's fetch session (mount/session.py)
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -90,6 +91,7 @@ class Kind(enum.Enum):
     FETCH_TOPIC = ("fetch_topic", True, 0o555, False)
     FETCH_PARTITION = ("fetch_partition", True, 0o555, False)
     FETCH_FILE = ("fetch_file", False, 0o444, True)
+    FETCH_SESSION = ("fetch_session", False, 0o660, False)
     PRODUCER_ID = ("producer_id", False, 0o444, False)
     LABELS_DIR = ("labels_dir", True, 0o555, False)
     LABEL = ("label", False, 0o444, True)
@@ -143,7 +145,8 @@ WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_
 TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
 GROUP_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC,
                          Kind.GROUP_PARTITION, Kind.GROUP_OFFSET, Kind.GROUP_FOLLOW})  # fmt: skip
-FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE})
+FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE,
+                         Kind.FETCH_SESSION})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +251,7 @@ COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.H
 
 
 FETCH_DIR_NAME = "fetch"
+FETCH_SESSION_NAME = ".session"  # .logfs/fetch/<replica id>/.session (mount/session.py)
 
 
 _LOGFS_DIR_CHILDREN = frozenset(LOGFS_CHILDREN.values())
@@ -295,7 +299,7 @@ def _fetch_parent(node: Node) -> Node:
         return Node(Kind.LOGFS_DIR)
     if k is Kind.FETCH_REPLICA:
         return Node(Kind.FETCH_DIR)
-    if k is Kind.FETCH_TOPIC:
+    if k in (Kind.FETCH_TOPIC, Kind.FETCH_SESSION):
         return Node(Kind.FETCH_REPLICA, replica=node.replica)
     if k is Kind.FETCH_PARTITION:
         return Node(Kind.FETCH_TOPIC, node.topic, replica=node.replica)

@@ -52,7 +52,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyfuse3
 import trio
@@ -87,6 +87,7 @@ from logfs.mount.refusals import refusal_target
 from logfs.mount.render.rangeview import RangeView
 from logfs.mount.render.views import RenderCache
 from logfs.mount.replication import FETCH_TASKS_PER_FOLLOWER, LeaderReplication
+from logfs.mount.session import FetchSession, SessionHandle
 from logfs.mount.transactions import Transactions
 from logfs.mount.tree import Entry, Tree
 from logfs.mount.writes import TEXT_KINDS, Writer, max_batch_bytes
@@ -456,6 +457,8 @@ class Operations(pyfuse3.Operations):
             raise WrongAccessMode(f"{node} is for writing")
         if kind.read_only and access != os.O_RDONLY:
             raise WrongAccessMode(f"{node} is for reading")
+        if kind is Kind.FETCH_SESSION:
+            return self._open_session(entry, access)
         if kind in GROUP_KINDS:
             if access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW:
                 self._refuse_if_read_only()  # commits and group follow files: a leader's
@@ -470,6 +473,17 @@ class Operations(pyfuse3.Operations):
         h, info = await self.reader.open(entry, ctx.pid)
         info.fh = self._new_fh(h)
         return info
+
+    def _open_session(self, entry: Entry, access: int) -> pyfuse3.FileInfo:
+        """``.logfs/fetch/<replica id>/.session``: a new fetch session (``mount/session.py``), O_RDWR only."""
+        if self.replication is None:
+            raise NoEntry("a follower's mount serves no fetches")
+        if access != os.O_RDWR:
+            raise WrongAccessMode(f"{entry.node} is opened O_RDWR: requests are written, answers read")
+        self.replication.check_replica(entry.node)
+        session = FetchSession(self.replication, lambda: self.replication, entry.node.replica, self.partitions,
+                               self._read_thread)  # fmt: skip
+        return pyfuse3.FileInfo(fh=self._new_fh(SessionHandle(entry, session)), direct_io=True, nonseekable=True)
 
     def _open_write(self, entry: Entry, flags: int, access: int) -> pyfuse3.FileInfo:
         kind = entry.node.kind
@@ -516,7 +530,10 @@ class Operations(pyfuse3.Operations):
         if h is None:
             return
         try:
-            if isinstance(h, WriteHandle):
+            if isinstance(h, SessionHandle):
+                if h.session is not None:
+                    h.session.close()
+            elif isinstance(h, WriteHandle):
                 if isinstance(h.framer, LineFramer) and h.framer.pending_bytes:
                     async with h.lock:
                         await self.writer.tail(h)  # flush normally did this; release errors are discarded
@@ -542,6 +559,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h = self._handle(fh)
+        if isinstance(h, SessionHandle) and h.session is not None:
+            return cast(bytes, await h.session.read(size))  # pyfuse3 replies from any contiguous buffer
         if isinstance(h, FollowHandle) and h.node.kind is Kind.GROUP_FOLLOW:
             return await self.groups.read_follow(h, off, size)
         return await self.reader.read(h, off, size)
@@ -553,6 +572,9 @@ class Operations(pyfuse3.Operations):
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handle(fh)
+        if isinstance(h, SessionHandle) and h.session is not None:
+            await h.session.write(buf)
+            return len(buf)
         if not isinstance(h, WriteHandle):
             raise BadFileHandle(f"{h.node} is not open for writing")
         async with h.lock:  # taken before the first await: requests are framed in the order they arrived

@@ -64,6 +64,7 @@ from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_
 from logfs.mount.nodes import (
     COMMITTED_CHILDREN,
     FETCH_DIR_NAME,
+    FETCH_SESSION_NAME,
     GROUP_CHILDREN,
     GROUP_KINDS,
     GROUP_PARTITION_CHILDREN,
@@ -125,7 +126,7 @@ class Tree:
             if (is_hidden(name) and name != OFFSETS_TOPIC) or not self.store.has_topic(name):
                 raise NoEntry(f"no topic {name!r}")  # __consumer_offsets is readable like any topic
             return Node(Kind.TOPIC, name)
-        if is_hidden(name) and name != OFFSETS_TOPIC:
+        if is_hidden(name) and name != OFFSETS_TOPIC and not (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
             if name == FETCH_DIR_NAME:
@@ -227,6 +228,8 @@ class Tree:
                 raise NoEntry(name)
             return Node(Kind.FETCH_REPLICA, replica=replica)
         if kind is Kind.FETCH_REPLICA:
+            if name == FETCH_SESSION_NAME:  # no topic can take it: topic names never start with "."
+                return Node(Kind.FETCH_SESSION, name=name, replica=parent.replica)
             self._existing_topic(name)
             return Node(Kind.FETCH_TOPIC, name, replica=parent.replica)
         if kind is Kind.FETCH_TOPIC:
