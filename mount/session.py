@@ -68,6 +68,7 @@ RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # replica.fetch.response.max.bytes (Kafka
 PARTITION_MAX_BYTES = FETCH_RECORDS_BYTES_MAX  # replica.fetch.max.bytes (Kafka's default): batches of one partition
 ANSWER_PARTITIONS_MAX = 1000  # entries in one answer: keeps its JSON line within a few hundred KiB
 REQUEST_LINE_MAX = 64 * 1024  # one request line (a topic name is at most 249 bytes): longer is garbage
+LOG_START_SWEEP_S = 5.0  # how often a session looks for log starts that retention moved (nothing wakes it for those)
 ACCEPT_SLICE = 256  # request lines handled between two yields of the trio thread (a first request adds thousands)
 
 UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"
@@ -86,6 +87,7 @@ class SessionPartition:
     validation: FetchValidation | None  # None: the leader has no such partition (UNKNOWN_TOPIC_OR_PARTITION)
     leader: LeaderPartition | None
     told: tuple[int, tuple[int, ...]] | None = None  # (HW, ISR) of the last answer that held it
+    told_start: int = -1  # the log start offset that answer told
     answered: bool = False  # in an answer since the follower last wrote it: silent until it writes it again
 
 
@@ -97,6 +99,7 @@ class _Entry:
     header: dict[str, Any]
     records: bytes | memoryview
     told: tuple[int, tuple[int, ...]] | None
+    told_start: int = -1
 
 
 class FetchSession:
@@ -124,6 +127,7 @@ class FetchSession:
         self._read_lock = trio.Lock()  # one answer at a time
         self._write_lock = trio.Lock()  # request lines in the order they arrived
         self._closed = False
+        self._next_sweep = trio.current_time() + LOG_START_SWEEP_S
 
     @property
     def size(self) -> int:
@@ -218,8 +222,10 @@ class FetchSession:
             moved = await self._read_thread(leader.maybe_increment_high_watermark)
             change = ReplicaChange(change.isr_changed, moved)
         old = self._parts.get(key)
-        self._parts[key] = SessionPartition(fetch_offset, last_epoch, validation, leader,
-                                            told=None if old is None else old.told)  # fmt: skip
+        self._parts[key] = SessionPartition(
+            fetch_offset, last_epoch, validation, leader,
+            told=None if old is None else old.told, told_start=-1 if old is None else old.told_start,
+        )  # fmt: skip
         self._watch(key)
         if change.any:
             self._states.get(*key).notify()  # marks it here too
@@ -245,6 +251,8 @@ class FetchSession:
             return _render(NOT_LEADER_OR_FOLLOWER, [])
         self._replication.leaders.follower_heard(self._replica)  # a live follower: a new partition's ISR holds it
         deadline = trio.current_time() + FETCH_WAIT_MAX_S
+        if trio.current_time() >= self._next_sweep:
+            await self._sweep_log_starts()
         held = False
         while True:
             wake = self._wake = trio.Event()
@@ -266,6 +274,18 @@ class FetchSession:
             return _render(NOT_LEADER_OR_FOLLOWER, [])
         news, _ = self._news()
         return await self._answer_with(news)
+
+    async def _sweep_log_starts(self) -> None:
+        """Mark the partitions whose log start moved since their last answer. Retention (``Store.tick``) moves log
+        starts without waking anyone, so this is the one O(session partitions) walk, every LOG_START_SWEEP_S, in
+        slices that let other requests run. A delete-records wakes its partition at once (``mount/writes.py``)."""
+        self._next_sweep = trio.current_time() + LOG_START_SWEEP_S
+        for i, (key, part) in enumerate(list(self._parts.items())):
+            if i and i % 1024 == 0:
+                await trio.lowlevel.checkpoint()
+            leader = part.leader
+            if leader is not None and not part.answered and part.told_start != leader.log.log_start_offset:
+                self._mark(key)
 
     def _news(self) -> tuple[list[TP], bool]:
         """The marked partitions that have something to tell (unmarked), in the order they were marked, at most
@@ -295,7 +315,12 @@ class FetchSession:
                 continue
             log = leader.log
             told = part.told
-            if log.log_end_offset != part.fetch_offset or told is None or told[1] != leader.isr:
+            if (
+                log.log_end_offset != part.fetch_offset
+                or told is None
+                or told[1] != leader.isr
+                or log.log_start_offset != part.told_start
+            ):
                 news.append(key)
                 hw_only = False
             elif told[0] != log.high_watermark:
@@ -316,10 +341,12 @@ class FetchSession:
             if part.leader is None:
                 self._drop(entry.key)  # UNKNOWN_TOPIC_OR_PARTITION: the follower adds it again when it is there
                 continue
-            part.told = entry.told
+            part.told, part.told_start = entry.told, entry.told_start
             # batches or an error: silent until the follower says where it is now; a HW or ISR alone: still live
-            part.answered = bool(entry.records) or entry.header["error"] is not None or (
-                entry.header["diverging_epoch"] is not None
+            part.answered = (
+                bool(entry.records)
+                or entry.header["error"] is not None
+                or (entry.header["diverging_epoch"] is not None)
             )
         if left:
             self._wake.set()
@@ -345,7 +372,8 @@ def _entries(jobs: list[tuple[TP, SessionPartition]]) -> tuple[list[_Entry], lis
                                   min(PARTITION_MAX_BYTES, RESPONSE_MAX_BYTES - total))  # fmt: skip
         head.update(response.header())
         total += len(response.records)
-        entries.append(_Entry(key, head, response.records, (response.high_watermark, response.isr)))
+        told = (response.high_watermark, response.isr)
+        entries.append(_Entry(key, head, response.records, told, response.log_start_offset))
     return entries, left
 
 

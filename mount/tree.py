@@ -126,7 +126,11 @@ class Tree:
             if (is_hidden(name) and name != OFFSETS_TOPIC) or not self.store.has_topic(name):
                 raise NoEntry(f"no topic {name!r}")  # __consumer_offsets is readable like any topic
             return Node(Kind.TOPIC, name)
-        if is_hidden(name) and name != OFFSETS_TOPIC and not (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA):
+        if (
+            is_hidden(name)
+            and name != OFFSETS_TOPIC
+            and not (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
+        ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
             if name == FETCH_DIR_NAME:

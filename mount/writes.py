@@ -380,6 +380,7 @@ class Writer:
         state = self.partitions.get(topic, partition)
         async with state.append_lock:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
+        state.notify()  # the log start moved: fetch sessions tell their followers (mount/session.py)
         _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
 
 

@@ -93,6 +93,7 @@ from logfs.follower.replica import (
     apply_fetch,
     fetch_and_apply,
 )
+from logfs.follower.session import PartitionFetch, SessionAnswer, SessionClient, session_path
 from logfs.mount.cleaning import CleanerTask
 
 _log = logging.getLogger(__name__)
@@ -111,6 +112,10 @@ TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, chec
 BACKOFF_INITIAL_S = 0.05  # first retry after a failed fetch; doubles up to
 BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
 EMPTY_FETCH_PAUSE_S = 0.01  # a fetch that returned nothing at once (no long poll) waits this long before the next
+SESSION_RETRY_S = 1.0  # a partition the session answered with nothing to do (a refused epoch, a stale answer, a
+# failed apply) is written again after this (Kafka's replica.fetch.backoff.ms)
+
+TP = tuple[str, int]
 
 
 @dataclass
@@ -178,6 +183,16 @@ class Follower:
         self._failing: set[tuple[str, int]] = set()  # partitions whose failed fetch was logged (once)
         self._offline_logged = False  # the store went offline and this follower said it stopped fetching
         self._state_lock = trio.Lock()
+        # The fetch session (logfs/follower/session.py): used unless the leader has none (then one task a partition)
+        self._session_mode = True
+        self._nursery: trio.Nursery | None = None
+        self._members: set[TP] = set()  # the partitions this follower fetches through the session
+        self._updates: dict[TP, None] = {}  # members to write in the next request (an ordered set)
+        self._drops: set[TP] = set()  # partitions to drop from the session in the next request
+        self._retry_at: dict[TP, float] = {}  # members written again at that trio time
+        self._sent: dict[TP, int] = {}  # the fetch offset last written for each member
+        self._apply_lock = trio.Lock()  # applies of an answer, or a topic's deletion here: one at a time
+        self._ensured: dict[str, tuple[int, str | None]] = {}  # topic → (partitions, config) discovery last made
         try:
             previous = read_replica_state(store.path)
         except UnreadableReplicaState as exc:
@@ -206,7 +221,9 @@ class Follower:
         _log.info("following %s as replica %d into %s", self.leader, self.replica_id, self.store.path)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._tick)
+                nursery.start_soon(self._run_session)
                 for tp, _ in self.store.logs():  # resume what this store holds (the leader may not list it yet)
                     self._start_partition(nursery, tp.topic, tp.partition)
                 await self._discover(nursery)
@@ -280,6 +297,8 @@ class Follower:
             backoff.reset()
             self._leader_answered()
             for topic, (count, config) in listing.topics.items():
+                if self._ensured.get(topic) == (count, config) and self.store.has_topic(topic):
+                    continue  # as the last round made it: no worker call per topic per round
                 try:
                     copied = self._configs.get(topic)
                     await self._thread(self._disk_limiter, ensure_topic, self.store, topic, count, config, copied)
@@ -289,6 +308,7 @@ class Follower:
                 if config is not None:
                     self._configs[topic] = config
                 self._seen_topics.add(topic)
+                self._ensured[topic] = (count, config)
                 for p in range(count):
                     self._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
@@ -298,6 +318,10 @@ class Follower:
     async def _delete_topic(self, topic: str) -> None:
         self._seen_topics.discard(topic)
         self._configs.pop(topic, None)
+        self._ensured.pop(topic, None)
+        for key in [k for k in self._members if k[0] == topic]:
+            self._leave_session(key)
+            self._drops.add(key)
         stopping = [self._tasks.pop(k) for k in list(self._tasks) if k[0] == topic]
         for task in stopping:
             task.scope.cancel()
@@ -308,7 +332,8 @@ class Follower:
             del self._views[key]
         if self.store.has_topic(topic):
             try:
-                await self._thread(self._disk_limiter, self.store.delete_topic, topic)
+                async with self._apply_lock:  # no answer of the session is being applied to it meanwhile
+                    await self._thread(self._disk_limiter, self.store.delete_topic, topic)
             except (LogfsError, OSError) as exc:
                 _log.error("topic %s: the leader deleted it; deleting it here failed: %s", topic, exc)
                 return
@@ -317,10 +342,181 @@ class Follower:
                 self.on_topic_deleted(topic)
         await self._write_state()
 
+    # --- the fetch session --------------------------------------------------------------------------------------------
+
+    async def _run_session(self) -> None:
+        """Fetch every member partition through one session (``logfs/follower/session.py``): write what changed,
+        read one answer, apply it, again. One blocking exchange at a time in one worker thread, whatever the number
+        of partitions; a leader without sessions (ENOENT) makes this fall back to a task per partition."""
+        backoff = _Backoff()
+        limiter = trio.CapacityLimiter(1)
+        client: SessionClient | None = None
+        path = session_path(self.leader, self.replica_id)
+        try:
+            while True:
+                if self.store_offline():
+                    return  # fetch no more (logged once); the mount's reads go on
+                if client is None:
+                    try:
+                        client = await trio.to_thread.run_sync(
+                            SessionClient, path, limiter=limiter, abandon_on_cancel=True
+                        )
+                    except OSError as exc:
+                        if await self._session_refused(exc):
+                            return
+                        await backoff.wait()
+                        continue
+                    self._updates = dict.fromkeys([*self._updates, *sorted(self._members)])  # a new session
+                    self._drops.clear()
+                request = self._session_request()
+                try:
+                    answer = await trio.to_thread.run_sync(
+                        client.exchange, request, limiter=limiter, abandon_on_cancel=True
+                    )
+                except (OSError, FetchProtocolError) as exc:
+                    client.close()
+                    client = None
+                    if isinstance(exc, OSError):
+                        await self._session_refused(exc)
+                    else:
+                        _log.error("fetch session: %s: reopening it", exc)
+                    await backoff.wait()
+                    continue
+                self._leader_answered()
+                if answer.error is not None:  # the mount stopped leading (ZooKeeper): a new session later
+                    _log.info("fetch session: the leader answers %s: reopening", answer.error)
+                    client.close()
+                    client = None
+                    await backoff.wait()
+                    continue
+                backoff.reset()
+                await self._session_answer(answer)
+        finally:
+            if client is not None:
+                client.close()
+
+    async def _session_refused(self, exc: OSError) -> bool:
+        """A failed open or exchange of the session: True when the leader has no sessions (ENOENT with its mount up:
+        an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
+        reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
+        if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
+            reachable = await trio.to_thread.run_sync(
+                os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True
+            )
+        if not reachable:
+            self._leader_failed(exc)
+        elif exc.errno == errno.ENOENT:
+            _log.info("the leader %s has no fetch sessions: one fetch per partition", self.leader)
+            self._fall_back()
+            return True
+        elif ("", -1) not in self._failing:
+            self._failing.add(("", -1))
+            if exc.errno == errno.EPERM:
+                _log.error("the leader refuses fetches from replica %d (not in its replica.ids): retrying",
+                           self.replica_id)  # fmt: skip
+            else:
+                _log.warning("fetch session failed (%s): retrying", _describe(exc))
+        return False
+
+    def _fall_back(self) -> None:
+        """No sessions on this leader: a fetch task per partition, as before sessions."""
+        self._session_mode = False
+        members, self._members = sorted(self._members), set()
+        self._updates.clear()
+        self._drops.clear()
+        self._retry_at.clear()
+        assert self._nursery is not None
+        for topic, partition in members:
+            self._start_partition(self._nursery, topic, partition)
+
+    def _leave_session(self, key: TP) -> None:
+        self._members.discard(key)
+        self._updates.pop(key, None)
+        self._retry_at.pop(key, None)
+        self._sent.pop(key, None)
+
+    def _session_request(self) -> list[PartitionFetch]:
+        """The next request: each member to write (its LEO and latest epoch: a fetch from there) and the drops.
+        O(partitions written)."""
+        now = trio.current_time()
+        if self._retry_at:
+            for key in [k for k, at in self._retry_at.items() if at <= now]:
+                del self._retry_at[key]
+                self._updates[key] = None
+        request = [PartitionFetch(topic, partition, drop=True) for topic, partition in sorted(self._drops)]
+        self._drops.clear()
+        for key in self._updates:
+            try:
+                log = self.store.log(*key)
+            except LogfsError:
+                continue  # deleted here: discovery drops it
+            epoch = log.epoch_cache.latest_epoch()
+            offset = log.log_end_offset
+            self._sent[key] = offset
+            request.append(PartitionFetch(key[0], key[1], offset, NO_EPOCH if epoch is None else epoch,
+                                          self.leader_epoch))  # fmt: skip
+        self._updates.clear()
+        return request
+
+    async def _session_answer(self, answer: SessionAnswer) -> None:
+        """Apply one answer: what it says of the leader first (one replica state write for all its partitions), then
+        its batches in one worker call, then each partition that the leader now keeps silent is written again."""
+        now = trio.current_time()
+        jobs: list[tuple[TP, Log, int, FetchResponse]] = []
+        changed = False
+        for entry in answer.entries:
+            key = (entry.topic, entry.partition)
+            if key not in self._members:
+                continue
+            response = entry.response
+            if response is None:  # not on the leader (deleted, or not yet there): discovery adds it again
+                self._leave_session(key)
+                _log.debug("%s-%d: not on the leader: waiting", *key)
+                continue
+            if response.epoch_refused:
+                self._epoch_refused(key[0], key[1], response)
+                self._retry_at[key] = now + SESSION_RETRY_S
+                continue
+            try:
+                log = self.store.log(*key)
+            except LogfsError:
+                continue
+            changed |= self._note(key[0], key[1], response)
+            jobs.append((key, log, self._sent.get(key, log.log_end_offset), response))
+        if changed:
+            await self._write_state()
+        if not jobs:
+            return
+        async with self._apply_lock:
+            results = await self._thread(self._disk_limiter, _apply_all, jobs)
+        for (key, log, offset, response), result in zip(jobs, results, strict=True):
+            if key not in self._members:
+                continue  # dropped meanwhile
+            paused = bool(response.records) or response.error is not None or response.diverging_epoch is not None
+            if isinstance(result, Exception):
+                if self.store.offline is not None:
+                    return  # the loop's first line stops fetching
+                _log.error("%s-%d: cannot apply the fetch at offset %d: %s", key[0], key[1], offset, result)
+                self._retry_at[key] = now + SESSION_RETRY_S
+                continue
+            self._failing.discard(key)
+            self._applied(key[0], key[1], log, offset, response, result)
+            if result.stale:
+                self._retry_at[key] = now + SESSION_RETRY_S
+            elif paused:
+                self._updates[key] = None  # the leader waits for our new fetch offset
+
     # --- fetching ---------------------------------------------------------------------------------------------------
 
     def _start_partition(self, nursery: trio.Nursery, topic: str, partition: int) -> None:
         key = (topic, partition)
+        if self._session_mode:
+            if key not in self._members:
+                self._members.add(key)
+                self._updates[key] = None
+                self._drops.discard(key)
+                self._views.setdefault(key, PartitionView())
+            return
         if key in self._tasks:
             return
         task = self._tasks[key] = _PartitionTask()
@@ -425,6 +621,12 @@ class Follower:
     async def _heard(self, topic: str, partition: int, response: FetchResponse) -> None:
         """What a response says of the leader (its epoch, the ISR): logged when it changes, shown by the mount's
         ``state``, persisted in the replica state file. Before the response is applied: it holds even if that fails."""
+        if self._note(topic, partition, response):
+            await self._write_state()
+
+    def _note(self, topic: str, partition: int, response: FetchResponse) -> bool:
+        """:meth:`_heard` without the write: whether the view changed (a session answer writes the state once for all
+        its partitions: one O(partitions) computation per answer, not per partition)."""
         name = f"{topic}-{partition}"
         view = self._views.setdefault((topic, partition), PartitionView())
         if view.answered and (self.replica_id in view.isr) != (self.replica_id in response.isr):
@@ -433,9 +635,9 @@ class Follower:
         if view.leader_epoch != response.leader_epoch:
             _log.info("%s: leader epoch %d", name, response.leader_epoch)
         if view.answered and (view.leader_epoch, view.isr) == (response.leader_epoch, response.isr):
-            return  # nothing new: no O(partitions) state computation per fetch
+            return False  # nothing new: no O(partitions) state computation per fetch
         view.leader_epoch, view.isr, view.answered = response.leader_epoch, response.isr, True
-        await self._write_state()
+        return True
 
     def _applied(
         self, topic: str, partition: int, log: Log, offset: int, response: FetchResponse, applied: Applied
@@ -493,6 +695,18 @@ class Follower:
                 return  # logged once by the failure channel; the fetch loops stop at their next turn
             self._written = state
             _log.debug("replica state: %s", state)
+
+
+def _apply_all(jobs: list[tuple[TP, Log, int, FetchResponse]]) -> list[Applied | Exception]:
+    """Apply each partition's part of one session answer in turn (one worker call per answer): what each did, or
+    why it failed (a core error, a bad batch, the local disk). Worker thread."""
+    results: list[Applied | Exception] = []
+    for _, log, offset, response in jobs:
+        try:
+            results.append(apply_fetch(log, offset, response))
+        except (LogfsError, FetchProtocolError, OSError) as exc:
+            results.append(exc)
+    return results
 
 
 def _close_gates(gates: list[ApplyGate]) -> None:

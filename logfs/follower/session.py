@@ -21,6 +21,7 @@ Threads: one thread at a time per client.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -98,9 +99,12 @@ class SessionClient:
         self._buf = bytearray(READ_CHUNK_BYTES)
 
     def close(self) -> None:
+        """Close the file, which ends the session on the leader. A dead leader mount fails the close (ENOTCONN):
+        nothing to do about it, the descriptor is gone all the same."""
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def exchange(self, request: Iterable[PartitionFetch]) -> SessionAnswer:
         """Write ``request`` (possibly nothing), then read one answer whole. Blocks up to the leader's wait (500 ms)
