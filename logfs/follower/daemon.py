@@ -6,11 +6,18 @@ rules (reference §6.1, §6.6; Kafka's ``ReplicaFetcherThread`` and ``AbstractFe
 
 Theory of operation.
 
-* **Tasks.** One trio nursery: a discovery task, one fetch task per partition, the store's periodic work
-  (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``, the read-only FUSE
-  mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker thread under a
-  CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under one thread per partition
-  (``FETCH_THREADS`` to ``FETCH_THREADS_MAX``: an idle partition never delays a busy one), truncations
+* **The fetch session** (``logfs/follower/session.py``; docs/replication.md, "Fetch sessions"): one task fetches
+  every partition through one session file of the leader's mount: it writes the partitions to (re)fetch (all of
+  them when the session opens; then those whose entry carried batches, an error or a diverging epoch, at their new
+  LEO; a refused epoch, a stale answer or a failed apply after ``SESSION_RETRY_S``), reads one answer in one worker
+  thread, records what it says of the leader (one replica state write per answer, not per partition) and applies
+  its entries in one worker call (:func:`apply_fetch` each). Threads do not grow with partitions. A leader without
+  sessions (ENOENT at the open, its mount up) makes the follower fall back to the tasks below.
+* **Tasks** (without a session). One trio nursery: a discovery task, one fetch task per partition, the store's
+  periodic work (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``,
+  the read-only FUSE mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker
+  thread under a CapacityLimiter: fetches (which long-poll on the leader for up to 500 ms) under one thread per
+  partition (``FETCH_THREADS`` to ``FETCH_THREADS_MAX``: an idle partition never delays a busy one), truncations
   and topic changes under ``DISK_THREADS``, and appends at most ``DISK_THREADS`` at once too. No thread of its own.
 * **One worker call per fetch** (``logfs/follower/replica.py``'s :func:`fetch_and_apply`): read the answer into the
   partition's reused buffer and, when it brings no news of the leader's epoch or ISR, apply it in the same thread
@@ -52,7 +59,8 @@ Theory of operation.
 
 Known limitations: records between a leader's segment base and its log start (after delete-records inside a
 segment) are never fetched, so a follower that starts there has a first segment of its own.
-One lookup per partition per round: thousands of partitions cost thousands of long polls on the leader.
+Against a leader without sessions, one lookup per partition per round: thousands of partitions cost thousands of
+long polls on the leader.
 
 Threads: the trio thread runs :class:`Follower`; :func:`apply_fetch` and the store calls run in worker threads.
 """
