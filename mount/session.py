@@ -96,6 +96,7 @@ class _Entry:
     """What one answer says of one partition (rendered in a worker thread)."""
 
     key: TP
+    part: SessionPartition  # the partition's state the entry answered (a later write replaces it)
     header: dict[str, Any]
     records: bytes | memoryview
     told: tuple[int, tuple[int, ...]] | None
@@ -336,8 +337,8 @@ class FetchSession:
             self._marked[key] = None
         for entry in entries:
             part = self._parts.get(entry.key)
-            if part is None:
-                continue  # dropped meanwhile
+            if part is not entry.part:
+                continue  # dropped or written again meanwhile (then marked: the next answer looks again)
             if part.leader is None:
                 self._drop(entry.key)  # UNKNOWN_TOPIC_OR_PARTITION: the follower adds it again when it is there
                 continue
@@ -366,14 +367,14 @@ def _entries(jobs: list[tuple[TP, SessionPartition]]) -> tuple[list[_Entry], lis
         head: dict[str, Any] = {"topic": key[0], "partition": key[1]}
         if part.leader is None or part.validation is None:
             head.update(_unknown_header())
-            entries.append(_Entry(key, head, b"", None))
+            entries.append(_Entry(key, part, head, b"", None))
             continue
         response = fetch_response(part.leader, part.fetch_offset, part.validation,
                                   min(PARTITION_MAX_BYTES, RESPONSE_MAX_BYTES - total))  # fmt: skip
         head.update(response.header())
         total += len(response.records)
         told = (response.high_watermark, response.isr)
-        entries.append(_Entry(key, head, response.records, told, response.log_start_offset))
+        entries.append(_Entry(key, part, head, response.records, told, response.log_start_offset))
     return entries, left
 
 

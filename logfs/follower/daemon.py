@@ -306,7 +306,9 @@ class Follower:
             self._leader_answered()
             for topic, (count, config) in listing.topics.items():
                 if self._ensured.get(topic) == (count, config) and self.store.has_topic(topic):
-                    continue  # as the last round made it: no worker call per topic per round
+                    for p in range(count):  # as the last round made it: no worker call per topic per round
+                        self._start_partition(nursery, topic, p)  # (back in the session if it left it)
+                    continue
                 try:
                     copied = self._configs.get(topic)
                     await self._thread(self._disk_limiter, ensure_topic, self.store, topic, count, config, copied)
