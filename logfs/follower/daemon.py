@@ -101,7 +101,7 @@ from logfs.follower.replica import (
     apply_fetch,
     fetch_and_apply,
 )
-from logfs.follower.session import PartitionFetch, SessionAnswer, SessionClient, session_path
+from logfs.follower.session import PartitionFetch, SessionAnswer, SessionClient, SessionUnreadable, session_path
 from logfs.mount.cleaning import CleanerTask
 
 _log = logging.getLogger(__name__)
@@ -386,6 +386,10 @@ class Follower:
                 except (OSError, FetchProtocolError) as exc:
                     client.close()
                     client = None
+                    if isinstance(exc, SessionUnreadable):  # a network filesystem between (sshfs): per partition
+                        _log.info("%s: fetching one partition at a time", exc)
+                        self._fall_back()
+                        return
                     if isinstance(exc, OSError):
                         await self._session_refused(exc)
                     else:

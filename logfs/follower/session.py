@@ -46,6 +46,12 @@ NOT_LEADER_OR_FOLLOWER = "NOT_LEADER_OR_FOLLOWER"
 ANSWER_BYTES_MAX = 64 * 1024 * 1024  # more than any answer holds (10 MiB of batches and its line): else garbage
 
 
+class SessionUnreadable(FetchProtocolError):
+    """A read of the session returned end of file at once: the path to the leader does not pass the session's reads
+    through. sshfs does that: the kernel believes the file's size (0) and answers EOF without asking. The follower
+    then fetches per partition, whose files have their exact size."""
+
+
 def session_path(leader_mount: Path, replica_id: int) -> Path:
     return leader_mount.joinpath(*FETCH_DIR, str(replica_id), SESSION_NAME)
 
@@ -141,6 +147,8 @@ class SessionClient:
                 return head, start, need
             got = os.readv(self._fd, [memoryview(self._buf)[size : need if head is not None else len(self._buf)]])
             if not got:
+                if size == 0:
+                    raise SessionUnreadable(f"{self.path}: a read returned end of file at once")
                 raise FetchProtocolError(f"{self.path}: the answer ended after {size} bytes")
             size += got
 

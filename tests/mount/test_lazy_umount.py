@@ -61,11 +61,11 @@ def _not_traceable(task_dir: Path) -> list[str]:
     raise PermissionError(13, "Permission denied", str(task_dir / "syscall"))
 
 
-def test_busy_umount_names_a_follower_waiting_in_a_fetch_lookup(tmp_path: Path) -> None:
-    """Issue 23 item 7: `logfs follow` (without --mount) holds no descriptor under the leader's mount; it keeps it
-    busy from inside open() of a fetch file, whose lookup long-polls. The message names its pid and command line.
-    A `sleep` with its working directory in the mount makes every unmount fail, so the loop only waits for an
-    attempt that finds the follower inside its lookup (nearly every one does)."""
+def test_busy_umount_names_a_follower_holding_its_fetch_session(tmp_path: Path) -> None:
+    """Issue 23 item 7, with fetch sessions (issue 24): `logfs follow` (without --mount) keeps the leader's mount busy
+    through its open ``.logfs/fetch/<id>/.session``. The message names its pid, that file and its command line; a
+    descriptor needs no tracing, so the follower is named for certain even where this user may not trace it. A
+    `sleep` with its working directory in the mount makes every unmount fail."""
     with running_mount(tmp_path / "L", tmp_path / "L.mnt", "node.id=1", "replica.ids=1,2") as lead:
         make_topic(lead.path, "t")
         write_all(lead.path / "t" / "0" / "append", b"one\n")
@@ -73,33 +73,24 @@ def test_busy_umount_names_a_follower_waiting_in_a_fetch_lookup(tmp_path: Path) 
             shell = subprocess.Popen(["sleep", "60"], cwd=lead.path)
             try:
                 named = ""
-                for _ in range(20):
+                for _ in range(100):  # until the follower has opened its session
                     done = subprocess.run([LOGFS, "umount", str(lead.path)], capture_output=True, text=True, timeout=30)
                     assert done.returncode == 1, done.stderr
                     assert f"{shell.pid} (sleep): working directory" in done.stderr
                     named = next((line for line in done.stderr.splitlines() if f" {follower.pid} (" in line), "")
-                    if named:
+                    if " .session" in named or "/.session" in named:
                         break
                     time.sleep(0.05)
-                assert named.startswith(f"  {follower.pid} (logfs): waiting in open"), done.stderr
-                assert " on L.mnt/.logfs/fetch/2/t/0/" in named
+                assert named.startswith(f"  {follower.pid} (logfs): open L.mnt/.logfs/fetch/2/.session"), done.stderr
                 assert "; command line: " in named
                 assert f"{LOGFS} --log-level info follow {lead.path} {tmp_path / 'F'} --replica-id 2" in named
-                assert "(by no process of this user)" not in done.stderr
-                # Where this user may not trace the follower (Yama's ptrace_scope 1: its syscall file is EACCES),
-                # it is still listed, as perhaps holding the mount: its thread waits for a FUSE answer (wchan).
-                with pytest.MonkeyPatch.context() as patch:
+                with pytest.MonkeyPatch.context() as patch:  # Yama's ptrace_scope 1: syscall files are EACCES
                     patch.setattr(holders_module, "syscall_fields", _not_traceable)
-                    maybe: list[holders_module.Holder] = []
-                    for _ in range(20):
-                        found = holders_module.holders(lead.path)
-                        maybe = [h for h in found if h.pid == follower.pid]
-                        if maybe:
-                            break
-                        time.sleep(0.05)
-                    assert [h.certain for h in maybe] == [False], found
-                    assert maybe[0].holds == (holders_module.UNCERTAIN_HOLD,)
-                    assert " follow " in maybe[0].command_line
+                    found = holders_module.holders(lead.path)
+                    mine = [h for h in found if h.pid == follower.pid]
+                    assert [h.certain for h in mine] == [True], found
+                    assert any(".logfs/fetch/2/.session" in hold for hold in mine[0].holds), mine
+                    assert " follow " in mine[0].command_line
                     assert any(h.pid == shell.pid and h.certain for h in found)
             finally:
                 shell.kill()
