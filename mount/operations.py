@@ -24,8 +24,9 @@ Theory of operation.
   (EAGAIN) and then does both after each append. Write files get a fresh inode per lookup (``mount/tree.py``), so
   one handle's fsync never holds the inode lock another writer needs.
 * **Replication.** A lookup under ``.logfs/fetch/`` is a follower's fetch (``mount/replication.py``): recorded,
-  long-polled at the log end, answered as a fresh immutable inode; the ISR shrink timer is a task of the server's
-  nursery (:meth:`watch_replicas`).
+  long-polled at the log end, answered as a fresh immutable inode; ``.logfs/fetch/<id>/.session`` opened O_RDWR is
+  a fetch session for all of a follower's partitions (``mount/session.py``: writes are fetches, reads answers); the
+  ISR shrink timer is a task of the server's nursery (:meth:`watch_replicas`).
 * **Caching.** ``at/`` files are immutable (fresh inode, kernel page cache kept, long attribute timeout); ``hw/``
   files report their exact size with ``attr_timeout=0`` and keep the page cache only once their segment is closed;
   ``state``, ``config``, ``.logfs/metrics``, ``follow/`` and every write file use ``direct_io`` (their bytes change
