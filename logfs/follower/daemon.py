@@ -116,6 +116,8 @@ FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms i
 FETCH_THREADS_MAX = 256
 DISK_THREADS = 4  # appends, truncations and topic changes at once (one per partition at a time)
 DISCOVER_INTERVAL_S = 1.0  # how often the leader's topics, partitions and configs are listed
+DISCOVER_SLICE_MIN = 64  # known topics whose partitions and config a round looks at again, at least; and at least
+DISCOVER_FULL_ROUNDS = 10  # every known topic once in this many rounds (new topics and deletions: every round)
 TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, checkpoints (as the mount's)
 BACKOFF_INITIAL_S = 0.05  # first retry after a failed fetch; doubles up to
 BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
@@ -201,6 +203,7 @@ class Follower:
         self._sent: dict[TP, int] = {}  # the fetch offset last written for each member
         self._apply_lock = trio.Lock()  # applies of an answer, or a topic's deletion here: one at a time
         self._ensured: dict[str, tuple[int, str | None]] = {}  # topic → (partitions, config) discovery last made
+        self._discover_round = 0
         try:
             previous = read_replica_state(store.path)
         except UnreadableReplicaState as exc:
@@ -294,10 +297,12 @@ class Follower:
         while True:
             if self.store_offline():
                 await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
+            known = self._known_slice()
             try:
                 listing = await trio.to_thread.run_sync(
-                    list_leader, self.leader, self.replica_id, limiter=self._fetch_limiter, abandon_on_cancel=True
-                )
+                    list_leader, self.leader, self.replica_id, known, limiter=self._fetch_limiter,
+                    abandon_on_cancel=True,
+                )  # fmt: skip
             except OSError as exc:
                 self._leader_failed(exc)
                 await backoff.wait()
@@ -324,6 +329,20 @@ class Follower:
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self._delete_topic(topic)
             await trio.sleep(DISCOVER_INTERVAL_S)
+
+    def _known_slice(self) -> dict[str, tuple[int, str | None]]:
+        """What discovery may take as known this round: every topic made here before, but a rotating slice of them
+        (at least DISCOVER_SLICE_MIN, every one within DISCOVER_FULL_ROUNDS rounds), whose partitions and config are
+        listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS
+        seconds; a new topic and a deleted one within one round."""
+        topics = sorted(self._ensured)
+        if not topics:
+            return {}
+        size = max(DISCOVER_SLICE_MIN, -(-len(topics) // DISCOVER_FULL_ROUNDS))
+        start = self._discover_round * size % len(topics)
+        self._discover_round += 1
+        again = set(topics[start : start + size]) | set(topics[: max(0, start + size - len(topics))])
+        return {t: self._ensured[t] for t in topics if t not in again}
 
     async def _delete_topic(self, topic: str) -> None:
         self._seen_topics.discard(topic)

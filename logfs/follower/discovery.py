@@ -51,8 +51,15 @@ class Listing:
     topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
 
-def list_leader(leader: Path, replica_id: int | None = None) -> Listing:
+def list_leader(
+    leader: Path, replica_id: int | None = None, known: dict[str, tuple[int, str | None]] | None = None
+) -> Listing:
     """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount).
+
+    With ``known`` (topic → what an earlier round found), a topic of the root listing that ``known`` holds is taken
+    as it says, without listing it or reading its config: the caller passes all but a slice of the topics it knows,
+    so that a round costs O(topics) names of the root plus a slice of topics, not two requests per topic (4,000 a
+    second at 2,000 topics).
 
     With ``replica_id``, also a look-up of ``.logfs/fetch/<replica_id>``: a request of the fetch protocol that tells
     the leader this follower is live even while it has no partition to fetch, so a topic created there starts with
@@ -70,6 +77,9 @@ def list_leader(leader: Path, replica_id: int | None = None) -> Listing:
                 raise
     listing = Listing()
     for topic in sorted(n for n in names if not n.startswith(".")):
+        if known is not None and topic in known:
+            listing.topics[topic] = known[topic]
+            continue
         try:
             partitions = [int(n) for n in os.listdir(leader / topic) if n.isdigit()]
         except (FileNotFoundError, NotADirectoryError):
