@@ -223,7 +223,7 @@ def test_a_follower_of_300_partitions_catches_up_with_few_threads(tmp_path: Path
             return True
 
         with following(lead.path, tmp_path / "F", 2) as follower:
-            wait_for("every partition in the ISR with HW = LEO", caught_up, lead, follower, timeout_s=60)
+            wait_for("every partition in the ISR with HW = LEO", caught_up, lead, follower, timeout_s=60, poll_s=0.5)
             most = max(most, threads(follower.pid))
             assert most <= 40, f"the follower ran {most} threads"
             log = follower.log_text()
