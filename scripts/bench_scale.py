@@ -16,9 +16,10 @@ figure, its value at N, its value at the baseline, issue 24's target, and whethe
   topic, each name left alone for longer than the kernel's entry timeout, so the mount answers every one); a
   ``stat(2)`` of one partition's ``state`` (its size is rendered for each); an open + write of one line + close of
   ``append``. Then ``ls -R`` of the whole mount; the mount's RSS and open descriptors after it; the mount's CPU over
-  ``--idle-seconds`` with nothing asked; a clean remount (``logfs umount``, then ``logfs mount`` until a lookup
-  answers); a remount after ``kill -9`` of the mount (the stale mount point cleared with ``fusermount3 -u -z``);
-  ``logfs check`` of the store, unmounted.
+  ``--idle-seconds`` with nothing asked; the unmount (``fusermount3 -u``, as ``logfs umount`` does, until the
+  process has shut down cleanly and exited); a clean remount (``logfs mount`` until a lookup answers); a remount
+  after ``kill -9`` of the mount (the stale mount point cleared with ``fusermount3 -u -z``, then ``logfs mount``
+  until a lookup answers); ``logfs check`` of the store, unmounted.
 * **readers**: ``--readers`` ``cat follow/latest`` of one partition started at once on a fresh mount, against 10
   (``scripts/bench_followers.py``'s procedure and functions): all open, the mount's CPU while they wait, one record
   to every reader.
@@ -202,12 +203,13 @@ class Mounted:
             return ""
 
     def stop(self) -> None:
-        """``logfs umount`` and wait; SIGTERM, then SIGKILL and a lazy unmount, if it does not exit."""
+        """``fusermount3 -u`` (what ``logfs umount`` runs, without starting one more Python) and wait for the mount
+        to shut down cleanly and exit; SIGTERM, then SIGKILL and a lazy unmount, if it does not."""
         proc = self.proc
         if proc is None:
             return
         if proc.poll() is None:
-            subprocess.run([LOGFS, "umount", str(self.path)], capture_output=True, check=False, timeout=120)
+            subprocess.run(["fusermount3", "-u", str(self.path)], capture_output=True, check=False, timeout=120)
             try:
                 proc.wait(120)
             except subprocess.TimeoutExpired:
@@ -448,16 +450,33 @@ def section_mount(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
         ratio_row("open + write + close of `append` (median)", n.append, b.append, us),
         bound_row("`ls -R` of the whole mount", n.ls, b.ls, secs, 30, "≤ 30 s"),
         bound_row("mount's RSS after `ls -R`", n.rss_mb, b.rss_mb, lambda v: f"{v:,.0f} MB", 500, "≤ 500 MB"),
-        bound_row("mount's open descriptors after `ls -R`", n.fds, b.fds, lambda v: f"{v:,.0f}", limit,
-                  f"< {limit:,.0f} (hard limit)"),  # fmt: skip
-        bound_row(f"mount's CPU, idle {args.idle_seconds:g} s (one core)", n.idle, b.idle, lambda v: f"{v:.1%}",
-                  0.05, "≤ 5 %"),  # fmt: skip
+        bound_row(
+            "mount's open descriptors after `ls -R`",
+            n.fds,
+            b.fds,
+            lambda v: f"{v:,.0f}",
+            limit,
+            f"< {limit:,.0f} (hard limit)",
+        ),
+        bound_row(
+            f"mount's CPU, idle {args.idle_seconds:g} s (one core)", n.idle, b.idle, lambda v: f"{v:.1%}", 0.05, "≤ 5 %"
+        ),
         bound_row("clean remount: `logfs mount` → a lookup answers", n.remount, b.remount, secs, 5, "≤ 5 s"),
-        Row("`logfs umount` (before the clean remount)", secs(n.unmount), secs(b.unmount), "", ""),
+        Row(
+            "unmount: `fusermount3 -u` → the mount process exits (clean shutdown)",
+            secs(n.unmount),
+            secs(b.unmount),
+            "",
+            "",
+        ),
         bound_row("remount after kill -9 → a lookup answers", n.crash_remount, b.crash_remount, secs, 20, "≤ 20 s"),
-        Row("`logfs check` of the store", f"{n.check:,.2f} s (exit {n.check_rc})" if n.check is not None else
-            "not done", f"{b.check:,.2f} s (exit {b.check_rc})" if b.check is not None else "not done", "≤ 60 s",
-            yes(n.check is not None and n.check <= 60 and n.check_rc == 0)),  # fmt: skip
+        Row(
+            "`logfs check` of the store",
+            f"{n.check:,.2f} s (exit {n.check_rc})" if n.check is not None else "not done",
+            f"{b.check:,.2f} s (exit {b.check_rc})" if b.check is not None else "not done",
+            "≤ 60 s",
+            yes(n.check is not None and n.check <= 60 and n.check_rc == 0),
+        ),
     ]
 
 
@@ -513,8 +532,9 @@ def section_readers(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
     what = f"{args.readers:,} `follow/` readers (baseline {args.base_readers:,})"
     return [
         bound_row(f"{what}: all open", n.open_s, b.open_s, secs, 10, "≤ 10 s"),
-        bound_row(f"{what}: mount's CPU while they wait (one core)", n.idle, b.idle, lambda v: f"{v:.1%}", 0.10,
-                  "≤ 10 %"),  # fmt: skip
+        bound_row(
+            f"{what}: mount's CPU while they wait (one core)", n.idle, b.idle, lambda v: f"{v:.1%}", 0.10, "≤ 10 %"
+        ),
         bound_row(f"{what}: one record → every reader", n.fanout_s, b.fanout_s, secs, 3, "≤ 3 s"),
     ]
 
@@ -645,14 +665,20 @@ def measure_follower(work: Path, store: Path, count: int, args: argparse.Namespa
 def section_follower(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
     n, b = (measure_follower(sizes.work, sizes.store(c), c, args) for c in sizes.both())
     return [
-        bound_row("follower: start → caught up (HW = LEO, in the ISR, everywhere)", n.catch_up, b.catch_up, secs,
-                  60, "≤ 60 s"),  # fmt: skip
-        bound_row("follower: threads (most seen while catching up)", n.threads, b.threads, lambda v: f"{v:,.0f}", 100,
-                  "≤ 100"),  # fmt: skip
+        bound_row(
+            "follower: start → caught up (HW = LEO, in the ISR, everywhere)", n.catch_up, b.catch_up, secs, 60, "≤ 60 s"
+        ),
+        bound_row(
+            "follower: threads (most seen while catching up)", n.threads, b.threads, lambda v: f"{v:,.0f}", 100, "≤ 100"
+        ),
         bound_row("follower: peak RSS", n.rss_peak_mb, b.rss_peak_mb, lambda v: f"{v:,.0f} MB", 1024, "≤ 1 GB"),
-        Row(f"acks=all append (write + fsync) to one partition beside the idle others, {args.latency} samples",
-            f"p50 {ms(n.p50)}, p99 {ms(n.p99)}", f"p50 {ms(b.p50)}, p99 {ms(b.p99)}", "p99 ≤ 50 ms",
-            yes(n.p99 <= 0.050)),  # fmt: skip
+        Row(
+            f"acks=all append (write + fsync) to one partition beside the idle others, {args.latency} samples",
+            f"p50 {ms(n.p50)}, p99 {ms(n.p99)}",
+            f"p50 {ms(b.p50)}, p99 {ms(b.p99)}",
+            "p99 ≤ 50 ms",
+            yes(n.p99 <= 0.050),
+        ),
     ]
 
 
@@ -722,9 +748,15 @@ def section_zk(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
     return [
         Row("ZooKeeper mode: the topics made by mkdir on the leader", secs(n.create), secs(b.create), "", ""),
         Row("ZooKeeper mode: mkdir → every partition's ISR full", secs(n.isr), secs(b.isr), "", ""),
-        bound_row(f"ZooKeeper failover: kill -9 of the leader → an acks=all append on the new one "
-                  f"(session {args.zk_session_ms} ms)", n.failover, b.failover, secs, bound,
-                  f"≤ {bound:g} s (session + 5 s)"),  # fmt: skip
+        bound_row(
+            f"ZooKeeper failover: kill -9 of the leader → an acks=all append on the new one "
+            f"(session {args.zk_session_ms} ms)",
+            n.failover,
+            b.failover,
+            secs,
+            bound,
+            f"≤ {bound:g} s (session + 5 s)",
+        ),
     ]
 
 
