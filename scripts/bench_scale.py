@@ -25,8 +25,8 @@ figure, its value at N, its value at the baseline, issue 24's target, and whethe
   to every reader.
 * **follower**: the store mounted as a leader (``replica.ids=1,2``) and ``logfs follow`` of it into a fresh store:
   the time until every partition has HW = LEO with the follower in its ISR and at the leader's LEO (the leader's
-  ``state`` files, or its ``.logfs/partitions`` listing where it has one), the follower's threads (the most seen
-  while it caught up) and its peak RSS; then acks=all appends (write(2) + fsync(2)) to one partition beside the
+  ``state`` files, or its ``.logfs/partitions`` listing where it has one), the follower's threads and open
+  descriptors (the most seen while it caught up) and its peak RSS; then acks=all appends (write(2) + fsync(2)) to one partition beside the
   N−1 idle ones (``--latency`` of them, or as many as ``--latency-timeout`` allows): p50 and p99.
 * **zk**: a three-node cluster with ZooKeeper (tests/zkserver.py, tests/cluster/zkcluster.py), the topics made by
   ``mkdir`` on the leader's mount, every partition's ISR full; the leader killed (SIGKILL): the time until an
@@ -131,6 +131,15 @@ def open_fds(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0
+
+
+def fd_hard_limit(pid: int) -> int:
+    """The process's hard limit of open descriptors (/proc/<pid>/limits; 0 when unknown)."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[4])
+    return 0
 
 
 def threads(pid: int) -> int:
@@ -388,6 +397,7 @@ class MountFigures:
     ls: float | None
     rss_mb: float
     fds: int
+    fd_limit: int
     idle: float
     remount: float
     unmount: float
@@ -411,7 +421,7 @@ def measure_mount(work: Path, store: Path, count: int, args: argparse.Namespace)
         append = statistics.median(append_times(mnt, names, args.ops))
         listing = ls_r(mnt, args.ls_timeout)
         rss_mb = proc_status(m.pid, "VmRSS") / 1024
-        fds = open_fds(m.pid)
+        fds, fd_limit = open_fds(m.pid), fd_hard_limit(m.pid)
         idle = idle_cpu(m.pid, args.idle_seconds)
         began = time.perf_counter()
         m.stop()
@@ -438,12 +448,13 @@ def measure_mount(work: Path, store: Path, count: int, args: argparse.Namespace)
         check_rc = done.returncode
     except subprocess.TimeoutExpired:
         check, check_rc = None, -1
-    return MountFigures(lookup, state, append, listing, rss_mb, fds, idle, remount, unmounted, crash, check, check_rc)
+    return MountFigures(
+        lookup, state, append, listing, rss_mb, fds, fd_limit, idle, remount, unmounted, crash, check, check_rc
+    )
 
 
 def section_mount(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
     n, b = (measure_mount(sizes.work, sizes.store(c), c, args) for c in sizes.both())
-    limit = float(os.environ.get("LOGFS_SCALE_FD_LIMIT", 20_000))
     return [
         ratio_row("lookup: stat(2) of a partition directory (median)", n.lookup, b.lookup, us),
         ratio_row("stat(2) of `state` (median)", n.state, b.state, us),
@@ -455,8 +466,8 @@ def section_mount(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
             n.fds,
             b.fds,
             lambda v: f"{v:,.0f}",
-            limit,
-            f"< {limit:,.0f} (hard limit)",
+            n.fd_limit - 1,
+            f"< {n.fd_limit:,} (its hard limit)",
         ),
         bound_row(
             f"mount's CPU, idle {args.idle_seconds:g} s (one core)", n.idle, b.idle, lambda v: f"{v:.1%}", 0.05, "≤ 5 %"
@@ -587,14 +598,15 @@ def wait_caught_up(mnt: Path, count: int, replica: int, timeout_s: float, on_pol
         if time.monotonic() - began > timeout_s:
             raise TimeoutError(f"{len(pending)} of {count} partitions not caught up within {timeout_s:g} s")
         listed = listing(mnt)
-        for tp in sorted(pending):
+        for i, tp in enumerate(sorted(pending)):
             verdict = caught_up(listed[tp], replica) if listed is not None and tp in listed else None
             if verdict is None:
                 with contextlib.suppress(OSError, ValueError):
                     verdict = caught_up(state_of(mnt, *tp), replica)
             if verdict:
                 pending.discard(tp)
-            on_poll()
+            if i % 200 == 199:  # a round over many partitions is long: sample the follower within it too
+                on_poll()
         if pending:
             time.sleep(0.1)
     return time.monotonic() - began
@@ -623,6 +635,8 @@ def acks_all(mnt: Path, name: tuple[str, int], samples: int, timeout_s: float) -
 class FollowerFigures:
     catch_up: float | None
     threads: int
+    fds: int
+    fd_limit: int
     rss_peak_mb: float
     p50: float
     p99: float
@@ -633,7 +647,7 @@ def measure_follower(work: Path, store: Path, count: int, args: argparse.Namespa
     lmnt = work / f"leader-{count}"
     fstore = work / f"follower-store-{count}"
     shutil.rmtree(fstore, ignore_errors=True)
-    most_threads = 0
+    most_threads = most_fds = fd_limit = 0
     with mounted(store, lmnt, "node.id=1", "replica.ids=1,2") as leader:
         log = work / f"follower-{count}.log"
         with open(log, "ab") as err:
@@ -644,8 +658,10 @@ def measure_follower(work: Path, store: Path, count: int, args: argparse.Namespa
         try:
 
             def sample() -> None:
-                nonlocal most_threads
+                nonlocal most_threads, most_fds, fd_limit
                 most_threads = max(most_threads, threads(follower.pid))
+                most_fds = max(most_fds, open_fds(follower.pid))
+                fd_limit = fd_limit or fd_hard_limit(follower.pid)
                 if follower.poll() is not None:
                     raise RuntimeError(f"logfs follow exited {follower.returncode}")
 
@@ -664,7 +680,9 @@ def measure_follower(work: Path, store: Path, count: int, args: argparse.Namespa
                     follower.kill()
                     follower.wait()
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    return FollowerFigures(catch_up, most_threads, rss_peak, statistics.median(latencies), p99, len(latencies))
+    return FollowerFigures(
+        catch_up, most_threads, most_fds, fd_limit, rss_peak, statistics.median(latencies), p99, len(latencies)
+    )
 
 
 def section_follower(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
@@ -675,6 +693,14 @@ def section_follower(sizes: Sizes, args: argparse.Namespace) -> list[Row]:
         ),
         bound_row(
             "follower: threads (most seen while catching up)", n.threads, b.threads, lambda v: f"{v:,.0f}", 100, "≤ 100"
+        ),
+        bound_row(
+            "follower: open descriptors (most seen while catching up)",
+            n.fds,
+            b.fds,
+            lambda v: f"{v:,.0f}",
+            n.fd_limit - 1,
+            f"< {n.fd_limit:,} (its hard limit)",
         ),
         bound_row("follower: peak RSS", n.rss_peak_mb, b.rss_peak_mb, lambda v: f"{v:,.0f} MB", 1024, "≤ 1 GB"),
         Row(
