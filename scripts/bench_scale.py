@@ -26,8 +26,9 @@ figure, its value at N, its value at the baseline, issue 24's target, and whethe
 * **follower**: the store mounted as a leader (``replica.ids=1,2``) and ``logfs follow`` of it into a fresh store:
   the time until every partition has HW = LEO with the follower in its ISR and at the leader's LEO (the leader's
   ``state`` files, or its ``.logfs/partitions`` listing where it has one), the follower's threads and open
-  descriptors (the most seen while it caught up) and its peak RSS; then acks=all appends (write(2) + fsync(2)) to one partition beside the
-  N−1 idle ones (``--latency`` of them, or as many as ``--latency-timeout`` allows): p50 and p99.
+  descriptors (the most seen while it caught up) and its peak RSS; then acks=all appends (write(2) + fsync(2)) to
+  one partition beside the N−1 idle ones (``--latency`` of them, or as many as ``--latency-timeout`` allows): p50
+  and p99.
 * **zk**: a three-node cluster with ZooKeeper (tests/zkserver.py, tests/cluster/zkcluster.py), the topics made by
   ``mkdir`` on the leader's mount, every partition's ISR full; the leader killed (SIGKILL): the time until an
   acks=all append to the new leader returns, against the session timeout + 5 s.
@@ -163,14 +164,25 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
 
 
-def clear_mount(mnt: Path) -> None:
-    """``fusermount3 -u -z`` of a mount point a dead process left (read from /proc/self/mountinfo: a stat of a dead
-    FUSE mount fails with ENOTCONN, and os.path.ismount says False then)."""
-    wanted = str(mnt)
+def mount_points() -> list[str]:
+    """Every mount point, from /proc/self/mountinfo (never a stat(2): one of a dead FUSE mount fails with ENOTCONN,
+    and os.path.ismount says False then)."""
     with open("/proc/self/mountinfo") as info:
-        mounted = any(line.split()[4].replace("\\040", " ") == wanted for line in info)
-    if mounted:
-        subprocess.run(["fusermount3", "-u", "-z", wanted], capture_output=True, check=False)
+        return [line.split()[4].replace("\\040", " ") for line in info]
+
+
+def clear_mount(mnt: Path) -> None:
+    """``fusermount3 -u -z`` of a mount point a dead process left."""
+    if str(mnt) in mount_points():
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
+
+
+def clear_mounts_under(work: Path) -> None:
+    """Detach whatever is still mounted under ``work`` before it is deleted: a removal that went into a live mount
+    would delete topics through it."""
+    for point in mount_points():
+        if point.startswith(str(work) + "/"):
+            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True, check=False)
 
 
 @dataclass
@@ -892,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(Row(f"{name}: failed", f"{type(exc).__name__}: {exc}"[:300].replace("|", "/"), "", "",
                                 "no"))  # fmt: skip
     finally:
+        clear_mounts_under(work)
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.partitions:,} partitions against {args.baseline:,}, the same run; {os.uname().nodename}, "
           f"{os.cpu_count()} CPUs shared with whatever else runs: the figures are noisy\n")  # fmt: skip
