@@ -159,13 +159,16 @@ class LogSegment:
         """Mark the segment used, for the handle cache's LRU of open files. Any thread."""
         self._handles.touch(self)
 
-    def close_handler(self) -> bool:
-        """Give back the descriptor and index mappings (the handle cache calls this). False if pinned. Any thread."""
-        if not self._log.close_handler() and self._log.is_open:
+    def close_handler(self, *, wait: bool = True) -> bool:
+        """Give back the descriptor and index mappings (the handle cache calls this with ``wait=False``). False if
+        pinned, or (``wait=False``) still leased: then the last lease closes the ``.log`` (``LogFile.close_handler``)
+        and the index mappings go now. Any thread."""
+        closed = self._log.close_handler(wait=wait)
+        if not closed and self._log.is_open and self._log.pinned:
             return False
         self._offset_index.close_handler()
         self._time_index.close_handler()
-        return True
+        return closed or not self._log.is_open
 
     @contextlib.contextmanager
     def pin(self) -> Iterator[None]:
