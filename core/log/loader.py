@@ -320,8 +320,11 @@ def _recover_one(
     on_event: EventSink | None,
     before_cut: Callable[[ScanResult], None] | None = None,
     producer_state: ProducerStateManager | None = None,
+    stays_active: bool = False,
 ) -> ScanResult:
-    result = recover_segment(segment, epoch_cache, before_cut=before_cut, producer_state=producer_state)
+    result = recover_segment(
+        segment, epoch_cache, before_cut=before_cut, producer_state=producer_state, stays_active=stays_active
+    )
     if result.damaged_bytes:
         what = result.reason or "torn tail"
         _report(
@@ -353,7 +356,8 @@ def _recover(
             _position_producer_state(producer_state, segments, i, log_start_offset)
         previous = i
         quarantine_later = functools.partial(_quarantine_segments, segments[i + 1 :], on_event)
-        if _recover_one(segment, epoch_cache, on_event, quarantine_later, producer_state).damaged_bytes:
+        last = i == len(segments) - 1
+        if _recover_one(segment, epoch_cache, on_event, quarantine_later, producer_state, last).damaged_bytes:
             return segments[: i + 1]
     return segments
 

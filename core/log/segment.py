@@ -435,12 +435,15 @@ class LogSegment:
             self._txn_index.reset()
         self._bytes_since_last_index_entry = 0
 
-    def end_recovery(self, max_timestamp: TimestampOffset, last_index_entry: int) -> None:
-        """After a recovery rebuilt the indexes (and cut the ``.log``): the final time index entry, trimmed indexes,
-        and the append state the rebuilt files imply. Writer thread."""
-        self._offset_index.trim_to_valid_size()
+    def end_recovery(self, max_timestamp: TimestampOffset, last_index_entry: int, *, trim: bool = True) -> None:
+        """After a recovery rebuilt the indexes (and cut the ``.log``): the final time index entry, trimmed indexes
+        (``trim=False`` for the segment that stays active: the loader would give them their full size straight
+        back, two truncates each for nothing), and the append state the rebuilt files imply. Writer thread."""
+        if trim:
+            self._offset_index.trim_to_valid_size()
         self._time_index.maybe_append(max_timestamp.timestamp, max_timestamp.offset, skip_full_check=True)
-        self._time_index.trim_to_valid_size()
+        if trim:
+            self._time_index.trim_to_valid_size()
         self._max_timestamp_and_offset = max_timestamp
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
