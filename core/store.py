@@ -50,7 +50,7 @@ from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.configtext import apply_overrides, load_topic_overrides, save_topic_overrides
 from logfs.core.dirtylogs import DirtyLogs
-from logfs.core.durable import fsync_dir, replace_file
+from logfs.core.durable import fsync_dir, fsync_dirs, replace_file
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import (
     ConfigError,
@@ -370,10 +370,10 @@ class Store:
         crash lost after a producer saw it would lose the records acknowledged to it. So every new directory is
         fsynced (its segment's name) and then the store directory once (every new directory's name) before any
         of them is added (Kafka's LogManager flushes the parent of each new log directory). Grouping the store
-        directory's fsync makes a batch of N partitions N + 1 fsyncs instead of 2N; the per-directory fsyncs run
-        one after another in this thread (a directory fsync is one journal commit, and commits that overlap are
-        merged by the file system anyway). A failure part way adds the partitions already made, as their
-        directories exist and a restart would load them. Under ``_lock``."""
+        directory's fsync makes a batch of N partitions N + 1 fsyncs instead of 2N, and the per-directory ones run
+        several at once (``durable.fsync_dirs``: the file system merges journal commits that overlap). A
+        failure part way adds the partitions already made, as their directories exist and a restart would load
+        them. Under ``_lock``."""
         self.failure.check()
         made: list[tuple[TopicPartition, Log]] = []
         try:
@@ -382,8 +382,7 @@ class Store:
                 config = configs.get(tp.topic) or configs.setdefault(tp.topic, self.topic_config(tp.topic))
                 directory = self.path / partition_dir_name(tp.topic, tp.partition)
                 made.append((tp, load_log(directory, config, self.handles, had_clean_shutdown=True)))
-            for _, log in made:
-                fsync_dir(log.directory)  # its first segment's name, then the directory's own below
+            fsync_dirs([log.directory for _, log in made])  # each one's first segment's name; then their own names
             fsync_dir(self.path)
         finally:
             for tp, log in made:
