@@ -234,7 +234,7 @@ def test_readers_of_many_segments_through_a_tiny_handle_cache(tmp_path: Path, ma
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=reader, args=(i * 2,)) for i in range(8)]
+        threads = [threading.Thread(target=reader, args=(i * 2,), daemon=True) for i in range(8)]
         for t in threads:
             t.start()
         for t in threads:
