@@ -46,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.configtext import apply_overrides, load_topic_overrides, save_topic_overrides
 from logfs.core.dirtylogs import DirtyLogs
-from logfs.core.durable import fsync_dir, fsync_dirs, replace_file
+from logfs.core.durable import PARALLEL_FSYNCS, PARALLEL_FSYNCS_FROM, fsync_dir, fsync_dirs, replace_file
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import (
     ConfigError,
@@ -564,6 +565,7 @@ class Store:
             try:
                 if self.transactions is not None:
                     self.transactions.close()
+                _flush_all([log for log in self._logs.values() if log.local.needs_flush])
                 for log in self._logs.values():
                     log.close()
                 self._write_checkpoints(hw=True, offsets=True)
@@ -597,6 +599,20 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _flush_all(logs: list[Log]) -> None:
+    """Flush ``logs`` several at once before a clean close (each flush is a few fsyncs that wait for journal
+    commits, which the file system merges when they overlap: 10,000 partitions written since their last flush are
+    50,000 fsyncs, one after another the longest part of an unmount). The threads are this call's own, all joined
+    before it returns; the first failure (StoreOffline) is raised."""
+    if len(logs) < PARALLEL_FSYNCS_FROM:
+        for log in logs:
+            log.flush()
+        return
+    with ThreadPoolExecutor(min(PARALLEL_FSYNCS, len(logs)), thread_name_prefix="logfs-flush") as pool:
+        for done in [pool.submit(log.flush) for log in logs]:
+            done.result()
 
 
 def lock_store(root: Path) -> int:
