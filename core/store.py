@@ -22,7 +22,10 @@ are removed.
 
 Periodic work. The core has no threads of its own: :meth:`Store.tick` runs what is due (retention every
 ``log.retention.check.interval.ms``, unlinking ``.deleted`` files, ``flush.ms`` flushes, checkpoint writes every
-5 s for HWs and 60 s for the others) and the process that owns the store calls it from a worker thread.
+5 s for HWs and 60 s for the others) and the process that owns the store calls it from a worker thread. Only
+retention walks every log; the rest visits the logs that reported work (``core/dirtylogs.py``), and a checkpoint
+file is rewritten only when a value in it may have changed, so an idle store of 10,000 partitions costs a tick
+nothing (docs/storage.md, "Many partitions").
 
 Threads: every method may be called from any thread; topic creation and deletion are serialised by ``_lock``; each
 Log serialises its own writes.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -42,13 +46,15 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.configtext import apply_overrides, load_topic_overrides, save_topic_overrides
-from logfs.core.durable import fsync_dir, replace_file
+from logfs.core.dirtylogs import DirtyLogs
+from logfs.core.durable import PARALLEL_FSYNCS, PARALLEL_FSYNCS_FROM, fsync_dir, fsync_dirs, replace_file
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import (
     ConfigError,
@@ -62,6 +68,7 @@ from logfs.core.errors import (
     TopicNotEmpty,
     UnknownTopicOrPartition,
 )
+from logfs.core.log.changes import Change
 from logfs.core.log.handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
 from logfs.core.log.loader import EventSink, load_log
 from logfs.core.log.log import Log
@@ -124,6 +131,16 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     return TopicPartition(m["topic"], int(m["partition"]))
 
 
+@dataclass(frozen=True)
+class NewTopic:
+    """One topic of :meth:`Store.create_topics`: its name, partition count (None: ``num.partitions``) and config
+    overrides."""
+
+    name: str
+    partitions: int | None = None
+    overrides: dict[str, str] | None = None
+
+
 @dataclass
 class _Due:
     """The next time each periodic job runs (ms since the epoch)."""
@@ -166,6 +183,14 @@ class Store:
         self._by_topic: dict[str, dict[int, Log]] = {}
         self._overrides: dict[str, dict[str, str]] = {}
         self._due = _Due()
+        # The logs the tick must visit, as they report themselves (core/dirtylogs.py): an idle log costs the tick
+        # nothing. The checkpoint versions are the change counter's value at each file's last write (-1: write once
+        # after the open, which recovery may have changed).
+        self._dirty: DirtyLogs[Log] = DirtyLogs()
+        self._hw_written = -1
+        self._offsets_written = -1
+        self._tick_lock = threading.Lock()
+        self.tick_visits = 0  # how many logs the last tick looked at (tests/core/test_store_scale.py counts them)
         self._closed = False
         # Idempotent producers' ids and the transaction coordinator: files in the store root, opened after the logs
         # (see open); the mount writes the markers, the store only owns the files.
@@ -226,16 +251,24 @@ class Store:
         recovery = _read_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
         starts = _read_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
         hws = _read_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT)
-        for entry in sorted(self.path.iterdir()):
-            if not entry.is_dir():
+        # One listing of the root, from the directory entries' types (no stat each), tells the partition
+        # directories and which topics have an overrides file: a topic without one is not looked up on disk.
+        with os.scandir(self.path) as it:
+            entries = sorted((e.name, e.is_dir()) for e in it)
+        files = {name for name, is_dir in entries if not is_dir}
+        for name, is_dir in entries:
+            if not is_dir:
                 continue
-            if entry.name.endswith(DELETE_DIR_SUFFIX):
+            entry = self.path / name
+            if name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(entry, ignore_errors=True)
                 _log.info("removed %s, left by an interrupted topic deletion", entry)
                 continue
-            tp = parse_partition_dir(entry.name)
+            tp = parse_partition_dir(name)
             if tp is None:
                 continue
+            if tp.topic not in self._overrides and overrides_file_name(tp.topic) not in files:
+                self._overrides[tp.topic] = {}
             self._add_log(tp, load_log(
                 entry,
                 self.topic_config(tp.topic),
@@ -273,11 +306,13 @@ class Store:
         return topic in self._by_topic
 
     def _add_log(self, tp: TopicPartition, log: Log) -> None:
+        log.on_change = functools.partial(self._dirty.changed, log)
         self._logs[tp] = log
         self._by_topic.setdefault(tp.topic, {})[tp.partition] = log
 
     def _drop_log(self, tp: TopicPartition) -> Log:
         log = self._logs.pop(tp)
+        self._dirty.forget(log)
         logs = self._by_topic[tp.topic]
         del logs[tp.partition]
         if not logs:
@@ -295,36 +330,67 @@ class Store:
 
     def create_topic(self, topic: str, partitions: int | None = None, overrides: dict[str, str] | None = None) -> None:
         """Create ``topic`` with ``partitions`` (default ``num.partitions``) empty partitions."""
-        validate_topic_name(topic)
-        count = self.config.num_partitions if partitions is None else partitions
-        if count < 1:
-            raise InvalidPartitions(f"a topic needs at least one partition, not {count}")
+        self.create_topics([NewTopic(topic, partitions, overrides)])
+
+    def create_topics(self, topics: list[NewTopic]) -> None:
+        """Create several topics at once, with one fsync of the store directory for all of them (a follower
+        catching up thousands of topics; see :meth:`_create_partitions`). Every topic is checked first: an invalid
+        or existing one (TopicExists, also for a name twice in the list) creates nothing."""
+        counts: dict[str, int] = {}
+        for new in topics:
+            validate_topic_name(new.name)
+            count = self.config.num_partitions if new.partitions is None else new.partitions
+            if count < 1:
+                raise InvalidPartitions(f"a topic needs at least one partition, not {count}")
+            if new.overrides:
+                apply_overrides(self.config.log_defaults(), new.overrides)  # ConfigError before anything is made
+            if new.name in counts:
+                raise TopicExists(f"topic {new.name!r} is given twice")
+            counts[new.name] = count
         with self._lock:
-            if self.has_topic(topic):
-                raise TopicExists(f"topic {topic!r} exists")
-            if overrides:
-                self.set_topic_overrides(topic, overrides)
-            for p in range(count):
-                self._create_partition(topic, p)
+            for new in topics:
+                if self.has_topic(new.name):
+                    raise TopicExists(f"topic {new.name!r} exists")
+            for new in topics:
+                if new.overrides:
+                    self.set_topic_overrides(new.name, new.overrides)
+            self._create_partitions([TopicPartition(new.name, p) for new in topics for p in range(counts[new.name])])
 
     def add_partition(self, topic: str, partition: int) -> None:
         """Add partition ``partition``, which must be the next number (Kafka only grows partition counts)."""
         with self._lock:
-            existing = self.partitions(topic)
+            existing = self.partition_count(topic)
             if not existing:
                 raise UnknownTopicOrPartition(f"no topic {topic!r}")
-            if partition != len(existing):
-                raise InvalidPartitions(f"topic {topic!r} has {len(existing)} partitions: the next is {len(existing)}")
-            self._create_partition(topic, partition)
+            if partition != existing:
+                raise InvalidPartitions(f"topic {topic!r} has {existing} partitions: the next is {existing}")
+            self._create_partitions([TopicPartition(topic, partition)])
 
-    def _create_partition(self, topic: str, partition: int) -> None:
-        directory = self.path / partition_dir_name(topic, partition)
-        tp = TopicPartition(topic, partition)
+    def _create_partitions(self, tps: list[TopicPartition]) -> None:
+        """Make the partition directories of ``tps``, each with its first segment, durably, then add them.
+
+        Crash safety: a partition exists for readers and writers (is acknowledged) only once its directory entry in
+        the store directory and its first segment's entry in its own directory are on disk: a partition that a
+        crash lost after a producer saw it would lose the records acknowledged to it. So every new directory is
+        fsynced (its segment's name) and then the store directory once (every new directory's name) before any
+        of them is added (Kafka's LogManager flushes the parent of each new log directory). Grouping the store
+        directory's fsync makes a batch of N partitions N + 1 fsyncs instead of 2N, and the per-directory ones run
+        several at once (``durable.fsync_dirs``: the file system merges journal commits that overlap). A
+        failure part way adds the partitions already made, as their directories exist and a restart would load
+        them. Under ``_lock``."""
         self.failure.check()
-        log = load_log(directory, self.topic_config(topic), self.handles, had_clean_shutdown=True)
-        fsync_dir(directory)  # its first segment's name, then the directory's own (Kafka's flushDir on creation)
-        fsync_dir(self.path)
-        self._add_log(tp, log)
+        made: list[tuple[TopicPartition, Log]] = []
+        try:
+            configs: dict[str, LogConfig] = {}
+            for tp in tps:
+                config = configs.get(tp.topic) or configs.setdefault(tp.topic, self.topic_config(tp.topic))
+                directory = self.path / partition_dir_name(tp.topic, tp.partition)
+                made.append((tp, load_log(directory, config, self.handles, had_clean_shutdown=True)))
+            fsync_dirs([log.directory for _, log in made])  # each one's first segment's name; then their own names
+            fsync_dir(self.path)
+        finally:
+            for tp, log in made:
+                self._add_log(tp, log)
 
     def delete_topic(self, topic: str, *, only_if_empty: bool = False) -> None:
         """Delete ``topic`` and all its data (``only_if_empty``: refuse with TopicNotEmpty when it has records)."""
@@ -358,8 +424,13 @@ class Store:
         return dict(self._overrides[topic])
 
     def topic_config(self, topic: str) -> LogConfig:
-        """The effective config of ``topic``: the store's defaults with the topic's overrides on top."""
-        return apply_overrides(self.config.log_defaults(), self.topic_overrides(topic))
+        """The effective config of ``topic``: the store's defaults with the topic's overrides on top (the defaults
+        themselves, shared, when it has none: a LogConfig is frozen, and building one per partition was a fifth of
+        a clean open)."""
+        overrides = self.topic_overrides(topic)
+        if not overrides:
+            return self.config.log_defaults()
+        return apply_overrides(self.config.log_defaults(), overrides)
 
     def set_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
         """Persist a topic's overrides and apply them to its logs (ConfigError leaves everything unchanged)."""
@@ -367,8 +438,10 @@ class Store:
         save_topic_overrides(self._overrides_path(topic), overrides)
         with self._lock:
             self._overrides[topic] = dict(overrides)
-            for log in self._by_topic.get(topic, {}).values():
+            logs = list(self._by_topic.get(topic, {}).values())
+            for log in logs:
                 log.config = effective
+            self._dirty.requeue_all_flushes(logs)  # flush.ms may have changed: a queued due time may be wrong
 
     # --- records and periodic work ---------------------------------------------------------------------------------
 
@@ -393,34 +466,72 @@ class Store:
             pass  # this tick took the store offline: logged once, at ERROR, where it failed
 
     def _tick(self, now_ms: int | None) -> None:
-        now = wall_clock_ms() if now_ms is None else now_ms
-        due = self._due
-        logs = list(self._logs.values())
-        if now >= due.retention:
-            for log in logs:
-                log.delete_old_segments(now)
-                log.remove_expired_producers(now)  # idle for producer.id.expiration.ms (a day): forgotten
-            due.retention = now + self.config.log_retention_check_interval_ms
-        if now >= due.delete_expired:
-            for log in logs:
-                log.delete_expired_files(now)
-            due.delete_expired = now + DELETE_EXPIRED_INTERVAL_MS
-        for log in logs:
-            log.flush_rolled()
-            if log.unflushed_records and log.ms_since_last_flush(now) >= log.config.flush_ms:
-                log.flush()
-        write_hw = now >= due.hw_checkpoint
-        write_offsets = now >= due.offset_checkpoint
-        if write_hw or write_offsets:
-            self._write_checkpoints(hw=write_hw, offsets=write_offsets)
-            if write_hw:
-                due.hw_checkpoint = now + HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
-            if write_offsets:
-                due.offset_checkpoint = now + OFFSET_CHECKPOINT_INTERVAL_MS
+        with self._tick_lock:  # one tick at a time: the flush queue and the due times have one owner
+            self.tick_visits = 0
+            now = wall_clock_ms() if now_ms is None else now_ms
+            due = self._due
+            if now >= due.retention:  # minutes apart: the one job that walks every log (cheap per log)
+                logs = list(self._logs.values())
+                for log in logs:
+                    log.delete_old_segments(now)
+                    log.remove_expired_producers(now)  # idle for producer.id.expiration.ms (a day): forgotten
+                self.tick_visits += len(logs)
+                due.retention = now + self.config.log_retention_check_interval_ms
+            if now >= due.delete_expired:
+                for log in self._dirty.take_deletes():
+                    self.tick_visits += 1
+                    log.delete_expired_files(now)
+                    if log.local.has_pending_deletes:
+                        self._dirty.changed(log, Change.DELETE)  # not due yet: look again next time
+                due.delete_expired = now + DELETE_EXPIRED_INTERVAL_MS
+            for log in [*self._dirty.take_flushes(), *self._dirty.due_flushes(now)]:
+                self.tick_visits += 1
+                self._flush_if_due(log, now)
+            write_hw = now >= due.hw_checkpoint
+            write_offsets = now >= due.offset_checkpoint
+            if write_hw or write_offsets:
+                self._write_checkpoints(hw=write_hw, offsets=write_offsets, only_if_changed=True)
+                if write_hw:
+                    due.hw_checkpoint = now + HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
+                if write_offsets:
+                    due.offset_checkpoint = now + OFFSET_CHECKPOINT_INTERVAL_MS
 
-    def _write_checkpoints(self, *, hw: bool, offsets: bool) -> None:
+    def _flush_if_due(self, log: Log, now: int) -> None:
+        """Flush what rolls left, and the records once ``flush.ms`` has passed; queue the log for when it will
+        have passed otherwise. A log that has nothing unflushed left is dropped: its next append reports it again."""
+        if self._dirty_log_is_gone(log):
+            return
+        log.flush_rolled()
+        if not log.unflushed_records:
+            return
+        flush_ms = log.config.flush_ms
+        if log.ms_since_last_flush(now) >= flush_ms:
+            log.flush()
+            if not log.unflushed_records:
+                return
+        self._dirty.schedule_flush(log, log.local.last_flush_ms + flush_ms)
+
+    def _dirty_log_is_gone(self, log: Log) -> bool:
+        """A log reported before its topic was deleted (its partition is gone or is another log now)."""
+        tp = parse_partition_dir(log.directory.name)
+        return tp is None or self._logs.get(tp) is not log
+
+    def _write_checkpoints(self, *, hw: bool, offsets: bool, only_if_changed: bool = False) -> None:
+        """Write the HW and (``offsets``) the recovery point and log start checkpoints; ``only_if_changed``: skip a
+        file when no log reported a change of its values since its last write (the tick's periodic writes: at
+        10,000 partitions an unchanged file is ~300 KB rewritten and fsynced for nothing)."""
         with self._checkpoint_lock:  # tick and delete_records run on different threads; one .tmp per file
+            version = self._dirty.version  # read before the values: a change after this is written next time
+            if only_if_changed:
+                hw = hw and version != self._hw_written
+                offsets = offsets and version != self._offsets_written
+            if not (hw or offsets):
+                return
             self._write_checkpoints_locked(hw=hw, offsets=offsets)
+            if hw:
+                self._hw_written = version
+            if offsets:
+                self._offsets_written = version
 
     def _write_checkpoints_locked(self, *, hw: bool, offsets: bool) -> None:
         items = list(self._logs.items())
@@ -454,6 +565,7 @@ class Store:
             try:
                 if self.transactions is not None:
                     self.transactions.close()
+                _flush_all([log for log in self._logs.values() if log.local.needs_flush])
                 for log in self._logs.values():
                     log.close()
                 self._write_checkpoints(hw=True, offsets=True)
@@ -487,6 +599,20 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _flush_all(logs: list[Log]) -> None:
+    """Flush ``logs`` several at once before a clean close (each flush is a few fsyncs that wait for journal
+    commits, which the file system merges when they overlap: 10,000 partitions written since their last flush are
+    50,000 fsyncs, one after another the longest part of an unmount). The threads are this call's own, all joined
+    before it returns; the first failure (StoreOffline) is raised."""
+    if len(logs) < PARALLEL_FSYNCS_FROM:
+        for log in logs:
+            log.flush()
+        return
+    with ThreadPoolExecutor(min(PARALLEL_FSYNCS, len(logs)), thread_name_prefix="logfs-flush") as pool:
+        for done in [pool.submit(log.flush) for log in logs]:
+            done.result()
 
 
 def lock_store(root: Path) -> int:

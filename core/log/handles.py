@@ -5,7 +5,8 @@ Each segment holds up to three descriptors while open (its ``.log`` and, mapped,
 hold them all: every segment *touches* the cache when it opens something, and the cache asks the least recently
 used segments beyond ``max_open`` to give theirs back (:meth:`Closable.close_handler`); a segment that is pinned by
 a reader may decline and stays open, outside the LRU until its pin is released. Memory stays O(segments);
-descriptors stay O(max_open + pinned segments).
+descriptors stay O(max_open + pinned segments + segments being read at that moment): a victim in the middle of a read
+closes its descriptor when the read ends, so eviction never waits.
 
 Thread-safe: one lock guards the order; close_handler calls run outside it.
 """
@@ -22,8 +23,9 @@ MAX_OPEN_SEGMENTS_DEFAULT = 256
 
 
 class Closable(Protocol):
-    def close_handler(self) -> bool:
-        """Give back descriptors and mappings; False if busy (pinned) and still open."""
+    def close_handler(self, *, wait: bool = True) -> bool:
+        """Give back descriptors and mappings; False if busy (pinned, or leased with ``wait=False``: then the
+        descriptor goes when the lease ends) and still open."""
         ...
 
 
@@ -57,7 +59,9 @@ class HandleCache:
         for victim in victims:
             # A pinned victim declines and stays open; it leaves the LRU so that it is not asked again on every
             # touch (with 1,500 pinned segments that retry made each use ~1 ms). Its pin's release touches it back in.
-            victim.close_handler()
+            # Never waits for a victim's reads (close_handler(wait=False)): the toucher may hold a lease of its own,
+            # and two segments evicting each other while both are read would wait for each other forever.
+            victim.close_handler(wait=False)
 
     def forget(self, owner: Closable) -> None:
         """Drop ``owner`` (it closed its descriptors itself, or is deleted)."""

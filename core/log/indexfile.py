@@ -273,9 +273,15 @@ class AbstractIndex(Generic[_Entry]):
             return self.resize(self._entries * self.ENTRY_BYTES)
 
     def reset(self) -> None:
-        """Remove every entry and give the file its full size again, before recovery rebuilds it. Writer thread only."""
+        """Remove every entry and give the file its full size again, before recovery rebuilds it. Writer thread only.
+
+        The old entries are never read: a preallocated index of an unclean stop counts every slot as an entry, and
+        reading its "last entry" maps the file and faults in a page of its sparse tail, which made this the largest
+        cost of recovering a partition that holds a few records (docs/storage.md, "Opening")."""
         with self._lock:
-            self.truncate()
+            self._load(read_last_entry=False)
+            self._check_writable(lambda: "reset")
+            self._truncate_to_entries(0)
             self.resize(self._max_index_bytes)
 
     def flush(self) -> None:
@@ -435,8 +441,9 @@ class AbstractIndex(Generic[_Entry]):
                 str(self._path), f"length {self._length_bytes} is not a multiple of {self.ENTRY_BYTES} bytes"
             )
 
-    def _load(self) -> None:
-        """Learn the file's state the first time it is needed; an absent file is an empty index, not yet created."""
+    def _load(self, *, read_last_entry: bool = True) -> None:
+        """Learn the file's state the first time it is needed; an absent file is an empty index, not yet created.
+        ``read_last_entry=False``: the caller sets the entries itself at once (and refreshes the last entry)."""
         if self._loaded:
             return
         try:
@@ -453,7 +460,8 @@ class AbstractIndex(Generic[_Entry]):
             self._length_bytes = length
             self._entries = length // self.ENTRY_BYTES
         self._loaded = True
-        self._refresh_last_entry()
+        if read_last_entry:
+            self._refresh_last_entry()
 
     def _mapped(self) -> mmap.mmap:
         """The mapping of the file, made if it was released. Only called when the file exists and is not empty."""

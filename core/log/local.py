@@ -44,6 +44,7 @@ from logfs.core.config import LogConfig
 from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import OffsetOutOfRange, StorageError
+from logfs.core.log.changes import Change, ChangeSink, ignore_changes
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
@@ -103,6 +104,9 @@ class LocalLog:
         self._names_created = 0
         self._names_synced = 0
         self._failure = channel_for_dir(directory)  # the store's offline state (core/logdirfailure.py)
+        # Who hears that this log needs a flush, has deletions pending or moved an offset the store checkpoints
+        # (core/log/changes.py): the store sets it when it adopts the log. Called under the lock.
+        self.on_change: ChangeSink = ignore_changes
 
     # --- what it holds (any thread) --------------------------------------------------------------------------------
 
@@ -151,6 +155,19 @@ class LocalLog:
 
     def ms_since_last_flush(self, now_ms: int | None = None) -> int:
         return (wall_clock_ms() if now_ms is None else now_ms) - self._last_flush_ms
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def needs_flush(self) -> bool:
+        """Records appended since the last flush, or a rolled segment not flushed yet (what ``Change.FLUSH`` said)."""
+        return bool(self._unflushed_records) or self._rolled_upto > self._recovery_point
+
+    @property
+    def has_pending_deletes(self) -> bool:
+        return bool(self._pending_deletes)
 
     # --- reads (any thread, no lock: the snapshot and the LEO are published values) ------------------------------
 
@@ -241,6 +258,8 @@ class LocalLog:
         active.append_parts(parts)
         last_offset = parts[-1][1]
         self._leo = LogOffsetMetadata(last_offset + 1, active.base_offset, active.size_bytes)
+        if not self._unflushed_records:
+            self.on_change(Change.FLUSH)  # from now on the store's tick looks at this log, until it is flushed
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:
             self.flush(last_offset + 1)
@@ -282,6 +301,7 @@ class LocalLog:
         # Kafka flushes the rolled segment asynchronously; so do we: the store's tick calls flush_rolled() on a
         # worker thread, so an append that rolls never waits for an fsync of the segment it leaves.
         self._rolled_upto = max(self._rolled_upto, new_base)
+        self.on_change(Change.FLUSH)
         return segment
 
     def _new_segment(self, base_offset: int, now_ms: int | None = None) -> LogSegment:
@@ -326,6 +346,7 @@ class LocalLog:
             target = min(target, self._leo.message_offset)
             if target > self._recovery_point:
                 self._recovery_point = target
+                self.on_change(Change.CHECKPOINT)
             if target >= self._leo.message_offset:
                 self._unflushed_records = max(0, self._unflushed_records - unflushed_records)
             self._last_flush_ms = wall_clock_ms()
@@ -340,6 +361,7 @@ class LocalLog:
         """Under the lock: nothing below ``offset`` needs recovery any more (the log start offset passed it)."""
         if self._recovery_point < offset:
             self._recovery_point = offset
+            self.on_change(Change.CHECKPOINT)
 
     def flush_records(self, offset: int | None = None) -> None:
         """Make the records below ``offset`` (default: the LEO) durable: fsync the ``.log`` files holding them, not
@@ -401,6 +423,7 @@ class LocalLog:
         self._records_synced = min(self._records_synced, target_offset)
         self._rolled_upto = min(self._rolled_upto, target_offset)  # else flush_rolled could pass the new LEO
         self._unflushed_records = 0 if self._recovery_point >= target_offset else self._unflushed_records
+        self.on_change(Change.CHECKPOINT)
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at ``new_offset`` (LEO = recovery point)."""
@@ -413,6 +436,7 @@ class LocalLog:
         self._records_synced = new_offset
         self._rolled_upto = min(self._rolled_upto, new_offset)
         self._unflushed_records = 0
+        self.on_change(Change.CHECKPOINT)
 
     def deletable_segments(self, rule: Rule, high_watermark: int) -> int:
         """How many of the oldest segments retention may delete under ``rule`` (Kafka's
@@ -445,6 +469,7 @@ class LocalLog:
         segment.change_file_suffixes("", DELETED_SUFFIX)
         start = wall_clock_ms() if now is None else now
         self._pending_deletes.append((start + self.config.file_delete_delay_ms, segment))
+        self.on_change(Change.DELETE)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Unlink ``.deleted`` segments whose delay has passed; returns how many. Takes the lock to pick them, unlinks

@@ -47,6 +47,7 @@ from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, chec
 from logfs.core.log.appendruns import append_request
 from logfs.core.log.batchcheck import NO_OFFSET_BOUND, ReadBounds, pack_epochs
 from logfs.core.log.batchcheck import register as register_bounds
+from logfs.core.log.changes import Change, ChangeSink
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.highwatermark import HighWatermark
@@ -141,6 +142,18 @@ class Log:
     @property
     def directory(self) -> Path:
         return self._dir
+
+    @property
+    def on_change(self) -> ChangeSink:
+        """Who hears what this log reports about itself (``core/log/changes.py``); the store sets it."""
+        return self.local.on_change
+
+    @on_change.setter
+    def on_change(self, sink: ChangeSink) -> None:
+        self.local.on_change = sink
+
+    def _checkpoint_changed(self) -> None:
+        self.local.on_change(Change.CHECKPOINT)
 
     @property
     def log_start_offset(self) -> int:
@@ -480,6 +493,7 @@ class Log:
         with self._lock:
             new = self._hw.update(LogOffsetMetadata(hw), self._log_start_offset, self.local.log_end_offset_metadata)
             self._update_lso()
+            self._checkpoint_changed()
             return new
 
     def maybe_increment_high_watermark(
@@ -493,6 +507,7 @@ class Log:
             moved = self._hw.maybe_increment(hw, self.local.log_end_offset_metadata)
             if moved is not None:
                 self._update_lso()
+                self._checkpoint_changed()
             return moved
         finally:
             self._lock.release()
@@ -503,6 +518,7 @@ class Log:
             moved = self._hw.maybe_update_as_follower(hw, self._log_start_offset, self.local.log_end_offset_metadata)
             if moved is not None:
                 self._update_lso()
+                self._checkpoint_changed()
             return moved
 
     # --- flush and recovery point (writer) -------------------------------------------------------------------------
@@ -541,6 +557,7 @@ class Log:
                 self._hw.update(leo, self._log_start_offset, leo)
             self._producers.rebuild(target_offset, self._log_start_offset, self.local.segments)
             self._update_lso()
+            self._checkpoint_changed()  # after the HW and the log start moved: the store reads them after the call
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -553,6 +570,7 @@ class Log:
             self._hw.update(leo, new_offset, leo)
             self._producers.start_at(new_offset)
             self._update_lso()
+            self._checkpoint_changed()
 
     # --- log start offset and retention (writer) ----------------------------------------------------------------------
 
@@ -571,6 +589,7 @@ class Log:
     def _raise_log_start_offset(self, new_start: int) -> None:
         """Everything below ``new_start`` is gone: the epochs, the recovery, the producers and the LSO follow."""
         self._log_start_offset = new_start
+        self._checkpoint_changed()
         self.epoch_cache.truncate_from_start(new_start)
         self.local.raise_recovery_point(new_start)
         self._producers.state.truncate_head(new_start)

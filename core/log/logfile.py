@@ -86,6 +86,7 @@ class LogFile:
         self._fd: int | None = None
         self._leases = 0
         self._pins = 0
+        self._close_when_idle = False  # evicted while leased: the last lease closes the descriptor
         self._deleted = False
         self._on_open = on_open
         self._size = size_bytes if size_bytes is not None else self._stat_size(path)
@@ -120,6 +121,10 @@ class LogFile:
     def is_open(self) -> bool:
         return self._fd is not None
 
+    @property
+    def pinned(self) -> bool:
+        return self._pins > 0
+
     # --- descriptors --------------------------------------------------------------------------------------------------
 
     def _acquire(self, create: bool = False) -> int:
@@ -142,6 +147,8 @@ class LogFile:
         with self._lock:
             self._leases -= 1
             if self._leases == 0:
+                if self._close_when_idle and not self._pins:
+                    self._close_fd()  # an eviction came while this lease was held (close_handler(wait=False))
                 self._idle.notify_all()
 
     @contextlib.contextmanager
@@ -167,16 +174,34 @@ class LogFile:
                 raise self._failure.fail(self._path, "open", exc) from exc
             raise self._failure.read_failed(self._path, exc) from exc
 
-    def close_handler(self) -> bool:
-        """Close the descriptor unless pinned; waits for reads in progress. True if it was closed. Any thread."""
+    def close_handler(self, *, wait: bool = True) -> bool:
+        """Close the descriptor unless pinned. True if it was closed now. Any thread.
+
+        With reads or writes in progress (leases), ``wait=True`` waits for them to end; ``wait=False`` (the handle
+        cache's eviction) never waits: the descriptor is closed by the last lease's release instead. An eviction
+        must not wait: the evicting thread may itself hold a lease on another segment (it touches the cache while
+        it opens one), and two segments evicting each other would wait for each other forever (with a cache of one
+        segment, two readers of two segments did). The pin count and the descriptor are looked at again after each
+        wait: a pin taken, or another close_handler that closed it, while this one waited."""
         with self._lock:
-            if self._pins or self._fd is None:
-                return False
-            while self._leases:
+            while True:
+                if self._pins or self._fd is None:
+                    return False
+                if not self._leases:
+                    break
+                if not wait:
+                    self._close_when_idle = True
+                    return False
                 self._idle.wait()
-            os.close(self._fd)
-            self._fd = None
+            self._close_fd()
             return True
+
+    def _close_fd(self) -> None:
+        """Close the descriptor (caller holds ``_lock``, no lease, no pin)."""
+        fd, self._fd = self._fd, None
+        self._close_when_idle = False
+        if fd is not None:
+            os.close(fd)
 
     @contextlib.contextmanager
     def pin(self) -> Iterator[None]:

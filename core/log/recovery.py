@@ -158,6 +158,7 @@ def recover_segment(
     quarantine: bool = True,
     before_cut: Callable[[ScanResult], None] | None = None,
     producer_state: ProducerStateManager | None = None,
+    stays_active: bool = False,
 ) -> ScanResult:
     """Rebuild ``segment``'s indexes from its ``.log``, cut it after the last valid batch, and return what was found.
 
@@ -169,7 +170,8 @@ def recover_segment(
     a crash before the cut then finds the same damage again, where one after it would find this segment whole
     and keep the later ones, leaving a hole); then the cut bytes are copied into a quarantine file beside the
     segment (unless ``quarantine`` is False); then the ``.log`` is cut. Leader epochs seen in the batches are
-    assigned to ``epoch_cache``.
+    assigned to ``epoch_cache``. ``stays_active``: the segment is the log's last, whose indexes keep their full size
+    (not trimmed only to be grown again).
     """
     segment.begin_recovery(rebuild_txn_index=producer_state is not None)
     offset_index, time_index = segment.offset_index, segment.time_index
@@ -219,7 +221,7 @@ def recover_segment(
             f" and kept in {kept}" if kept else "",
         )  # fmt: skip
         segment.log_file.truncate_to(result.valid_bytes)
-    segment.end_recovery(max_ts, last_index_entry)
+    segment.end_recovery(max_ts, last_index_entry, trim=not stays_active)
     return result
 
 

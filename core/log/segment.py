@@ -159,13 +159,16 @@ class LogSegment:
         """Mark the segment used, for the handle cache's LRU of open files. Any thread."""
         self._handles.touch(self)
 
-    def close_handler(self) -> bool:
-        """Give back the descriptor and index mappings (the handle cache calls this). False if pinned. Any thread."""
-        if not self._log.close_handler() and self._log.is_open:
+    def close_handler(self, *, wait: bool = True) -> bool:
+        """Give back the descriptor and index mappings (the handle cache calls this with ``wait=False``). False if
+        pinned, or (``wait=False``) still leased: then the last lease closes the ``.log`` (``LogFile.close_handler``)
+        and the index mappings go now. Any thread."""
+        closed = self._log.close_handler(wait=wait)
+        if not closed and self._log.is_open and self._log.pinned:
             return False
         self._offset_index.close_handler()
         self._time_index.close_handler()
-        return True
+        return closed or not self._log.is_open
 
     @contextlib.contextmanager
     def pin(self) -> Iterator[None]:
@@ -432,12 +435,15 @@ class LogSegment:
             self._txn_index.reset()
         self._bytes_since_last_index_entry = 0
 
-    def end_recovery(self, max_timestamp: TimestampOffset, last_index_entry: int) -> None:
-        """After a recovery rebuilt the indexes (and cut the ``.log``): the final time index entry, trimmed indexes,
-        and the append state the rebuilt files imply. Writer thread."""
-        self._offset_index.trim_to_valid_size()
+    def end_recovery(self, max_timestamp: TimestampOffset, last_index_entry: int, *, trim: bool = True) -> None:
+        """After a recovery rebuilt the indexes (and cut the ``.log``): the final time index entry, trimmed indexes
+        (``trim=False`` for the segment that stays active: the loader would give them their full size straight
+        back, two truncates each for nothing), and the append state the rebuilt files imply. Writer thread."""
+        if trim:
+            self._offset_index.trim_to_valid_size()
         self._time_index.maybe_append(max_timestamp.timestamp, max_timestamp.offset, skip_full_check=True)
-        self._time_index.trim_to_valid_size()
+        if trim:
+            self._time_index.trim_to_valid_size()
         self._max_timestamp_and_offset = max_timestamp
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry

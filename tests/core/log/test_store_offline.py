@@ -288,6 +288,9 @@ def test_a_new_partition_and_a_roll_fsync_their_directories_before_an_ack(
     created: list[str] = []
     real_store = store_module.fsync_dir
     monkeypatch.setattr(store_module, "fsync_dir", lambda d: (created.append(os.path.basename(d)), real_store(d)))
+    import logfs.core.durable as durable_module  # new partition directories: durable.fsync_dirs (issue 24)
+
+    monkeypatch.setattr(durable_module, "fsync_dir", lambda d: (created.append(os.path.basename(d)), real_store(d)))
     store.create_topic("u", 1)
     assert created == ["u-0", os.path.basename(store.path)]
 
