@@ -91,7 +91,7 @@ from logfs.core.replication.promotion import (
     write_replica_state,
 )
 from logfs.core.store import Store
-from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, ensure_topic, list_leader
+from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, create_topics, ensure_topic, list_leader
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
 from logfs.follower.replica import (
     Applied,
@@ -309,6 +309,14 @@ class Follower:
                 continue
             backoff.reset()
             self._leader_answered()
+            missing = {t: v for t, v in listing.topics.items() if not self.store.has_topic(t)}
+            if len(missing) > 1:  # one fsync of the store directory for all of them (a follower's first round)
+                for topic in await self._thread(self._disk_limiter, create_topics, self.store, missing):
+                    count, config = missing[topic]
+                    if config is not None:
+                        self._configs[topic] = config
+                    self._seen_topics.add(topic)
+                    self._ensured[topic] = (count, config)
             for topic, (count, config) in listing.topics.items():
                 if self._ensured.get(topic) == (count, config) and self.store.has_topic(topic):
                     for p in range(count):  # as the last round made it: no worker call per topic per round

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logfs.core.configtext import parse_config_lines
-from logfs.core.errors import ConfigError
-from logfs.core.store import Store
+from logfs.core.errors import ConfigError, LogfsError
+from logfs.core.store import NewTopic, Store
 
 _log = logging.getLogger(__name__)
 
@@ -96,6 +96,32 @@ def list_leader(
         if partitions:
             listing.topics[topic] = (max(partitions) + 1, config)
     return listing
+
+
+def create_topics(store: Store, topics: dict[str, tuple[int, str | None]]) -> list[str]:
+    """Create the ``topics`` (name → partition count and the leader's config text) this store lacks, all in one
+    :meth:`Store.create_topics`: one fsync of the store directory for the lot, not one per topic (a follower that
+    starts beside a leader of thousands of topics; docs/storage.md, "Many partitions"). The names created. A batch
+    that cannot be made as one (a config this store refuses, a topic made meanwhile) is left to :func:`ensure_topic`,
+    topic by topic, which reports each refusal on its own. Worker thread."""
+    batch: list[NewTopic] = []
+    for topic, (count, config) in topics.items():
+        if store.has_topic(topic):
+            continue
+        try:
+            overrides = parse_config_lines(config, {}) if config is not None else None
+        except ConfigError:
+            return []
+        batch.append(NewTopic(topic, count, overrides or None))
+    if not batch:
+        return []
+    try:
+        store.create_topics(batch)
+    except (LogfsError, OSError) as exc:
+        _log.info("creating %d topics at once failed (%s): one by one", len(batch), exc)
+        return []
+    _log.info("created %d topic(s) here with the leader's partitions and configs", len(batch))
+    return [new.name for new in batch]
 
 
 def ensure_topic(store: Store, topic: str, count: int, config: str | None, copied_config: str | None) -> None:
