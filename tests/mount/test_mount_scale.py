@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -33,7 +34,7 @@ SMALL = 10
 PER_TOPIC = 5
 TRIES = 5
 COST_RATIO_MAX = 2.0  # the issue's target (10,000 vs 10 partitions); flat code measures about 1
-LS_RATIO_MAX = 2.0  # ls -R time per name, LARGE vs SMALL
+LS_RATIO_MAX = 2.0  # the mount's CPU time per name an ls -R lists, LARGE vs SMALL
 IDLE_WAKEUPS_PER_S_MAX = 10  # the trio thread of an idle mount: the tick, the unmount check, the group watcher
 RSS_PER_PARTITION_MAX = 40 * 1024  # bytes, after ls -R: 400 MB at 10,000 partitions (the issue allows 500 MB)
 
@@ -76,14 +77,18 @@ def spread(size: int) -> list[tuple[str, int]]:
     return [(topic_name(i * step // PER_TOPIC), i * step % PER_TOPIC) for i in range(SMALL)]
 
 
-def per_op_s(op: Callable[[Path], None], mnt: Path, size: int, rounds: int = 6) -> float:
-    """Seconds per call of ``op`` on the partition directories of ``spread(size)``, ``rounds`` times each."""
-    dirs = [mnt / t / str(p) for t, p in spread(size)]
-    start = time.perf_counter()
+def op_times(op: Callable[[Path], None], mounts: dict[int, Mount], rounds: int = 5) -> dict[int, list[float]]:
+    """Seconds of each call of ``op`` on the partition directories of ``spread(size)`` of each size, ``rounds``
+    times each, the sizes alternating every ten calls (so that both meet the same load of the machine)."""
+    dirs = {size: [mounts[size].path / t / str(p) for t, p in spread(size)] for size in (SMALL, LARGE)}
+    times: dict[int, list[float]] = {SMALL: [], LARGE: []}
     for _ in range(rounds):
-        for d in dirs:
-            op(d)
-    return (time.perf_counter() - start) / (rounds * len(dirs))
+        for size in (SMALL, LARGE):
+            for d in dirs[size]:
+                start = time.perf_counter()
+                op(d)
+                times[size].append(time.perf_counter() - start)
+    return times
 
 
 def lookup(d: Path) -> None:
@@ -101,16 +106,17 @@ def append(d: Path) -> None:
 @pytest.mark.parametrize("op", [lookup, stat_state, append], ids=["lookup", "stat-state", "append"])
 def test_a_request_costs_the_same_at_any_partition_count(mounts: dict[int, Mount], op: Callable[[Path], None]) -> None:
     """A lookup, a stat of ``state`` and an open+write+close of ``append`` at LARGE partitions cost what they cost at
-    10 (the best of TRIES alternated tries each)."""
-    small, large = mounts[SMALL].path, mounts[LARGE].path
-    per_op_s(op, small, SMALL, 1), per_op_s(op, large, LARGE, 1)  # warm: the first render of each state reads disk
-    best_small = best_large = float("inf")
+    10: the median of each size's calls in one try, the best ratio of TRIES tries (a median, not a mean, and the best
+    try: on a loaded machine some calls, and some tries, wait for a core, at either size)."""
+    op_times(op, mounts, 1)  # warm: the first render of each state reads the disk
+    ratios = []
     for _ in range(TRIES):
-        best_small = min(best_small, per_op_s(op, small, SMALL))
-        best_large = min(best_large, per_op_s(op, large, LARGE))
-    ratio = best_large / best_small
+        times = op_times(op, mounts)
+        cost = {size: statistics.median(samples) for size, samples in times.items()}
+        ratios.append((cost[LARGE] / cost[SMALL], cost))
+    ratio, cost = min(ratios, key=lambda r: r[0])
     assert ratio <= COST_RATIO_MAX, (
-        f"{op.__name__}: {best_large * 1e3:.3f} ms at {LARGE} partitions vs {best_small * 1e3:.3f} ms at {SMALL}"
+        f"{op.__name__}: {cost[LARGE] * 1e3:.3f} ms at {LARGE} partitions vs {cost[SMALL] * 1e3:.3f} ms at {SMALL}"
     )
 
 
@@ -123,22 +129,27 @@ def ls_r(mnt: Path, times: int = 1) -> tuple[float, bytes]:
 
 
 def test_ls_r_costs_the_same_per_name_and_memory_per_partition_is_bounded(mounts: dict[int, Mount]) -> None:
-    """``ls -R`` of the whole mount costs the same per name it lists at LARGE partitions as at 10 (the small mount
-    listed LARGE / 100 times by one ``ls``, so that both list about as many names; a name costing O(partitions) made
-    10,000 partitions take over 10 minutes), and every partition is listed. After it (the kernel holds an inode of
-    every name, and the mount an entry for each) the mount's resident memory has grown by at most
-    RSS_PER_PARTITION_MAX a partition between SMALL and LARGE."""
-    per_name: dict[int, float] = {}
+    """``ls -R`` of the whole mount costs the mount the same CPU time per name it lists at LARGE partitions as at 10
+    (the small mount listed LARGE / 100 times by one ``ls``; a name costing O(partitions) made 10,000 partitions
+    take over 10 minutes), and every partition is listed. CPU time, not wall-clock: the mount's own work, which
+    other processes on a loaded machine delay but do not add to. After it (the kernel holds an inode of every name,
+    and the mount an entry for each) the mount's resident memory has grown by at most RSS_PER_PARTITION_MAX a
+    partition between SMALL and LARGE."""
+    cpu_per_name: dict[int, float] = {}
+    wall_per_name: dict[int, float] = {}
     lines: dict[int, int] = {}
     for _ in range(2):
         for size, times in ((SMALL, max(1, LARGE // SMALL // 10)), (LARGE, 1)):
+            cpu_before = cpu_s(mounts[size].pid)
             seconds, out = ls_r(mounts[size].path, times)
+            cpu = cpu_s(mounts[size].pid) - cpu_before
             last = f"/{topic_name(size // PER_TOPIC - 1)}/{PER_TOPIC - 1}/committed/hw:\n".encode()
             assert out.count(last) == times, f"ls -R of {size} partitions did not reach the last one"
             lines[size] = out.count(b"\n") // times
-            per_name[size] = min(per_name.get(size, float("inf")), seconds / (lines[size] * times))
+            cpu_per_name[size] = min(cpu_per_name.get(size, float("inf")), cpu / (lines[size] * times))
+            wall_per_name[size] = min(wall_per_name.get(size, float("inf")), seconds / (lines[size] * times))
     assert lines[LARGE] > (LARGE // SMALL - 1) * lines[SMALL]  # LARGE / 10 times the partitions, and the names
-    assert per_name[LARGE] <= LS_RATIO_MAX * per_name[SMALL], per_name
+    assert cpu_per_name[LARGE] <= LS_RATIO_MAX * cpu_per_name[SMALL], f"CPU {cpu_per_name}, wall {wall_per_name}"
     grown = rss_bytes(mounts[LARGE].pid) - rss_bytes(mounts[SMALL].pid)
     assert grown / (LARGE - SMALL) <= RSS_PER_PARTITION_MAX, f"{grown / (LARGE - SMALL):.0f} bytes a partition"
 
@@ -154,6 +165,12 @@ def test_an_idle_mount_wakes_a_few_times_a_second_whatever_it_holds(mounts: dict
         time.sleep(1.5)
         best = min(best, (wakeups(pid) - before) / (time.monotonic() - start))
     assert best <= IDLE_WAKEUPS_PER_S_MAX, f"{LARGE} partitions: {best:.1f} wake-ups a second"
+
+
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds the process has used (``/proc/<pid>/stat``, every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:
