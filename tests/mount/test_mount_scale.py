@@ -150,7 +150,6 @@ def test_ls_r_costs_the_same_per_name_and_memory_per_partition_is_bounded(mounts
             wall_per_name[size] = min(wall_per_name.get(size, float("inf")), seconds / (lines[size] * times))
     assert lines[LARGE] > 0.9 * (LARGE // SMALL) * lines[SMALL]  # LARGE / 10 times the partitions, and the names
     assert cpu_per_name[LARGE] <= LS_RATIO_MAX * cpu_per_name[SMALL], f"CPU {cpu_per_name}, wall {wall_per_name}"
-    print(f"ls -R per name: CPU {cpu_per_name}, wall {wall_per_name}")  # shown with -s
     grown = rss_bytes(mounts[LARGE].pid) - rss_bytes(mounts[SMALL].pid)
     assert grown / (LARGE - SMALL) <= RSS_PER_PARTITION_MAX, f"{grown / (LARGE - SMALL):.0f} bytes a partition"
 
