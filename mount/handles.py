@@ -125,23 +125,28 @@ class Partitions:
     """The PartitionState of every partition the mount has touched, created on first use. Trio thread."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, int], PartitionState] = {}
+        # By topic, then partition: a topic's deletion finds its own states, never walks every partition's.
+        self._states: dict[str, dict[int, PartitionState]] = {}
 
     def get(self, topic: str, partition: int) -> PartitionState:
-        key = (topic, partition)
-        state = self._states.get(key)
+        states = self._states.get(topic)
+        if states is None:
+            states = self._states[topic] = {}
+        state = states.get(partition)
         if state is None:
-            state = self._states[key] = PartitionState()
+            state = states[partition] = PartitionState()
         return state
 
     def maybe_get(self, topic: str, partition: int) -> PartitionState | None:
-        return self._states.get((topic, partition))
+        states = self._states.get(topic)
+        return None if states is None else states.get(partition)
 
     def drop_topic(self, topic: str) -> None:
-        """A topic was deleted: wake its readers (they find it gone) and forget its states."""
-        for key in [k for k in self._states if k[0] == topic]:
-            self._states.pop(key).notify()
+        """A topic was deleted: wake its readers (they find it gone) and forget its states. O(that topic)."""
+        for state in self._states.pop(topic, {}).values():
+            state.notify()
 
     def notify_all(self) -> None:
-        for state in self._states.values():
-            state.notify()
+        for states in self._states.values():
+            for state in states.values():
+                state.notify()

@@ -52,7 +52,7 @@ from the store's in-memory maps.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyfuse3
@@ -85,7 +85,10 @@ FETCH_NAMES_KEPT = 4  # fetch names per replica and partition whose inodes the t
 
 @dataclass(slots=True)
 class Entry:
-    """One inode the kernel knows: its node, lookup count and open handles (fresh nodes), and a payload."""
+    """One inode the kernel knows: its node, lookup count and open handles (fresh nodes), and a payload.
+
+    Slots and no per-entry dict: with 10,000 partitions an ``ls -R`` leaves the kernel holding some 300,000 inodes,
+    and every stable one keeps its entry (and node) for the life of the mount (docs/mount.md, "Request costs")."""
 
     inode: int
     node: Node
@@ -93,7 +96,6 @@ class Entry:
     opens: int = 0
     payload: Any = None
     created_ns: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Tree:
@@ -107,6 +109,7 @@ class Tree:
         self._stable: dict[Node, int] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
         self._follow_names: dict[Node, Entry] = {}  # follow/ name → the entry its last counted lookup named
+        self._fresh = 0  # how many of _entries are fresh: counted, not walked (the table may hold 300,000 entries)
         root = Node(Kind.ROOT)
         self._entries[ROOT_INODE] = Entry(ROOT_INODE, root)
         self._stable[root] = ROOT_INODE
@@ -301,6 +304,7 @@ class Tree:
         assert node.kind.fresh, f"{node} is not a fresh node"
         entry = Entry(self._allocate(), node, payload=payload, created_ns=created_ns)
         self._entries[entry.inode] = entry
+        self._fresh += 1
         return entry
 
     def fetch_entry(self, node: Node, payload: Any, created_ns: int) -> Entry:
@@ -340,7 +344,9 @@ class Tree:
         if entry.node.kind in FOLLOW_KINDS:
             # A FORGET of all its earlier lookups may have been handled while this lookup awaited its attributes;
             # the reply names the inode again, so the table holds it again (a follow/ payload holds no resource).
-            self._entries.setdefault(entry.inode, entry)
+            if entry.inode not in self._entries:
+                self._entries[entry.inode] = entry
+                self._fresh += 1
             self._follow_names[entry.node] = entry
 
     def entry(self, inode: int) -> Entry:
@@ -379,8 +385,10 @@ class Tree:
             self._release(entry)
 
     def _release(self, entry: Entry) -> None:
-        if self._entries.pop(entry.inode, None) is not None and self._on_release is not None:
-            self._on_release(entry)
+        if self._entries.pop(entry.inode, None) is not None:
+            self._fresh -= 1  # only fresh entries are ever released
+            if self._on_release is not None:
+                self._on_release(entry)
 
     def release_all(self) -> None:
         """At unmount: release every fresh entry's payload (the kernel need not forget everything)."""
@@ -391,7 +399,8 @@ class Tree:
 
     @property
     def fresh_entries(self) -> int:
-        return sum(1 for e in self._entries.values() if e.node.kind.fresh)
+        """How many fresh inodes the table holds (``.logfs/metrics``); O(1)."""
+        return self._fresh
 
     def _allocate(self) -> int:
         inode = self._next_inode
