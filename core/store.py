@@ -209,7 +209,7 @@ class Store:
         on_event: EventSink | None = None,
     ) -> Store:
         """Lock and load the store at ``path`` (created if missing). StoreLocked if another process owns it."""
-        root = Path(path)
+        root = Path(os.path.abspath(path))  # absolute and plain: every file's failure channel is found by its path
         config = config or StoreConfig()
         created = not root.is_dir() or next(root.iterdir(), None) is None  # nothing to recover: not "unclean"
         root.mkdir(parents=True, exist_ok=True)
