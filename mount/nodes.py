@@ -7,7 +7,7 @@ Paths::
         metrics                         METRICS            r   Prometheus text
         errors                          ERRORS             r   the last refusals, JSON lines (mount/refusals.py)
         leader                          LEADER             r   {"node_id","mount","leader_epoch"} of the leader
-        partitions                      PARTITIONS         r   every partition's offsets, JSON lines (a snapshot per lookup)
+        partitions                      PARTITIONS         r   every partition's offsets, JSON lines (fresh per lookup)
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
         producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
         labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
