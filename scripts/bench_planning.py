@@ -7,8 +7,9 @@ For each count P (P/5 topics of 5 partitions, one record in each partition, writ
 store is mounted), on a fresh mount:
 
 * ``.logfs/partitions`` read whole (one open: the mount renders every partition's line in a worker thread);
-* while it is read in a loop by another thread, the slowest ``stat`` of ``.logfs/leader`` (a request served on
-  the mount's trio thread): whether the rendering stalls other requests, beside the slowest with nothing else;
+* the p50 and p99 of a ``stat`` of ``.logfs/leader`` (a request served on the mount's trio thread) while another
+  thread reads ``.logfs/partitions`` in a loop, beside the same with nothing else: whether the rendering stalls
+  other requests;
 * the Spark source's catalog (``logfs/spark/mount.py``) from ``.logfs/partitions``, beside the same catalog from
   one ``state`` file per partition (the way planning went before, and still goes on a mount without the file);
 * with ``--spark``: a local[2] session plans ``subscribePattern`` over every topic (``df.rdd.getNumPartitions()``,
@@ -57,20 +58,25 @@ def best(fn: object, runs: int) -> float:
     return min(timed(fn) for _ in range(runs))  # type: ignore[arg-type]
 
 
-def slowest_stat(path: Path, seconds: float) -> float:
-    worst = 0.0
+def stat_latencies(path: Path, seconds: float) -> list[float]:
+    out = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         start = time.perf_counter()
         os.stat(path)
-        worst = max(worst, time.perf_counter() - start)
-    return worst
+        out.append(time.perf_counter() - start)
+    return sorted(out)
 
 
-def stall(mnt: Path, seconds: float = 2.0) -> tuple[float, float]:
-    """(slowest stat of .logfs/leader alone, the same while another thread reads .logfs/partitions in a loop)."""
+def p50_p99(latencies: list[float]) -> str:
+    return f"{latencies[len(latencies) // 2] * 1000:.1f} / {latencies[len(latencies) * 99 // 100] * 1000:.1f}"
+
+
+def stall(mnt: Path, seconds: float = 3.0) -> tuple[str, str]:
+    """The p50 / p99 of a stat of ``.logfs/leader`` (served on the mount's trio thread) alone, and while another
+    thread reads ``.logfs/partitions`` in a loop (rendered in the mount's worker threads)."""
     leader = mnt / ".logfs" / "leader"
-    alone = slowest_stat(leader, seconds)
+    alone = stat_latencies(leader, seconds)
     stop = threading.Event()
 
     def reader() -> None:
@@ -80,11 +86,11 @@ def stall(mnt: Path, seconds: float = 2.0) -> tuple[float, float]:
     t = threading.Thread(target=reader)
     t.start()
     try:
-        busy = slowest_stat(leader, seconds)
+        busy = stat_latencies(leader, seconds)
     finally:
         stop.set()
         t.join()
-    return alone, busy
+    return p50_p99(alone), p50_p99(busy)
 
 
 def spark_plan(spark: object, mnt: Path, runs: int) -> float:
@@ -96,7 +102,7 @@ def spark_plan(spark: object, mnt: Path, runs: int) -> float:
     return best(plan, runs)
 
 
-def one_count(root: Path, partitions: int, runs: int, spark: object | None) -> list[str]:
+def one_count(root: Path, partitions: int, runs: int, spark: object | None, skip_states: bool) -> list[str]:
     store, mnt = root / f"store{partitions}", root / f"mnt{partitions}"
     build(store, partitions)
     proc = mount(store, mnt)
@@ -114,16 +120,17 @@ def one_count(root: Path, partitions: int, runs: int, spark: object | None) -> l
             assert len(catalog.states(catalog.partitions_of(catalog.topics()))) == partitions
 
         catalog_s = best(via_listing, runs)
-        states_s = best(via_states, 1 if partitions > 2000 else runs)
+        states_s = None if skip_states else best(via_states, 1 if partitions > 2000 else runs)
         plan_s = spark_plan(spark, mnt, runs) if spark is not None else None
     finally:
         unmount(proc, mnt)
     return [
         f"{partitions:,}",
         f"{listing_s * 1000:.0f} ms ({size / 1e6:.1f} MB)",
-        f"{alone * 1000:.1f} / {busy * 1000:.1f} ms",
+        f"{alone} ms",
+        f"{busy} ms",
         f"{catalog_s * 1000:.0f} ms",
-        f"{states_s * 1000:.0f} ms",
+        "—" if states_s is None else f"{states_s * 1000:.0f} ms",
         "—" if plan_s is None else f"{plan_s:.2f} s",
     ]
 
@@ -133,6 +140,7 @@ def main() -> int:
     ap.add_argument("--partitions", default="1000,10000", help="comma-separated counts (multiples of 5)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--spark", action="store_true", help="also plan a subscribePattern query in local Spark")
+    ap.add_argument("--skip-states", action="store_true", help="leave out the catalog from the state files (slow)")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
     spark = None
@@ -142,14 +150,16 @@ def main() -> int:
         spark = local_session("bench-planning")
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            rows = [one_count(Path(tmp), int(n), args.runs, spark) for n in args.partitions.split(",")]
+            counts = [int(n) for n in args.partitions.split(",")]
+            rows = [one_count(Path(tmp), n, args.runs, spark, args.skip_states) for n in counts]
     finally:
         if spark is not None:
             spark.stop()  # type: ignore[attr-defined]
     head = [
         "partitions",
         "read `.logfs/partitions`",
-        "slowest stat of `.logfs/leader`: alone / while it is read",
+        "stat of `.logfs/leader`, p50 / p99",
+        "the same while `.logfs/partitions` is read in a loop",
         "catalog from `.logfs/partitions`",
         "catalog from each `state` file",
         "Spark plans `subscribePattern` over all",
