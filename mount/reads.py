@@ -237,7 +237,7 @@ class Reader:
         return self.tree.add_fresh(node, None, created_ns=now)
 
     async def _render_partitions(self) -> bytes:
-        """``.logfs/partitions`` now: O(partitions), so in a worker thread (several ms at 10,000 partitions)."""
+        """``.logfs/partitions`` now: O(partitions) Python (tens of ms at 10,000), so in a worker thread."""
         return await self._read_thread(render_partitions, self.store.logs())
 
     def _listing_entry(self, node: Node, data: bytes, created_ns: int) -> Entry:
