@@ -51,6 +51,7 @@ class Statistics:
     follow_readers: int
     fresh_inodes: int
     render_cache: dict[str, int] = field(default_factory=dict)
+    read_opens: dict[str, int] = field(default_factory=dict)  # opens of read files, by kind (mount/nodes.py)
 
 
 class Metrics:
@@ -63,6 +64,9 @@ class Metrics:
         self.fetched_bytes: Counter[TopicPartitionKey] = Counter()
         self.fetches: Counter[TopicPartitionKey] = Counter()
         self.errors: Counter[str] = Counter()
+        # Opens of read files by kind: what a client's work costs the mount in opens (e.g. a Spark plan reads one
+        # .logfs/partitions, not one state file per partition: tests/spark/test_spark_planning.py counts them).
+        self.read_opens: Counter[str] = Counter()
         self.refusals = RefusalLog()
 
     def appended(self, key: TopicPartitionKey, records: int, size_bytes: int, batches: int = 1) -> None:
@@ -77,6 +81,9 @@ class Metrics:
     def error(self, errno_name: str) -> None:
         self.errors[errno_name] += 1
 
+    def read_opened(self, kind_name: str) -> None:
+        self.read_opens[kind_name] += 1
+
     def statistics(
         self,
         gauges: dict[TopicPartitionKey, PartitionGauges],
@@ -88,7 +95,7 @@ class Metrics:
         return Statistics(
             dict(self.appended_records), dict(self.appended_bytes), dict(self.appended_batches),
             dict(self.fetched_bytes), dict(self.fetches), dict(self.errors), dict(gauges),
-            follow_readers, fresh_inodes, dict(render_cache or {}),
+            follow_readers, fresh_inodes, dict(render_cache or {}), dict(self.read_opens),
         )  # fmt: skip
 
 
@@ -151,6 +158,8 @@ def render(stats: Statistics) -> bytes:
     lines += _family("logfs_replica_in_sync", "gauge", "1 when the follower is in the ISR.",
                      [(_labels(k, r), int(r in g.isr)) for k, g, r, _ in followers])  # fmt: skip
     lines += _family("logfs_follow_readers", "gauge", "Open follow/ handles.", [("", stats.follow_readers)])
+    lines += _family("logfs_read_opens_total", "counter", "Opens of read files, by kind of file.",
+                     [(f'{{file="{name}"}}', n) for name, n in sorted(stats.read_opens.items())])  # fmt: skip
     # Which record code serves this mount: a build without a compiler (or LOGFS_NO_CEXT=1) is correct but slower,
     # and an operator should be able to see that without reading the start-up log (tests/mount/test_cext_differential.py
     # starts one mount of each kind and checks this before comparing them).

@@ -7,6 +7,7 @@ Paths::
         metrics                         METRICS            r   Prometheus text
         errors                          ERRORS             r   the last refusals, JSON lines (mount/refusals.py)
         leader                          LEADER             r   {"node_id","mount","leader_epoch"} of the leader
+        partitions                      PARTITIONS         r   every partition's offsets, JSON lines (fresh per lookup)
         delete-topic, delete-records    DELETE_TOPIC, DELETE_RECORDS   w   one command per line
         producer-id                     PRODUCER_ID        r   each open: a fresh "<producer id> <epoch>"
         labels/<label>                  LABELS_DIR, LABEL  exists once a commit recorded <label> (lists nothing)
@@ -68,6 +69,7 @@ class Kind(enum.Enum):
     METRICS = ("metrics", False, 0o444, False)
     ERRORS = ("errors", False, 0o444, False)
     LEADER = ("leader", False, 0o444, False)
+    PARTITIONS = ("partitions", False, 0o444, True)
     DELETE_TOPIC = ("delete_topic", False, 0o220, False)
     DELETE_RECORDS = ("delete_records", False, 0o220, False)
     TOPIC = ("topic", True, 0o755, False)
@@ -200,6 +202,7 @@ _NAMES = {
     Kind.METRICS: ".logfs/metrics",
     Kind.ERRORS: ".logfs/errors",
     Kind.LEADER: ".logfs/leader",
+    Kind.PARTITIONS: ".logfs/partitions",
     Kind.DELETE_TOPIC: ".logfs/delete-topic",
     Kind.DELETE_RECORDS: ".logfs/delete-records",
     Kind.TOPIC_APPEND: "append",
@@ -223,6 +226,7 @@ LOGFS_CHILDREN = {
     "metrics": Kind.METRICS,
     "errors": Kind.ERRORS,
     "leader": Kind.LEADER,
+    "partitions": Kind.PARTITIONS,
     "delete-topic": Kind.DELETE_TOPIC,
     "delete-records": Kind.DELETE_RECORDS,
     "producer-id": Kind.PRODUCER_ID,

@@ -16,6 +16,10 @@
   reads and polls are ``mount/follow.py``'s.
 * **state, config, .logfs/metrics, .logfs/errors, .logfs/producer-id** Rendered at open (and per getattr, for the
   size), served from the rendered bytes with ``direct_io``.
+* **.logfs/partitions** Every partition's offsets (``mount/render/partitions.py``), rendered in a worker thread at
+  lookup as the payload of a fresh inode, served like an ``at/`` snapshot; a lookup whose rendering equals the bytes
+  of the inode the kernel holds gets that inode back, so an unchanged listing keeps its dentry (one render per open,
+  not two: a new inode fails the kernel's revalidation, which then looks the name up again).
 * **Fetch files** (``.logfs/fetch/…``) A lookup is a fetch (``mount/replication.py``); its answer is the payload of
   a fresh inode, served like an ``at/`` snapshot.
 
@@ -46,6 +50,7 @@ from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, Snap
 from logfs.mount.metrics import Metrics, PartitionGauges, render, render_store_health
 from logfs.mount.names import parse_at_name
 from logfs.mount.nodes import Kind, Node
+from logfs.mount.render.partitions import render_partitions
 from logfs.mount.render.rangeview import RangeView, open_range
 from logfs.mount.render.views import (
     Format,
@@ -118,6 +123,7 @@ class Reader:
         self.mountpoint = ""  # where this mount is (set by the server): .logfs/leader of a leader without ZooKeeper
         # With ZooKeeper (logfs/cluster/node.py): .logfs/leader's object, and the fields ``state`` gains
         self.leader_info: Callable[[], dict[str, Any]] | None = None
+        self._listing: Entry | None = None  # the last .logfs/partitions inode a lookup gave (see lookup_fresh)
         self.cluster_state: Callable[[], dict[str, Any]] | None = None
 
     # --- attributes -----------------------------------------------------------------------------------------------
@@ -163,6 +169,11 @@ class Reader:
         if kind is Kind.FETCH_FILE:  # a snapshot, as an at/ file
             snapshot: FetchSnapshot = entry.payload
             return self._attr(inode, node, size=len(snapshot.data), mtime_ns=entry.created_ns,
+                             attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
+        if kind is Kind.PARTITIONS:  # a snapshot, as an at/ file
+            if entry.payload is None:  # listed by readdir (READDIRPLUS: a lookup), rendered now
+                entry.payload = await self._render_partitions()
+            return self._attr(inode, node, size=len(entry.payload), mtime_ns=entry.created_ns,
                              attr_timeout=IMMUTABLE_TIMEOUT_S, entry_timeout=MOVING_TIMEOUT_S)  # fmt: skip
         if kind is Kind.FOLLOW_FILE or (kind is Kind.GROUP_FOLLOW and entry.payload):  # grows: `tail -f` sees it
             return self._attr(inode, node, size=await self.follows.size(entry), mtime_ns=entry.created_ns,
@@ -221,7 +232,23 @@ class Reader:
             return self.tree.add_fresh(node, view, created_ns=now)
         if node.kind is Kind.FOLLOW_FILE:  # its start is fixed now (mount/follow.py); the name keeps its inode
             return self.tree.follow_entry(node, await self.follows.lookup(node), created_ns=now)
+        if node.kind is Kind.PARTITIONS:
+            return self._listing_entry(node, await self._render_partitions(), now)
         return self.tree.add_fresh(node, None, created_ns=now)
+
+    async def _render_partitions(self) -> bytes:
+        """``.logfs/partitions`` now: O(partitions) Python (tens of ms at 10,000), so in a worker thread."""
+        return await self._read_thread(render_partitions, self.store.logs())
+
+    def _listing_entry(self, node: Node, data: bytes, created_ns: int) -> Entry:
+        """The inode of one lookup of ``.logfs/partitions``: the last one given, while the kernel holds it and its
+        bytes are ``data``; else a new one. Nothing awaits between here and the caller's ``Tree.remember``, so the
+        last entry cannot be forgotten in between."""
+        last = self._listing
+        if last is not None and last.lookups > 0 and last.payload == data:
+            return last
+        self._listing = entry = self.tree.add_fresh(node, data, created_ns=created_ns)
+        return entry
 
     async def _open_at(self, node: Node) -> RangeView:
         """The snapshot an ``at/`` name stands for now: its end is the HW (the LSO under committed/, where aborted
@@ -297,6 +324,7 @@ class Reader:
         gives it its number, ``info.fh``)."""
         node = entry.node
         kind = node.kind
+        self.metrics.read_opened(kind.value[0])
         if kind is Kind.AT_FILE:
             return ViewHandle(entry, entry.payload), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.HW_FILE:
@@ -326,6 +354,8 @@ class Reader:
             # direct_io: a follower reads its answer once, whole; through the page cache the kernel would cut that
             # read into 128 KiB requests and copy every page in (a 1 MiB answer: ~1.5 ms against ~1.0 ms).
             return SnapshotHandle(entry, snapshot.data), pyfuse3.FileInfo(direct_io=True)
+        if kind is Kind.PARTITIONS:  # immutable per inode: the page cache may keep it
+            return SnapshotHandle(entry, entry.payload), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.PRODUCER_ID:
             data = await self._new_producer_id()
         elif kind is Kind.LABEL:

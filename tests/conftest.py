@@ -230,7 +230,8 @@ def write_all(path: Path, data: bytes, flags: int = os.O_WRONLY) -> None:
 
 # What ``ls MOUNT/.logfs`` shows (fetch/ is looked up, never listed).
 LOGFS_LISTING = [
-    "delete-records", "delete-topic", "errors", "groups", "labels", "leader", "metrics", "producer-id", "transactions"
+    "delete-records", "delete-topic", "errors", "groups", "labels", "leader", "metrics", "partitions", "producer-id",
+    "transactions",
 ]  # fmt: skip
 
 

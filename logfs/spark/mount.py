@@ -7,6 +7,7 @@ Paths used (spec/filesystem.md §2)::
     MOUNT/<topic>/<partition>/state             JSON: log_start_offset, high_watermark, last_stable_offset …
     MOUNT/<topic>/<partition>/at/<s>-<e>.kafka  records [s, e) as the stored RecordBatch bytes (whole batches)
     MOUNT/<topic>/<partition>/committed/at/…    the same, bounded by the last stable offset (read_committed)
+    MOUNT/.logfs/partitions                     JSON lines: every partition's topic, partition and offsets
 
 Opening a range (:func:`open_range`, on an executor). ``at/<s>-<e>.kafka`` is an immutable snapshot, so once it is
 open every byte of the range can be read, even if retention deletes its segments meanwhile. The lookup answers
@@ -19,6 +20,12 @@ ENOENT in two cases, told apart by reading ``state``:
   ``state`` with a growing pause (10 ms to 500 ms), for at most ``timeout_s``, then fails with
   :class:`MountBehind` — it never returns fewer rows than were pinned.
 
+Planning (:func:`load_catalog`, on the driver). A plan needs the offsets of every subscribed partition, and a
+``subscribePattern`` needs every topic's name. ``.logfs/partitions`` gives all of them in one open (docs/mount.md);
+reading each partition's ``state`` instead costs an open, a read and a close per partition (six FUSE requests),
+so O(partitions) round trips per plan and per micro-batch. A mount without that file (an older logfs) is planned
+the old way: directory listings and one ``state`` file per partition, read when asked.
+
 Threads: any; the functions block on the mount.
 """
 
@@ -29,6 +36,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +45,7 @@ from logfs.spark.offsets import OffsetRange, PartitionState, TopicPartition, cla
 
 WAIT_FIRST_S = 0.01
 WAIT_MAX_S = 0.5
+LISTING = Path(".logfs") / "partitions"
 
 
 class MountBehind(RuntimeError):
@@ -107,6 +116,68 @@ def read_states(mount: Path, partitions: Iterable[TopicPartition]) -> dict[Topic
         if state is not None:
             out[(topic, partition)] = state
     return out
+
+
+def read_listing(mount: Path) -> dict[TopicPartition, PartitionState] | None:
+    """Every partition's offsets from ``.logfs/partitions`` (one open); None when the mount has no such file."""
+    try:
+        raw = (mount / LISTING).read_bytes()
+    except FileNotFoundError:
+        return None
+    out = {}
+    # One json.loads of the lines as an array: a third of the time of one call per line (10,000 lines).
+    for obj in json.loads(b"[" + raw.rstrip(b"\n").replace(b"\n", b",") + b"]"):
+        out[(str(obj["topic"]), int(obj["partition"]))] = PartitionState(
+            log_start_offset=int(obj["log_start_offset"]),
+            high_watermark=int(obj["high_watermark"]),
+            last_stable_offset=int(obj["last_stable_offset"]),
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The partitions of a mount as a planner sees them: from ``.logfs/partitions`` when ``listing`` is not None
+    (everything read at once, so every answer is from one moment of the mount; ``by_topic``: its partition numbers
+    per topic, sorted), else from the directories and ``state`` files, read when asked (a mount without the file)."""
+
+    mount: Path
+    listing: dict[TopicPartition, PartitionState] | None = None
+    by_topic: dict[str, list[int]] = field(default_factory=dict)
+
+    def topics(self) -> list[str]:
+        """The topics a pattern may match, sorted: every topic but the internal ``__consumer_offsets``."""
+        if self.listing is None:
+            return list_topics(self.mount)
+        return sorted(t for t in self.by_topic if t != OFFSETS_TOPIC)
+
+    def has_topic(self, topic: str) -> bool:
+        if self.listing is None:
+            return (self.mount / topic).is_dir()
+        return topic in self.by_topic
+
+    def partitions_of(self, topics: Iterable[str]) -> list[TopicPartition]:
+        """The partitions of ``topics``, in that order of topics, each topic's by number."""
+        if self.listing is None:
+            return partitions_of(self.mount, topics)
+        return [(t, p) for t in topics for p in self.by_topic.get(t, ())]
+
+    def states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionState]:
+        """The states of ``partitions``; a partition that does not exist is left out."""
+        if self.listing is None:
+            return read_states(self.mount, partitions)
+        return {tp: self.listing[tp] for tp in partitions if tp in self.listing}
+
+
+def load_catalog(mount: Path, *, use_listing: bool = True) -> Catalog:
+    """The mount's catalog now: through ``.logfs/partitions`` when the mount has it (and ``use_listing``)."""
+    listing = read_listing(mount) if use_listing else None
+    if listing is None:
+        return Catalog(mount)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in listing:
+        by_topic.setdefault(topic, []).append(partition)
+    return Catalog(mount, listing, {t: sorted(ps) for t, ps in by_topic.items()})
 
 
 def range_path(mount: Path, rng: OffsetRange, read_committed: bool) -> Path:

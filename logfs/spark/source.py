@@ -51,7 +51,7 @@ from pyspark.sql.types import StructType
 from logfs.spark.arrow import read_range
 from logfs.spark.groups import commit_to_group, group_starting_offsets
 from logfs.spark.interpreter import default_worker_python, settle_worker_python
-from logfs.spark.mount import list_topics, offset_for_timestamp, open_range, partitions_of, read_states
+from logfs.spark.mount import load_catalog, offset_for_timestamp, open_range
 from logfs.spark.offsets import (
     DataLoss,
     GroupSpec,
@@ -200,17 +200,19 @@ def _read_partition(options: SourceOptions, schema: StructType, partition: Input
 
 
 def _subscribed(options: SourceOptions, warned: set[str] | None = None) -> dict[TopicPartition, PartitionState]:
-    """The states of the partitions a query subscribes to (driver). A ``subscribe`` topic that does not exist
-    fails a batch query (OptionError); a stream (``warned``: the topics it warned about) warns once and reads it
-    from offset 0 once it appears, as Spark's Kafka source waits for a topic."""
+    """The states of the partitions a query subscribes to (driver), from one read of ``.logfs/partitions`` (a
+    mount without it: one ``state`` file per partition; ``logfs/spark/mount.py``). A ``subscribe`` topic that does
+    not exist fails a batch query (OptionError); a stream (``warned``: the topics it warned about) warns once and
+    reads it from offset 0 once it appears, as Spark's Kafka source waits for a topic."""
     mount = Path(options.path)
     if not mount.is_dir():
         raise OptionError(f"{options.path} is not a directory (the path must be a logfs mount point)")
+    catalog = load_catalog(mount)
     sub = options.subscription
     if sub.assign:
-        return read_states(mount, sub.assign)
-    topics = list(sub.topics) if sub.topics else [t for t in list_topics(mount) if sub.matches(t)]
-    missing = [t for t in sub.topics if not (mount / t).is_dir()]
+        return catalog.states(sub.assign)
+    topics = list(sub.topics) if sub.topics else [t for t in catalog.topics() if sub.matches(t)]
+    missing = [t for t in sub.topics if not catalog.has_topic(t)]
     if missing and warned is None:
         raise OptionError(f"subscribe: no topic {', '.join(map(repr, missing))} under {mount} (create it with"
                           " `logfs create-topic` or mkdir; a stream waits for it)")  # fmt: skip
@@ -218,7 +220,7 @@ def _subscribed(options: SourceOptions, warned: set[str] | None = None) -> dict[
         if warned is not None and topic not in warned:
             warned.add(topic)
             _log.warning("logfs: subscribed topic %r does not exist under %s yet: waiting for it", topic, mount)
-    return read_states(mount, partitions_of(mount, topics))
+    return catalog.states(catalog.partitions_of(topics))
 
 
 def _resolve(
