@@ -35,7 +35,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,17 +46,19 @@ from logfs.cluster.rules import (
     NO_LEADERSHIP,
     Action,
     Broker,
+    Leader,
     Leadership,
     dead_removed,
     decide,
     elect,
     isr_after_election,
     needs_election,
-    next_leader_epoch,
+    plan_election,
 )
 from logfs.cluster.zk import (
     SESSION_CONNECTED,
     SESSION_EXPIRED,
+    Conflict,
     Fenced,
     StillRegistered,
     Versioned,
@@ -112,6 +113,7 @@ class ClusterNode:
         self.broker_epoch = -1  # czxid of this node's registration; -1 while unregistered
         self.controller: int | None = None
         self._controller_epoch: tuple[int, int] | None = None  # (epoch, znode version) while this node is controller
+        self._isr_clean: object = None  # what the controller last found with no dead replica in any ISR
         self._recorder: IsrRecorder | None = None
         self._follower: Follower | None = None
         self._role_scope: trio.CancelScope | None = None
@@ -284,6 +286,10 @@ class ClusterNode:
         try:
             epoch = self._write_leadership(current, version, states, live, election.leader, leader_mount,
                                            lambda isr: isr_after_election(isr, election, epochs))  # fmt: skip
+        except Conflict as exc:  # a state changed since it was read: read again at the next reconcile
+            _log.info("node %d: %s; electing again", self.node_id, exc)
+            self.zk.nudge()
+            return
         except Fenced as exc:
             _log.warning("node %d resigns as controller: %s", self.node_id, exc)
             self._controller_epoch = None
@@ -305,39 +311,46 @@ class ClusterNode:
         isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
     ) -> int:
         """Worker thread, as controller: the leadership of ``leader`` in the next epoch, and every partition's state
-        with the ISR ``isr_of`` its current one, in one transaction; the epoch. Fenced when refused."""
+        with the ISR ``isr_of`` its current one (``rules.plan_election``), written as ``ZooKeeper.write_election``
+        says: the states in pipelined multis, the leadership last; the epoch. Fenced or Conflict when refused."""
         assert self._controller_epoch is not None
         controller_epoch, epoch_version = self._controller_epoch
-        epoch = next_leader_epoch(
-            [current.leader_epoch, *(v.state.leader_epoch for v in states.values())],
-            [b.highest_epoch for _, b in live.values()],
-        )
         broker_epoch = live[leader][0] if leader in live else -1
-        leadership = Leadership(leader, epoch, mount, controller_epoch, broker_epoch)
-        new_states = {
-            key: (replace(v.state, leader=leader, leader_epoch=epoch, controller_epoch=controller_epoch,
-                          isr=isr_of(v.state.isr)), v.version)
-            for key, v in states.items()
-        }  # fmt: skip
-        self.zk.write_election(epoch_version, leadership, version, new_states)
-        return epoch
+        leadership, new_states = plan_election(
+            current, {key: (v.state, v.version) for key, v in states.items()},
+            [b.highest_epoch for _, b in live.values()], Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
+        )  # fmt: skip
+        before = self.zk.multis.largest
+        multis = self.zk.write_election(epoch_version, leadership, version, new_states)
+        _log.info("controller %d wrote leader epoch %d: %d partition states in %d multis (largest %d bytes)",
+                  self.node_id, leadership.leader_epoch, len(new_states), multis,
+                  max(before, self.zk.multis.largest))  # fmt: skip
+        return leadership.leader_epoch
 
     def _remove_dead_replicas(
         self, current: Leadership, version: int, epochs: dict[int, int], live: dict[int, tuple[int, Broker]]
     ) -> None:
         """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
         doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too)."""
+        it silently (ZooKeeper-mode Kafka bumps the epoch too).
+
+        Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
+        since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
+        timer): an ISR gains a member only by the leader's join rule, which takes a node that is fetching."""
         if current.leader == NO_LEADER or self._controller_epoch is None:
+            return
+        looked = (frozenset(epochs.items()), version, self._controller_epoch)
+        if looked == self._isr_clean:
             return
         states = self.zk.partition_states()
         shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
         if all(isr == states[key].state.isr for key, isr in shrunk.items()):
+            self._isr_clean = looked
             return
         try:
             epoch = self._write_leadership(current, version, states, live, current.leader, current.mount,
                                            lambda isr: dead_removed(isr, epochs))  # fmt: skip
-        except Fenced as exc:
+        except (Fenced, Conflict) as exc:
             _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
             return
         dead = sorted({r for v in states.values() for r in v.state.isr if r not in epochs})

@@ -22,16 +22,19 @@ a blocking call for a trio worker thread (never the trio thread), with a deadlin
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Transaction
 
 from logfs.cluster.rules import (
     NO_LEADERSHIP,
@@ -46,6 +49,14 @@ from logfs.cluster.rules import (
 _log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 5.0  # a call that ZooKeeper does not answer in time fails (the caller retries or fences)
+# A controller multi carries at most this many state writes and this many bytes of request (kazoo's serialised
+# Transaction): a quarter of jute.maxbuffer's default 1 MB, so a multi is never refused for its size, with room for
+# topic names of 249 characters. 1,000 state writes of an ordinary topic name are about 150 KB.
+MULTI_MAX_OPS = 1000
+MULTI_MAX_BYTES = 256 * 1024
+# At most this many asynchronous requests in flight on the session (reads and the leader's writes): enough to keep
+# the connection busy, few enough that a slow answer times out one request, not thousands queued behind it.
+PIPELINE_DEPTH = 512
 
 BROKERS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -76,6 +87,25 @@ class Superseded(Exception):
 
 class Fenced(Exception):
     """A conditional write was refused: someone else changed the znode (a newer controller or leader)."""
+
+
+class Conflict(Exception):
+    """A controller multi was refused by a partition state's version, not by ``/controller_epoch``: the state changed
+    since the controller read it (the leader recorded an ISR). The controller is still the controller: it reads the
+    states again and tries again."""
+
+
+@dataclass(slots=True)
+class MultiLog:
+    """What the controller's multis cost, for the logs and the tests: how many were sent and the largest request
+    body in bytes (kazoo's serialised Transaction, the size ZooKeeper checks against ``jute.maxbuffer``)."""
+
+    sent: int = 0
+    largest: int = 0
+
+    def record(self, size: int) -> None:
+        self.sent += 1
+        self.largest = max(self.largest, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +142,7 @@ class ZooKeeper:
         self._send, self.events = trio.open_memory_channel[str](1000)
         self._client.add_listener(self._on_state)
         self.session = SESSION_SUSPENDED  # the last state kazoo reported (read on the trio thread)
+        self.multis = MultiLog()  # the controller's multis since this session object was made
 
     # --- kazoo's threads: hand over, nothing else ---------------------------------------------------------------------
 
@@ -175,6 +206,35 @@ class ZooKeeper:
             raise
         except (KazooException, KazooTimeoutError) as exc:
             raise ZkUnavailable(repr(exc)) from None
+
+    def _many(self, starts: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Pipelining: start every request (at most ``PIPELINE_DEPTH`` in flight), each ``start`` a kazoo *_async
+        call, and collect the answers in order: a result, or the ZooKeeper error of that request (NoNode, NodeExists,
+        BadVersion… for the caller to judge). ZooKeeper answers a session's requests in the order they were sent,
+        so a request may rely on an earlier one in the list (a parent created before its child).
+        ZkUnavailable when any request is not answered (connection loss, session expiry, timeout)."""
+        results: list[Any] = [None] * len(starts)
+        pending: deque[tuple[int, Any]] = deque()
+
+        def collect() -> None:
+            index, async_result = pending.popleft()
+            try:
+                results[index] = async_result.get(timeout=REQUEST_TIMEOUT_S)
+            except KazooTimeoutError as exc:
+                raise ZkUnavailable(f"no answer in {REQUEST_TIMEOUT_S} s: {exc!r}") from None
+            except KazooException as exc:
+                results[index] = exc
+
+        for index, start in enumerate(starts):
+            if len(pending) >= PIPELINE_DEPTH:
+                collect()
+            pending.append((index, start()))
+        while pending:
+            collect()
+        for result in results:
+            if isinstance(result, KazooException) and not isinstance(result, _ANSWERS):
+                raise ZkUnavailable(repr(result))
+        return results
 
     def _get(self, path: str, *, watch: bool = False) -> tuple[bytes, Any]:
         return self._do(self._client.get_async, self._p(path), self._watch if watch else None)
@@ -280,15 +340,30 @@ class ZooKeeper:
             return NO_LEADERSHIP, int(stat.version)
 
     def partition_states(self) -> dict[tuple[str, int], Versioned]:
-        """Every partition's recorded state, with its version."""
-        states: dict[tuple[str, int], Versioned] = {}
-        for topic in self._children(TOPICS):
-            for name in self._children(f"{TOPICS}/{topic}/partitions"):
+        """Every partition's recorded state, with its version: three pipelined rounds (the topics, every topic's
+        partitions, every state), so 10,000 partitions cost a few round trips, not 12,000 serial ones."""
+        topics = self._children(TOPICS)
+        listed = self._many([functools.partial(self._client.get_children_async, self._p(f"{TOPICS}/{t}/partitions"))
+                             for t in topics])  # fmt: skip
+        keys: list[tuple[str, int]] = []
+        for topic, names in zip(topics, listed, strict=True):
+            if isinstance(names, Exception):
+                continue  # a topic znode without partitions yet (its leader is creating them) or just deleted
+            for name in names:
                 try:
-                    data, stat = self._get(state_path(topic, int(name)))
-                    states[(topic, int(name))] = Versioned(PartitionState.decode(data), int(stat.version))
-                except (NoNodeError, ValueError, BadZnode) as exc:
-                    _log.debug("partition %s-%s: %r", topic, name, exc)
+                    keys.append((topic, int(name)))
+                except ValueError:
+                    _log.debug("partition %s-%s: not a number", topic, name)
+        got = self._many([functools.partial(self._client.get_async, self._p(state_path(t, p))) for t, p in keys])
+        states: dict[tuple[str, int], Versioned] = {}
+        for key, answer in zip(keys, got, strict=True):
+            try:
+                if isinstance(answer, Exception):
+                    raise answer
+                data, stat = answer
+                states[key] = Versioned(PartitionState.decode(data), int(stat.version))
+            except (NoNodeError, BadZnode) as exc:
+                _log.debug("partition %s-%s: %r", key[0], key[1], exc)
         return states
 
     def write_election(
@@ -297,68 +372,133 @@ class ZooKeeper:
         leadership: Leadership,
         leadership_version: int,
         states: Mapping[tuple[str, int], tuple[PartitionState, int]],
-    ) -> None:
-        """One transaction: the controller-epoch check, the leadership (conditional on its version; -1: create) and
-        every partition state (conditional on its version). Fenced when any check fails."""
-        tx = self._client.transaction()
-        tx.check(self._p(CONTROLLER_EPOCH), controller_epoch_version)
-        if leadership_version < 0:
-            tx.create(self._p(LEADERSHIP), leadership.encode())
-        else:
-            tx.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
+    ) -> int:
+        """The controller's election (or its removal of dead replicas): every partition state (conditional on its
+        version) in multis of at most ``MULTI_MAX_OPS`` writes and ``MULTI_MAX_BYTES``, pipelined, each led by the
+        check of ``/controller_epoch``'s version; then, only once every one of them applied, the leadership
+        (conditional on its version; -1: create) in a last multi with the same check. The number of multis sent.
+
+        Order: the states first, the leadership last, because the leadership is what nodes act on. A controller that
+        dies (or is deposed: its later multis fail their check) between the two leaves some states in the new epoch
+        and the leadership in the old one: no node acts on that, a leader of the old epoch that writes an ISR meets
+        the newer version and is fenced (or, named again, waits to adopt), and the next controller reads the states
+        as they are, elects again in an epoch above every recorded one and completes it (docs/replication.md,
+        "Elections at scale").
+
+        Fenced when a check of ``/controller_epoch`` or of the leadership's version fails (a newer controller);
+        Conflict when only a partition state's version does (the caller reads again and retries)."""
+        check = self._p(CONTROLLER_EPOCH)
+        chunks: list[Any] = []
+        tx: Any = None
+        size = 0
         for (topic, partition), (state, version) in states.items():
-            tx.set_data(self._p(state_path(topic, partition)), state.encode(), version=version)
-        results = self._commit(tx)
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            raise Fenced(f"the election in epoch {leadership.leader_epoch} was refused: {failed[0]!r}")
+            path = self._p(state_path(topic, partition))
+            data = state.encode()
+            op_size = len(path) + len(data) + 32  # the op's header, lengths and version
+            if tx is None or len(tx.operations) > MULTI_MAX_OPS or size + op_size > MULTI_MAX_BYTES:
+                tx = self._client.transaction()
+                tx.check(check, controller_epoch_version)
+                chunks.append(tx)
+                size = len(check) + 32
+            tx.set_data(path, data, version=version)
+            size += op_size
+        last = self._client.transaction()
+        last.check(check, controller_epoch_version)
+        if leadership_version < 0:
+            last.create(self._p(LEADERSHIP), leadership.encode())
+        else:
+            last.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
+        for multi in (*chunks, last):
+            self.multis.record(len(Transaction(multi.operations).serialize()))
+        answers = self._many([multi.commit_async for multi in chunks])
+        refused = [results for results in answers if _failed(results)]
+        if any(isinstance(r, Exception) or not isinstance(r[0], RolledBackError) for r in refused):  # the check
+            raise Fenced(f"the election in epoch {leadership.leader_epoch} was refused: /controller_epoch changed "
+                         f"({len(answers) - len(refused)} of {len(answers)} state multis applied)")  # fmt: skip
+        if refused:
+            raise Conflict(f"the election in epoch {leadership.leader_epoch}: {len(refused)} of {len(answers)} state "
+                           f"multis met a newer partition state; the leadership was not written")  # fmt: skip
+        (results,) = self._many([last.commit_async])
+        if _failed(results):
+            raise Fenced(f"the leadership of epoch {leadership.leader_epoch} was refused: {results!r}")
+        return len(chunks) + 1
+
+    def write_states(
+        self, writes: Sequence[tuple[str, int, PartitionState, int | None]]
+    ) -> dict[tuple[str, int], int | Fenced | Superseded]:
+        """The leader's ISR records, pipelined: for each (topic, partition, state, version) a set expecting
+        ``version``, or with version None the creation of a new partition's state znode (its parents made first in
+        the same pipeline; a creation also ends the record of an earlier deletion of the topic). Per partition: the
+        new version, or the refusal (see :meth:`set_state` and :meth:`create_state` for how one is judged).
+        ZkUnavailable when ZooKeeper does not answer: nothing is known of any of them (the caller tries again)."""
+        starts: list[Callable[[], Any]] = []
+        made: set[str] = set()
+        slots: list[int] = []  # index in starts of each write's own request
+        for topic, partition, state, version in writes:
+            path = self._p(state_path(topic, partition))
+            if version is None:
+                parents = [f"{TOPICS}/{topic}", f"{TOPICS}/{topic}/partitions",
+                           f"{TOPICS}/{topic}/partitions/{partition}"]  # fmt: skip
+                if topic not in made:
+                    # a topic made again ends the record of its deletion (a returning replica's copy diverges)
+                    starts.append(functools.partial(self._client.delete_async, self._p(f"{DELETE_TOPICS}/{topic}")))
+                for parent in parents[0 if topic not in made else 2 :]:
+                    starts.append(functools.partial(self._client.create_async, self._p(parent), b""))
+                made.add(topic)
+                slots.append(len(starts))
+                starts.append(functools.partial(self._client.create_async, path, state.encode()))
+            else:
+                slots.append(len(starts))
+                starts.append(functools.partial(self._client.set_async, path, state.encode(), version))
+        answers = self._many(starts)
+        out: dict[tuple[str, int], int | Fenced | Superseded] = {}
+        for (topic, partition, state, version), slot in zip(writes, slots, strict=True):
+            answer = answers[slot]
+            if not isinstance(answer, Exception):
+                out[(topic, partition)] = 0 if version is None else int(answer.version)
+                continue
+            try:
+                out[(topic, partition)] = (self._created(topic, partition, state) if version is None
+                                           else self._was_set(topic, partition, state, version))  # fmt: skip
+            except (Fenced, Superseded) as exc:
+                out[(topic, partition)] = exc
+        return out
 
     def set_state(self, topic: str, partition: int, state: PartitionState, version: int) -> int:
         """The leader's ISR change: set the state expecting ``version``; the new version. Fenced on BadVersion
-        unless the znode already holds exactly ``state`` (our earlier write whose answer was lost)."""
-        path = state_path(topic, partition)
-        try:
-            stat = self._do(self._client.set_async, self._p(path), state.encode(), version)
-            return int(stat.version)
-        except (BadVersionError, NoNodeError):
-            try:
-                data, stat = self._get(path)
-                found = PartitionState.decode(data)
-                if found == state:
-                    return int(stat.version)
-                if found.leader == state.leader and found.leader_epoch > state.leader_epoch:
-                    raise Superseded(f"{topic}-{partition}: leader epoch {found.leader_epoch} names this leader")
-            except (NoNodeError, BadZnode):
-                pass
-            raise Fenced(
-                f"{topic}-{partition}: the state changed under the leader (expected version {version})"
-            ) from None
+        unless the znode already holds exactly ``state`` (our earlier write whose answer was lost); Superseded when
+        it holds a newer epoch naming this same leader."""
+        return _raised(self.write_states([(topic, partition, state, version)])[(topic, partition)])
 
     def create_state(self, topic: str, partition: int, state: PartitionState) -> int:
         """A new partition's state znode (by its leader); its version. An existing one is taken when it names the
         same leader and epoch (Fenced otherwise)."""
+        return _raised(self.write_states([(topic, partition, state, None)])[(topic, partition)])
+
+    def _was_set(self, topic: str, partition: int, state: PartitionState, version: int) -> int:
+        """A set refused (BadVersion, NoNode): judge what the znode holds now."""
         path = state_path(topic, partition)
         try:
-            # a topic made again ends the record of its deletion (a returning replica's old copy diverges in epochs)
-            self._client.delete(self._p(f"{DELETE_TOPICS}/{topic}"))
-        except NoNodeError:
-            pass
-        except KazooException as exc:
-            raise ZkUnavailable(repr(exc)) from None
-        try:
-            self._client.ensure_path(self._p(f"{TOPICS}/{topic}/partitions/{partition}"))
-            self._do(self._client.create_async, self._p(path), state.encode())
-            return 0
-        except NodeExistsError:
             data, stat = self._get(path)
             found = PartitionState.decode(data)
-            if (found.leader, found.leader_epoch) == (state.leader, state.leader_epoch):
+            if found == state:
                 return int(stat.version)
-            raise Fenced(
-                f"{topic}-{partition}: recorded for leader {found.leader} in epoch {found.leader_epoch}"
-            ) from None
-        except KazooException as exc:
-            raise ZkUnavailable(repr(exc)) from None
+            if found.leader == state.leader and found.leader_epoch > state.leader_epoch:
+                raise Superseded(f"{topic}-{partition}: leader epoch {found.leader_epoch} names this leader")
+        except (NoNodeError, BadZnode):
+            pass
+        raise Fenced(f"{topic}-{partition}: the state changed under the leader (expected version {version})")
+
+    def _created(self, topic: str, partition: int, state: PartitionState) -> int:
+        """A creation refused (NodeExists): taken when the znode names the same leader and epoch."""
+        data, stat = self._get(state_path(topic, partition))
+        try:
+            found = PartitionState.decode(data)
+        except BadZnode as exc:
+            raise Fenced(f"{topic}-{partition}: {exc}") from None
+        if (found.leader, found.leader_epoch) == (state.leader, state.leader_epoch):
+            return int(stat.version)
+        raise Fenced(f"{topic}-{partition}: recorded for leader {found.leader} in epoch {found.leader_epoch}")
 
     # --- deletions ----------------------------------------------------------------------------------------------------
 
@@ -378,9 +518,13 @@ class ZooKeeper:
     def pending_deletions(self, *, watch: bool = True) -> dict[str, tuple[set[int], int]]:
         """Topics deleted on a leader: topic → (ids that applied the deletion, znode version)."""
         pending: dict[str, tuple[set[int], int]] = {}
-        for topic in self._children(DELETE_TOPICS, watch=watch):
+        topics = self._children(DELETE_TOPICS, watch=watch)
+        got = self._many([functools.partial(self._client.get_async, self._p(f"{DELETE_TOPICS}/{t}")) for t in topics])
+        for topic, answer in zip(topics, got, strict=True):
             try:
-                data, stat = self._get(f"{DELETE_TOPICS}/{topic}")
+                if isinstance(answer, Exception):
+                    raise answer
+                data, stat = answer
                 done = json.loads(data or b"[]")
                 pending[topic] = ({int(i) for i in done}, int(stat.version))
             except (NoNodeError, ValueError, TypeError) as exc:
@@ -404,6 +548,21 @@ class ZooKeeper:
                 return
             except (BadVersionError, NoNodeError):
                 continue
+
+
+def _failed(results: Any) -> bool:
+    """Whether a multi's answer is a refusal (a list with an error per op) rather than its results."""
+    return isinstance(results, Exception) or any(isinstance(r, Exception) for r in results)
+
+
+def _raised(answer: int | Fenced | Superseded) -> int:
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+# ZooKeeper's answers about one znode (the caller judges them); any other error means the session cannot be trusted.
+_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, RolledBackError)
 
 
 def _ids(ids: Iterable[int]) -> bytes:
