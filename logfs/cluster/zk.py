@@ -75,6 +75,9 @@ MULTI_MAX_BYTES = 256 * 1024
 # At most this many asynchronous requests in flight on the session (reads and the leader's writes): enough to keep
 # the connection busy, few enough that a slow answer times out one request, not thousands queued behind it.
 PIPELINE_DEPTH = 512
+# Multis in flight at once: ZooKeeper answers a session's requests in order, heartbeats included, so a heartbeat sent
+# behind many large multis waits for all of them; a few keep the connection busy without starving it.
+MULTI_DEPTH = 4
 
 BROKERS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -269,8 +272,8 @@ class ZooKeeper:
         except (KazooException, KazooTimeoutError) as exc:
             raise ZkUnavailable(repr(exc)) from None
 
-    def _many(self, starts: Sequence[Callable[[], Any]]) -> list[Any]:
-        """Pipelining: start every request (at most ``PIPELINE_DEPTH`` in flight), each ``start`` a kazoo *_async
+    def _many(self, starts: Sequence[Callable[[], Any]], depth: int = PIPELINE_DEPTH) -> list[Any]:
+        """Pipelining: start every request (at most ``depth`` in flight), each ``start`` a kazoo *_async
         call, and collect the answers in order: a result, or the ZooKeeper error of that request (NoNode, NodeExists,
         BadVersion… for the caller to judge). ZooKeeper answers a session's requests in the order they were sent,
         so a request may rely on an earlier one in the list (a parent created before its child).
@@ -288,7 +291,7 @@ class ZooKeeper:
                 results[index] = exc
 
         for index, start in enumerate(starts):
-            if len(pending) >= PIPELINE_DEPTH:
+            if len(pending) >= depth:
                 collect()
             pending.append((index, start()))
         while pending:
@@ -305,7 +308,7 @@ class ZooKeeper:
         chunks = [[(kind, self._p(path)) for path in paths[i : i + MULTI_MAX_OPS]]
                   for i in range(0, len(paths), MULTI_MAX_OPS)]  # fmt: skip
         if self._multi_read:
-            answers = self._many([functools.partial(self._send_request, MultiRead(chunk)) for chunk in chunks])
+            answers = self._many([functools.partial(self._send_request, MultiRead(c)) for c in chunks], MULTI_DEPTH)
             if not any(isinstance(a, UnimplementedError) for a in answers):
                 return [r for answer in answers for r in answer]
             self._multi_read = False
@@ -492,7 +495,7 @@ class ZooKeeper:
             last.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
         for multi in (*chunks, last):
             self.multis.record(len(Transaction(multi.operations).serialize()))
-        answers = self._many([multi.commit_async for multi in chunks])
+        answers = self._many([multi.commit_async for multi in chunks], MULTI_DEPTH)
         refused = [results for results in answers if _failed(results)]
         if any(isinstance(r, Exception) or not isinstance(r[0], RolledBackError) for r in refused):  # the check
             raise Fenced(f"the election in epoch {leadership.leader_epoch} was refused: /controller_epoch changed "
@@ -565,7 +568,8 @@ class ZooKeeper:
             size += op_size
         out: dict[tuple[str, int], int | Fenced | Superseded] = {}
         again: list[tuple[str, int, PartitionState, int | None]] = []
-        for group, indexes, results in zip(groups, own, self._many([tx.commit_async for tx in multis]), strict=True):
+        for group, indexes, results in zip(groups, own, self._many([tx.commit_async for tx in multis], MULTI_DEPTH),
+                                          strict=True):  # fmt: skip
             if _failed(results):
                 again += group
                 continue

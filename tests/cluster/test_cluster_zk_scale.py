@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 import pytest
 import trio
-
 from conftest import clear_mount, finish_mount, start_mount
 from follower_procs import wait_for
+
 from logfs.cluster.rules import Leader, Leadership, PartitionState, plan_election
 from logfs.cluster.zk import (
     CONTROLLER,
@@ -42,7 +42,8 @@ from logfs.cluster.zk import (
 T = TypeVar("T")
 PARTITIONS = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "1000"))
 PER_TOPIC = 5
-SESSION_MS = 2000
+SESSION_MS = 2000  # the nodes' (the failover is timed against it)
+TEST_SESSION_MS = 6000  # the ZooKeeper-level tests' sessions (Kafka's default; these tests time nothing)
 
 
 def topic_name(i: int) -> str:
@@ -58,7 +59,7 @@ def with_zk(connect: str, body: Callable[[Callable[[int], ZooKeeper]], T]) -> T:
     made: list[ZooKeeper] = []
 
     def session(node_id: int) -> ZooKeeper:
-        zk = ZooKeeper(connect, SESSION_MS)
+        zk = ZooKeeper(connect, TEST_SESSION_MS)
         made.append(zk)
         zk.start(10.0)
         return zk
@@ -82,17 +83,23 @@ def versions(client: Any, paths: list[str]) -> list[Any]:
     return [r.get(timeout=10)[1] for r in [client.get_async(path) for path in paths]]
 
 
-@pytest.fixture
-def kazoo(zookeeper: Any) -> Iterator[Any]:
+def chrooted(connect: str, chroot: str) -> Any:
+    """A started kazoo client of ``connect`` under ``chroot`` (made first: kazoo warns of a missing one)."""
     from kazoo.client import KazooClient
 
-    root = KazooClient(hosts=zookeeper.connect)
+    root = KazooClient(hosts=connect)
     root.start(timeout=10)
-    root.ensure_path("/scale")
+    root.ensure_path(chroot)
     root.stop()
     root.close()
-    client = KazooClient(hosts=zookeeper.connect + "/scale")
+    client = KazooClient(hosts=connect + chroot)
     client.start(timeout=10)
+    return client
+
+
+@pytest.fixture
+def kazoo(zookeeper: Any) -> Iterator[Any]:
+    client = chrooted(zookeeper.connect, "/scale")
     try:
         yield client
     finally:
@@ -224,13 +231,10 @@ def leader_of(mount: Path) -> int:
 def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
     tmp_path: Path, zookeeper: Any
 ) -> None:
-    from kazoo.client import KazooClient
-
     topics = max(1, NODE_PARTITIONS // PER_TOPIC)
     names = [f"s{i:05d}" for i in range(topics)]
     mounts = {}
-    client = KazooClient(hosts=zookeeper.connect + "/logfs")
-    client.start(timeout=10)
+    client = chrooted(zookeeper.connect, "/logfs")
     try:
         mounts[1] = start_mount(tmp_path / "store1", tmp_path / "mnt1", *node_config(1, zookeeper.connect))
         m1 = mounts[1].path
