@@ -7,8 +7,9 @@ Theory of operation.
 * **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over (``logfs/cluster/zk.py``) and,
   after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in a worker thread: register if not
   registered; become the controller when there is none (Kafka's multi on ``/controller_epoch``); as controller,
-  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write the
-  leadership and every partition state in one transaction; then read the leadership (watched) and act on it.
+  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write every
+  partition state, then the leadership (``ZooKeeper.write_election``: bounded multis, each checking
+  ``/controller_epoch``, the leadership last); then read the leadership (watched) and act on it.
 * **Acting** (``rules.decide``): a newer epoch naming this node → lead: stop fetching, take every partition in that
   epoch with the ISR ZooKeeper records (``LeaderReplicas``), record the epoch in the store's replica state, and serve
   writes and fetches (``Operations.set_role``). Naming another node → follow it: its advertised mount is tailed by
@@ -332,7 +333,8 @@ class ClusterNode:
     ) -> None:
         """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
         doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too).
+        it silently (ZooKeeper-mode Kafka bumps the epoch too). Also completes an election of this same leader that
+        a previous controller left half-written (docs/replication.md, "Elections at scale").
 
         Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
         since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
@@ -344,7 +346,10 @@ class ClusterNode:
             return
         states = self.zk.partition_states()
         shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
-        if all(isr == states[key].state.isr for key, isr in shrunk.items()):
+        # states in an epoch above the leadership's: an election (of this same leader) left half-written by a
+        # controller that died or was deposed before its leadership multi; written again here, it is completed
+        half_written = any(v.state.leader_epoch > current.leader_epoch for v in states.values())
+        if not half_written and all(isr == states[key].state.isr for key, isr in shrunk.items()):
             self._isr_clean = looked
             return
         try:

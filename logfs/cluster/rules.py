@@ -66,8 +66,8 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class Leadership:
-    """Who leads every partition, in which epoch (``/logfs/leadership``, written with the state znodes in one
-    transaction: the one znode each node watches). ``mount`` is the leader's advertised mount ("" for none);
+    """Who leads every partition, in which epoch (``/logfs/leadership``, written after every state znode of its
+    election: the one znode each node watches and acts on). ``mount`` is the leader's advertised mount ("" for none);
     ``broker_epoch`` the czxid of the leader's ``/brokers/ids/<id>`` when it was elected (Kafka's broker epoch,
     KIP-380): a leader that restarted registers anew, and is not the leader it names until elected again."""
 

@@ -10,10 +10,23 @@ Znodes (under the chroot of ``zookeeper.connect``; reference §1):
   to E+1 expecting its version; every later controller write carries a check of that version, so a deposed
   controller can change nothing.
 * ``/brokers/topics/<t>/partitions/<p>/state`` — Kafka's partition state JSON (``rules.PartitionState``).
-* ``/logfs/leadership`` — who leads every partition in which epoch (``rules.Leadership``), written in the same
-  transaction as the state znodes of an election: the one znode every node watches.
+* ``/logfs/leadership`` — who leads every partition in which epoch (``rules.Leadership``): the one znode every node
+  watches and acts on. One leader leads every partition, so it is one small record (about 150 bytes) whatever the
+  number of partitions; it never approaches ``jute.maxbuffer``.
 * ``/admin/delete_topics/<t>`` — a topic deleted on the leader, until every replica has deleted it (its data: the
   ids that did, JSON).
+
+At scale (10,000 partitions; docs/replication.md, "Elections at scale"): nothing here is one request per
+partition in series. An election writes the state znodes in multis of at most ``MULTI_MAX_OPS`` writes and
+``MULTI_MAX_BYTES`` (a quarter of ``jute.maxbuffer``'s default 1 MB), each led by the check of
+``/controller_epoch``'s version (KAFKA-6082), several in flight at once, and writes the leadership **last**, in its
+own multi with the same check, only once every state multi applied. A controller that dies or is deposed part-way
+leaves states in the new epoch under a leadership still in the old one: nodes act only on the leadership, so none
+acts on the half-written election; a leader of the old epoch that records an ISR meets a newer version and is fenced
+(or, named again, waits to adopt); and the next controller elects above every recorded epoch and rewrites every
+state, completing it (``rules.plan_election``). Reads of every state go in multiReads (``MultiRead``); the leader's
+own state writes (new partitions, ISR changes) go in multis too, and the writes of a refused multi are made again
+one request each.
 
 Threads: kazoo runs its own threads; their callbacks (session state, one-shot watches) only hand a word to trio
 (``trio.lowlevel.TrioToken.run_sync_soon`` → a memory channel) and never touch anything else. Every other method is

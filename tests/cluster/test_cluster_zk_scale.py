@@ -278,3 +278,61 @@ def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
                 finish_mount(mount)
             else:
                 clear_mount(mount.path)
+
+
+def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_controller(
+    tmp_path: Path, zookeeper: Any
+) -> None:
+    """A controller wrote some states of an election naming the same leader (its removal of a dead replica) and
+    died before the leadership multi: the leadership is behind the states. The next controller finds states above
+    the leadership's epoch and completes it; the leader adopts the epoch and goes on leading."""
+    mounts = {}
+    client = chrooted(zookeeper.connect, "/logfs")
+    try:
+        for i in (1, 2):
+            mounts[i] = start_mount(tmp_path / f"store{i}", tmp_path / f"mnt{i}", *node_config(i, zookeeper.connect))
+            mounts[i].allow_log(r"leader .* unreachable|fetch failed|no leader|fenced|adopt")
+        m1, m2 = mounts[1].path, mounts[2].path
+        wait_for("node 1 leads", lambda: leader_of(m1) == 1 and leader_of(m2) == 1)
+        (m1 / "h").mkdir()
+
+        def state(p: int) -> tuple[dict[str, Any], Any]:
+            data, stat = client.get(f"/brokers/topics/h/partitions/{p}/state")
+            return json.loads(data), stat
+
+        def recorded() -> bool:
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                return all(state(p)[0]["isr"] == [1, 2] for p in range(PER_TOPIC))
+            except NoNodeError:
+                return False
+
+        wait_for("every ISR recorded", recorded)
+        led = json.loads(client.get(LEADERSHIP)[0])
+        controller_epoch = int(client.get("/controller_epoch")[0])
+        # what a controller of the next controller epoch leaves when it dies after its first multi
+        for p in range(2):
+            doc, stat = state(p)
+            doc.update(leader_epoch=led["leader_epoch"] + 1, controller_epoch=controller_epoch + 1)
+            client.set(f"/brokers/topics/h/partitions/{p}/state", json.dumps(doc).encode(), version=stat.version)
+        client.delete(CONTROLLER)  # that controller is gone: a new one is chosen
+
+        def completed() -> int | None:
+            now = json.loads(client.get(LEADERSHIP)[0])
+            epochs = {state(p)[0]["leader_epoch"] for p in range(PER_TOPIC)}
+            above = now["leader_epoch"] > led["leader_epoch"] + 1
+            done = now["leader"] == 1 and above and epochs == {now["leader_epoch"]}
+            return int(now["leader_epoch"]) if done else None
+
+        epoch = wait_for("the election completed", completed, timeout_s=20)
+        wait_for("node 1 adopted it", lambda: json.loads((m1 / ".logfs/leader").read_text())["leader_epoch"] == epoch)
+        assert leader_of(m1) == leader_of(m2) == 1
+    finally:
+        client.stop()
+        client.close()
+        for mount in mounts.values():
+            if mount.proc.poll() is None:
+                finish_mount(mount)
+            else:
+                clear_mount(mount.path)
