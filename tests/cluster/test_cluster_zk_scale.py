@@ -3,9 +3,9 @@ pipelined multis each within ``MULTI_MAX_BYTES`` and led by the check of ``/cont
 last; a deposed controller's multis change nothing; an election left half-written is completed by the next
 controller; and a node leading every partition fails over within the session timeout + 5 s.
 
-Sizes: ``LOGFS_SCALE_PARTITIONS`` partitions (1,000 by default here; 10,000 for the issue's figure) for the
-ZooKeeper-level tests, a fifth of that (at most 500 by default) for the test with real nodes, whose follower must
-first hold every partition. Topic names are long (240 characters, Kafka allows 249) so that even the CI size needs
+Sizes: ``LOGFS_SCALE_PARTITIONS`` sets them all (10,000 for the issue's figure); by default 1,000 partitions for
+the ZooKeeper-level tests and 150 for the failover with real nodes, whose follower must first hold every partition.
+The ZooKeeper-level tests use long topic names (240 characters, Kafka allows 249) so that even the CI size needs
 more than one multi: the tests see the chunking, not just its arithmetic.
 """
 
@@ -214,7 +214,7 @@ def test_an_election_left_half_written_is_completed_by_the_next_controller(zooke
 
 # --- real nodes ---------------------------------------------------------------------------------------------------
 
-NODE_PARTITIONS = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "0")) or 250
+NODE_PARTITIONS = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "0")) or 150
 
 
 def node_config(node_id: int, connect: str) -> list[str]:
@@ -264,6 +264,7 @@ def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
         wait_for("node 2 leads", lambda: leader_of(m2) == 2, timeout_s=SESSION_MS / 1000 + 30)
         wait_for("every state names node 2", lambda: every_isr([2], 2), timeout_s=30)
         took = time.monotonic() - killed
+        print(f"failover of {topics * PER_TOPIC} partitions: {took:.2f} s (session timeout {SESSION_MS} ms)")
         assert took <= SESSION_MS / 1000 + 5.0, f"failover of {topics * PER_TOPIC} partitions took {took:.2f} s"
         wrote = re.findall(r"wrote leader epoch \d+: (\d+) partition states in (\d+) multis \(largest (\d+) bytes\)",
                            mounts[2].log_text())  # fmt: skip
@@ -336,3 +337,51 @@ def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_con
                 finish_mount(mount)
             else:
                 clear_mount(mount.path)
+
+
+def packets_received(server: Any) -> int:
+    """ZooKeeper's own count of the requests it received (``mntr``)."""
+    from zkserver import four_letter
+
+    answer = four_letter(server.port, "mntr") or ""
+    found = re.search(r"^zk_packets_received\s+(\d+)", answer, re.MULTILINE)
+    assert found, answer
+    return int(found.group(1))
+
+
+def test_a_shrink_of_every_partition_is_recorded_in_a_few_requests(tmp_path: Path, zookeeper: Any) -> None:
+    """A follower that stops fetching leaves the ISR of every partition at once: the leader records the shrinks in
+    one batch (ZooKeeper counts the requests), then makes them; every recorded ISR is the smaller one."""
+    from logfs.cluster.isr import IsrRecorder
+    from logfs.core.config import StoreConfig
+    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.store import Store
+
+    partitions = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "250"))
+    lag_ms = 200
+    store = Store.open(tmp_path / "store", StoreConfig(replica_ids=(0, 1), replica_lag_time_max_ms=lag_ms))
+    try:
+        for i in range(partitions // PER_TOPIC):
+            store.create_topic(f"s{i:05d}", PER_TOPIC)
+
+        def body(session: Callable[[int], ZooKeeper]) -> None:
+            zk = session(0)
+            recorded = PartitionState(0, 3, (0, 1), 1)
+            zk.write_states([(tp.topic, tp.partition, recorded, None) for tp, _ in store.logs()])
+            states = zk.partition_states()
+            leaders = LeaderReplicas(store, 3, isr=lambda tp: (0, 1))
+            recorder = IsrRecorder(zk, leaders, states, controller_epoch=1)
+            assert recorder.shrink() == []  # follower 1 is within replica.lag.time.max.ms
+            time.sleep(lag_ms * 1.5 / 1000)
+            before = packets_received(zookeeper)
+            changed = recorder.shrink()
+            sent = packets_received(zookeeper) - before
+            assert len(changed) == partitions and recorder.fenced is None
+            assert all(p.isr == (0,) for _, p in leaders.partitions())
+            assert {v.state.isr for v in zk.partition_states().values()} == {(0,)}
+            # a batch: a few multis (and heartbeats), not a request per partition
+            assert sent <= partitions // 10, f"{sent} requests for {partitions} shrinks"
+
+        with_zk(zookeeper.connect + "/scale", body)
+    finally:
+        store.close()
