@@ -122,6 +122,8 @@ class IsrRecorder:
             if self.fenced is not None:
                 return []
             self.leaders.maybe_shrink_isr(now, confirm=note)
+            if not noted:
+                return []  # the usual case: one pass over the partitions, nothing to record
             writes: list[tuple[str, int, PartitionState, int | None]] = []
             names: dict[tuple[str, int], str] = {}
             for name, isr in noted.items():
