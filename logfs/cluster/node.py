@@ -405,6 +405,11 @@ class ClusterNode:
 
     async def _become_leader(self, seen: Leadership, *, adopt: bool) -> None:
         epoch = seen.leader_epoch
+        if self.role == ROLE_FOLLOWER:
+            # the follower stops first: at 10,000 partitions its fetch threads slow the read of every state (the
+            # GIL), and it must stop before this node leads anyway; a read that fails leaves it without fetching
+            # until the next reconcile tries again (``_act``). A leader adopting an epoch keeps its tasks until then.
+            await self._stop_role()
         states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
         await self._stop_role()
         node = self.node_id

@@ -506,7 +506,7 @@ class ZooKeeper:
             last.create(self._p(LEADERSHIP), leadership.encode())
         else:
             last.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
-        for multi in (*chunks, last):
+        for multi in chunks:
             self.multis.record(len(Transaction(multi.operations).serialize()))
         answers = self._many([multi.commit_async for multi in chunks], MULTI_DEPTH)
         refused = [results for results in answers if _failed(results)]
@@ -516,6 +516,7 @@ class ZooKeeper:
         if refused:
             raise Conflict(f"the election in epoch {leadership.leader_epoch}: {len(refused)} of {len(answers)} state "
                            f"multis met a newer partition state; the leadership was not written")  # fmt: skip
+        self.multis.record(len(Transaction(last.operations).serialize()))
         (results,) = self._many([last.commit_async])
         if _failed(results):
             raise Fenced(f"the leadership of epoch {leadership.leader_epoch} was refused: {results!r}")

@@ -246,16 +246,17 @@ def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
         for mount in mounts.values():
             mount.allow_log(r"leader .* unreachable|fetch failed|no leader")
 
+        paths = [f"/brokers/topics/{name}/partitions/{p}/state" for name in names for p in range(PER_TOPIC)]
+
         def every_isr(isr: list[int], leader: int) -> bool:
-            for name in names:
-                for p in range(PER_TOPIC):
-                    try:
-                        doc = json.loads(client.get(f"/brokers/topics/{name}/partitions/{p}/state")[0])
-                    except Exception:
-                        return False
-                    if doc["isr"] != isr or doc["leader"] != leader:
-                        return False
-            return True
+            """Every state names ``leader`` with ``isr`` (the reads pipelined: the probe must not be what is slow)."""
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                docs = [json.loads(r.get(timeout=10)[0]) for r in [client.get_async(path) for path in paths]]
+            except NoNodeError:
+                return False
+            return all(doc["isr"] == isr and doc["leader"] == leader for doc in docs)
 
         wait_for("node 2 in every ISR", lambda: every_isr([1, 2], 1), timeout_s=120)
         killed = time.monotonic()
