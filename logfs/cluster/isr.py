@@ -20,6 +20,7 @@ import threading
 from logfs.cluster.rules import PartitionState
 from logfs.cluster.zk import Fenced, Superseded, Versioned, ZkUnavailable, ZooKeeper
 from logfs.core.checkpoint import TopicPartition
+from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.replication.replica import LeaderReplicas
 
 _log = logging.getLogger(__name__)
@@ -72,37 +73,107 @@ class IsrRecorder:
         self._recorded[key] = Versioned(state, version)
         return True
 
+    def _write_many(
+        self, writes: list[tuple[str, int, PartitionState, int | None]], names: dict[tuple[str, int], str]
+    ) -> set[tuple[str, int]] | None:
+        """Record every write of ``writes`` in one batch (see :meth:`_write`); the partitions now recorded, or None
+        when ZooKeeper did not answer (nothing is known). Sets :attr:`fenced` on a refusal. Caller holds the lock."""
+        try:
+            answers = self.zk.write_states(writes)
+        except ZkUnavailable as exc:
+            _log.warning("cannot record %d ISRs in ZooKeeper (%s): keeping the recorded ones", len(writes), exc)
+            return None
+        done: set[tuple[str, int]] = set()
+        for topic, partition, state, _ in writes:
+            key = (topic, partition)
+            answer = answers[key]
+            if isinstance(answer, Superseded):
+                _log.info("%s: waiting for this node to adopt the newer epoch", answer)
+            elif isinstance(answer, Fenced):
+                if self.fenced is None:
+                    self.fenced = str(answer)
+                    _log.error("fenced: %s", answer)
+            else:
+                self._recorded[key] = Versioned(state, answer)
+                done.add(key)
+                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", names[key], list(state.isr), self.epoch)
+        return done
+
     def shrink(self) -> list[TopicPartition]:
         """The ISR shrink rule of every partition, each shrink recorded in ZooKeeper first; the partitions whose ISR
-        changed."""
-        names = {p.name: tp for tp, p in self.leaders.partitions()}
+        changed.
 
-        def confirm(name: str, isr: tuple[int, ...]) -> bool:
-            tp = names.get(name)
-            if tp is None or self.fenced is not None:
-                return False
-            if not self._write(tp.topic, tp.partition, isr):
-                return False
-            _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", name, list(isr), self.epoch)
-            return True
+        In three steps, so that 10,000 partitions leaving together cost one batch of writes, not 10,000 serial
+        round trips under the recorder's lock: the rule is run once with a ``confirm`` that only notes each shrink it
+        would make and refuses it (nothing changes); the noted ISRs are recorded in one batch; the rule is run again
+        at the same instant with a ``confirm`` that accepts a shrink only when ZooKeeper now holds exactly that ISR
+        (one that changed in between is recorded on its own first). A shrink noted and recorded but not made the
+        second time (the follower caught up in between) leaves ZooKeeper's ISR smaller than the leader's, which is
+        the safe direction (the HW only waits for more replicas), and the next :meth:`sync` records the larger one."""
+        parts = {p.name: tp for tp, p in self.leaders.partitions()}
+        now = wall_clock_ms()
+        noted: dict[str, tuple[int, ...]] = {}
+
+        def note(name: str, isr: tuple[int, ...]) -> bool:
+            noted[name] = isr
+            return False
 
         with self._lock:
-            return self.leaders.maybe_shrink_isr(confirm=confirm)
+            if self.fenced is not None:
+                return []
+            self.leaders.maybe_shrink_isr(now, confirm=note)
+            if not noted:
+                return []  # the usual case: one pass over the partitions, nothing to record
+            writes: list[tuple[str, int, PartitionState, int | None]] = []
+            names: dict[tuple[str, int], str] = {}
+            for name, isr in noted.items():
+                tp = parts.get(name)
+                if tp is None:
+                    continue
+                recorded = self._recorded.get((tp.topic, tp.partition))
+                version = None if recorded is None else recorded.version
+                writes.append((tp.topic, tp.partition, self._state(isr), version))
+                names[(tp.topic, tp.partition)] = name
+            done = self._write_many(writes, names) if writes else set()
+            if done is None:
+                return []  # ZooKeeper did not answer: every ISR stays as it is (the HW waits); tried again later
+
+            def confirm(name: str, isr: tuple[int, ...]) -> bool:
+                tp = parts.get(name)
+                if tp is None or self.fenced is not None:
+                    return False
+                recorded = self._recorded.get((tp.topic, tp.partition))
+                if recorded is not None and recorded.state == self._state(isr):
+                    return True  # recorded in the batch above
+                if not self._write(tp.topic, tp.partition, isr):
+                    return False
+                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", name, list(isr), self.epoch)
+                return True
+
+            return self.leaders.maybe_shrink_isr(now, confirm=confirm)
 
     def sync(self) -> list[str]:
-        """Record every ISR that grew and every new partition; return the topics that were deleted here since they
-        were recorded (their state znodes are removed and the deletion is kept for the other replicas)."""
+        """Record every ISR that grew and every new partition (all of them in one pipelined batch: a leader that
+        creates or takes 10,000 partitions waits for a few round trips, not 10,000); return the topics that were
+        deleted here since they were recorded (their state znodes are removed and the deletion is kept for the other
+        replicas)."""
         with self._lock:
+            if self.fenced is not None:
+                return []
             live = self.leaders.partitions()
+            writes: list[tuple[str, int, PartitionState, int | None]] = []
+            names: dict[tuple[str, int], str] = {}
             for tp, p in live:
+                recorded = self._recorded.get((tp.topic, tp.partition))
+                state = self._state(p.isr)
+                if recorded is not None and recorded.state == state:
+                    continue
+                writes.append((tp.topic, tp.partition, state, None if recorded is None else recorded.version))
+                names[(tp.topic, tp.partition)] = p.name
+            if writes:
+                self._write_many(writes, names)
                 if self.fenced is not None:
                     return []
-                recorded = self._recorded.get((tp.topic, tp.partition))
-                isr = p.isr
-                if recorded is not None and recorded.state == self._state(isr):
-                    continue
-                if self._write(tp.topic, tp.partition, isr):
-                    _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", p.name, list(isr), self.epoch)
             present = {(tp.topic, tp.partition) for tp, _ in live}
             store = self.leaders.store
             gone = sorted({t for (t, p) in self._recorded if (t, p) not in present and not store.has_topic(t)})

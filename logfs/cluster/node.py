@@ -7,8 +7,9 @@ Theory of operation.
 * **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over (``logfs/cluster/zk.py``) and,
   after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in a worker thread: register if not
   registered; become the controller when there is none (Kafka's multi on ``/controller_epoch``); as controller,
-  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write the
-  leadership and every partition state in one transaction; then read the leadership (watched) and act on it.
+  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write every
+  partition state, then the leadership (``ZooKeeper.write_election``: bounded multis, each checking
+  ``/controller_epoch``, the leadership last); then read the leadership (watched) and act on it.
 * **Acting** (``rules.decide``): a newer epoch naming this node → lead: stop fetching, take every partition in that
   epoch with the ISR ZooKeeper records (``LeaderReplicas``), record the epoch in the store's replica state, and serve
   writes and fetches (``Operations.set_role``). Naming another node → follow it: its advertised mount is tailed by
@@ -35,7 +36,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,17 +47,19 @@ from logfs.cluster.rules import (
     NO_LEADERSHIP,
     Action,
     Broker,
+    Leader,
     Leadership,
     dead_removed,
     decide,
     elect,
     isr_after_election,
     needs_election,
-    next_leader_epoch,
+    plan_election,
 )
 from logfs.cluster.zk import (
     SESSION_CONNECTED,
     SESSION_EXPIRED,
+    Conflict,
     Fenced,
     StillRegistered,
     Versioned,
@@ -112,6 +114,7 @@ class ClusterNode:
         self.broker_epoch = -1  # czxid of this node's registration; -1 while unregistered
         self.controller: int | None = None
         self._controller_epoch: tuple[int, int] | None = None  # (epoch, znode version) while this node is controller
+        self._isr_clean: object = None  # what the controller last found with no dead replica in any ISR
         self._recorder: IsrRecorder | None = None
         self._follower: Follower | None = None
         self._role_scope: trio.CancelScope | None = None
@@ -284,6 +287,10 @@ class ClusterNode:
         try:
             epoch = self._write_leadership(current, version, states, live, election.leader, leader_mount,
                                            lambda isr: isr_after_election(isr, election, epochs))  # fmt: skip
+        except Conflict as exc:  # a state changed since it was read: read again at the next reconcile
+            _log.info("node %d: %s; electing again", self.node_id, exc)
+            self.zk.nudge()
+            return
         except Fenced as exc:
             _log.warning("node %d resigns as controller: %s", self.node_id, exc)
             self._controller_epoch = None
@@ -305,39 +312,50 @@ class ClusterNode:
         isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
     ) -> int:
         """Worker thread, as controller: the leadership of ``leader`` in the next epoch, and every partition's state
-        with the ISR ``isr_of`` its current one, in one transaction; the epoch. Fenced when refused."""
+        with the ISR ``isr_of`` its current one (``rules.plan_election``), written as ``ZooKeeper.write_election``
+        says: the states in pipelined multis, the leadership last; the epoch. Fenced or Conflict when refused."""
         assert self._controller_epoch is not None
         controller_epoch, epoch_version = self._controller_epoch
-        epoch = next_leader_epoch(
-            [current.leader_epoch, *(v.state.leader_epoch for v in states.values())],
-            [b.highest_epoch for _, b in live.values()],
-        )
         broker_epoch = live[leader][0] if leader in live else -1
-        leadership = Leadership(leader, epoch, mount, controller_epoch, broker_epoch)
-        new_states = {
-            key: (replace(v.state, leader=leader, leader_epoch=epoch, controller_epoch=controller_epoch,
-                          isr=isr_of(v.state.isr)), v.version)
-            for key, v in states.items()
-        }  # fmt: skip
-        self.zk.write_election(epoch_version, leadership, version, new_states)
-        return epoch
+        leadership, new_states = plan_election(
+            current, {key: (v.state, v.version) for key, v in states.items()},
+            [b.highest_epoch for _, b in live.values()], Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
+        )  # fmt: skip
+        before = self.zk.multis.largest
+        multis = self.zk.write_election(epoch_version, leadership, version, new_states)
+        _log.info("controller %d wrote leader epoch %d: %d partition states in %d multis (largest %d bytes)",
+                  self.node_id, leadership.leader_epoch, len(new_states), multis,
+                  max(before, self.zk.multis.largest))  # fmt: skip
+        return leadership.leader_epoch
 
     def _remove_dead_replicas(
         self, current: Leadership, version: int, epochs: dict[int, int], live: dict[int, tuple[int, Broker]]
     ) -> None:
         """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
         doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too)."""
+        it silently (ZooKeeper-mode Kafka bumps the epoch too). Also completes an election of this same leader that
+        a previous controller left half-written (docs/replication.md, "Elections at scale").
+
+        Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
+        since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
+        timer): an ISR gains a member only by the leader's join rule, which takes a node that is fetching."""
         if current.leader == NO_LEADER or self._controller_epoch is None:
+            return
+        looked = (frozenset(epochs.items()), version, self._controller_epoch)
+        if looked == self._isr_clean:
             return
         states = self.zk.partition_states()
         shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
-        if all(isr == states[key].state.isr for key, isr in shrunk.items()):
+        # states in an epoch above the leadership's: an election (of this same leader) left half-written by a
+        # controller that died or was deposed before its leadership multi; written again here, it is completed
+        half_written = any(v.state.leader_epoch > current.leader_epoch for v in states.values())
+        if not half_written and all(isr == states[key].state.isr for key, isr in shrunk.items()):
+            self._isr_clean = looked
             return
         try:
             epoch = self._write_leadership(current, version, states, live, current.leader, current.mount,
                                            lambda isr: dead_removed(isr, epochs))  # fmt: skip
-        except Fenced as exc:
+        except (Fenced, Conflict) as exc:
             _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
             return
         dead = sorted({r for v in states.values() for r in v.state.isr if r not in epochs})
@@ -387,6 +405,11 @@ class ClusterNode:
 
     async def _become_leader(self, seen: Leadership, *, adopt: bool) -> None:
         epoch = seen.leader_epoch
+        if self.role == ROLE_FOLLOWER:
+            # the follower stops first: at 10,000 partitions its fetch threads slow the read of every state (the
+            # GIL), and it must stop before this node leads anyway; a read that fails leaves it without fetching
+            # until the next reconcile tries again (``_act``). A leader adopting an epoch keeps its tasks until then.
+            await self._stop_role()
         states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
         await self._stop_role()
         node = self.node_id

@@ -27,9 +27,11 @@ from __future__ import annotations
 import enum
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 NO_LEADER = -1  # Kafka's LeaderAndIsr.NoLeader
 NO_EPOCH = -1
@@ -64,8 +66,8 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class Leadership:
-    """Who leads every partition, in which epoch (``/logfs/leadership``, written with the state znodes in one
-    transaction: the one znode each node watches). ``mount`` is the leader's advertised mount ("" for none);
+    """Who leads every partition, in which epoch (``/logfs/leadership``, written after every state znode of its
+    election: the one znode each node watches and acts on). ``mount`` is the leader's advertised mount ("" for none);
     ``broker_epoch`` the czxid of the leader's ``/brokers/ids/<id>`` when it was elected (Kafka's broker epoch,
     KIP-380): a leader that restarted registers anew, and is not the leader it names until elected again."""
 
@@ -185,6 +187,39 @@ def dead_removed(isr: Sequence[int], live: Iterable[int]) -> tuple[int, ...]:
 def next_leader_epoch(recorded: Iterable[int], seen_by_nodes: Iterable[int]) -> int:
     """One above every leader epoch ZooKeeper records and every epoch a live node's store has seen (never reused)."""
     return 1 + max([NO_EPOCH, *recorded, *seen_by_nodes])
+
+
+def plan_election(
+    current: Leadership,
+    recorded: Mapping[K, tuple[PartitionState, int]],
+    highest_epochs: Iterable[int],
+    leader: Leader,
+    isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
+) -> tuple[Leadership, dict[K, tuple[PartitionState, int]]]:
+    """What the controller writes for ``leader``: the leadership in the next epoch (``next_leader_epoch`` of the
+    current one, every recorded state's and every live node's ``highest_epochs``) and every recorded state in that
+    epoch with the ISR ``isr_of`` its current one, each with the version it must still have. Because the epoch is
+    above every *recorded* state's, a controller that finds some states already in a newer epoch (a predecessor died
+    part-way through its election) elects above them and rewrites every state: the election is completed."""
+    epoch = next_leader_epoch([current.leader_epoch, *(s.leader_epoch for s, _ in recorded.values())],
+                              highest_epochs)  # fmt: skip
+    leadership = Leadership(leader.node_id, epoch, leader.mount, leader.controller_epoch, leader.broker_epoch)
+    states = {
+        key: (replace(state, leader=leader.node_id, leader_epoch=epoch, controller_epoch=leader.controller_epoch,
+                      isr=isr_of(state.isr)), version)
+        for key, (state, version) in recorded.items()
+    }  # fmt: skip
+    return leadership, states
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Whom an election names: the node, its advertised mount, its broker epoch, and the controller's epoch."""
+
+    node_id: int
+    mount: str
+    broker_epoch: int
+    controller_epoch: int
 
 
 def needs_election(current: Leadership, live: Mapping[int, int], replica_ids: Sequence[int]) -> bool:
