@@ -8,8 +8,8 @@ N is ``--partitions`` (default ``LOGFS_SCALE_PARTITIONS`` or 10,000: 2,000 topic
 figure, its value at N, its value at the baseline, issue 24's target, and whether the target is met. Sections
 (``--only`` takes a comma-separated list of them; all by default):
 
-* **store**: both stores are built before anything is mounted, with the core API (``Store.create_topic`` of each
-  topic, one record appended to each partition): its time is the first row. Every other section but readers and
+* **store**: both stores are built before anything is mounted, with the core API (``Store.create_topics`` of every
+  topic at once, one record appended to each partition): its time is the first row. Every other section but readers and
   zk mounts these stores (with ``node.id=1``).
 * **mount**: one real ``logfs mount`` per size. Per-operation medians, on the same ten partitions' names (spread over
   the store) at both sizes: a lookup (``stat(2)`` of a partition directory relative to an open descriptor of its
@@ -300,15 +300,15 @@ def build_store(root: Path, count: int) -> float:
     (node.id 1, as every mount of it here); seconds. A record's HW is the LEO: no follower yet."""
     from logfs.core.configtext import parse_store_config
     from logfs.core.format.encode import encode_values
-    from logfs.core.store import Store
+    from logfs.core.store import NewTopic, Store
 
     began = time.perf_counter()
     store = Store.open(root, parse_store_config(["node.id=1", f"num.partitions={PER_TOPIC}"]))
     try:
         now = time.time_ns() // 1_000_000
+        store.create_topics([NewTopic(topic_name(t), PER_TOPIC) for t in range(count // PER_TOPIC)])
         for t in range(count // PER_TOPIC):
             topic = topic_name(t)
-            store.create_topic(topic, PER_TOPIC)
             for p in range(PER_TOPIC):
                 log = store.log(topic, p)
                 log.append_as_leader(encode_values([b"scale %d" % (t * PER_TOPIC + p)], now), 0)
