@@ -46,7 +46,9 @@ Theory of operation.
   rolls), so a caught-up follower of a compacted topic agrees with the leader on offsets and on the latest record
   per key, not on bytes (docs/replication.md, "Compacted topics").
 * **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
-  leader's mount is abandoned), the mount is unmounted, the store closed cleanly; exit 0.
+  leader's mount is abandoned), the abandoned calls into the leader's mount are waited for (up to
+  ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one), the mount is
+  unmounted, the store closed cleanly; exit 0.
 * **The store offline** (an I/O error of its disk, issue 16; :meth:`Follower.store_offline`): fetching stops (the
   leader drops this replica from its ISR), one ERROR says so, ``--mount`` keeps serving reads; exit 1 at shutdown.
 
@@ -85,6 +87,7 @@ from logfs.core.replication.promotion import (
 from logfs.core.store import Store
 from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, ensure_topic, list_leader
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
+from logfs.follower.inflight import LeaderCalls
 from logfs.follower.replica import (
     Applied,
     ApplyFailed,
@@ -111,6 +114,9 @@ TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, chec
 BACKOFF_INITIAL_S = 0.05  # first retry after a failed fetch; doubles up to
 BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
 EMPTY_FETCH_PAUSE_S = 0.01  # a fetch that returned nothing at once (no long poll) waits this long before the next
+# At shutdown, how long to wait for the calls into the leader's mount still running (a long poll ends within 500 ms;
+# a hung leader mount's never do, and then the exit waits on them anyway)
+SHUTDOWN_DRAIN_S = 2.0
 
 
 @dataclass
@@ -170,6 +176,7 @@ class Follower:
         self._fetch_limiter = trio.CapacityLimiter(FETCH_THREADS)
         self._disk_limiter = trio.CapacityLimiter(DISK_THREADS)
         self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
+        self._leader_calls = LeaderCalls()  # fetches and listings running in the leader's mount (shutdown waits)
         self._views: dict[tuple[str, int], PartitionView] = {}
         self._tasks: dict[tuple[str, int], _PartitionTask] = {}
         self._configs: dict[str, str] = {}  # topic → the config text last copied
@@ -215,6 +222,20 @@ class Follower:
             gates = [task.gate for task in self._tasks.values()]
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_close_gates, gates)
+                # And let every abandoned call into the leader's mount come back before this process may exit: an
+                # exit that withdraws one still queued there can leave the leader's mount blocked, and this
+                # process's exit waiting for ever for its other calls (logfs/follower/inflight.py).
+                running = self._leader_calls.running
+                left = await trio.to_thread.run_sync(self._leader_calls.wait_idle, SHUTDOWN_DRAIN_S)
+                if running:
+                    _log.info("shutdown: waited for %d call(s) into the leader's mount, %d still running", running,
+                              left)  # fmt: skip
+
+    async def _leader_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, a call into the leader's mount, in a worker thread that a cancellation abandons (a hung
+        leader mount never returns), counted until it returns (:meth:`run` waits for them at shutdown)."""
+        job = functools.partial(self._leader_calls.run, functools.partial(fn, *args))
+        return await trio.to_thread.run_sync(job, limiter=self._fetch_limiter, abandon_on_cancel=True)
 
     async def _thread(self, limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
@@ -270,9 +291,7 @@ class Follower:
             if self.store_offline():
                 await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
             try:
-                listing = await trio.to_thread.run_sync(
-                    list_leader, self.leader, self.replica_id, limiter=self._fetch_limiter, abandon_on_cancel=True
-                )
+                listing = await self._leader_call(list_leader, self.leader, self.replica_id)
             except OSError as exc:
                 self._leader_failed(exc)
                 await backoff.wait()
@@ -354,7 +373,7 @@ class Follower:
             started = trio.current_time()
             job = functools.partial(fetch_and_apply, reader, path, log, offset, known, task.gate, self._appends)
             try:
-                fetched = await trio.to_thread.run_sync(job, limiter=self._fetch_limiter, abandon_on_cancel=True)
+                fetched = await self._leader_call(job)
             except OSError as exc:
                 await self._fetch_failed(topic, partition, exc)
                 await backoff.wait()
@@ -405,9 +424,7 @@ class Follower:
         key = (topic, partition)
         reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
         if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
-            reachable = await trio.to_thread.run_sync(
-                os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True
-            )
+            reachable = await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
         if not reachable:
             self._leader_failed(exc)
         elif exc.errno == errno.ENOENT:
