@@ -46,9 +46,9 @@ Theory of operation.
   rolls), so a caught-up follower of a compacted topic agrees with the leader on offsets and on the latest record
   per key, not on bytes (docs/replication.md, "Compacted topics").
 * **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
-  leader's mount is abandoned), the abandoned calls into the leader's mount are waited for (up to
-  ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one), the mount is
-  unmounted, the store closed cleanly; exit 0.
+  leader's mount is abandoned), the mount is unmounted, the abandoned calls into the leader's mount are waited for
+  (up to ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one), the store
+  closed cleanly; exit 0.
 * **The store offline** (an I/O error of its disk, issue 16; :meth:`Follower.store_offline`): fetching stops (the
   leader drops this replica from its ISR), one ERROR says so, ``--mount`` keeps serving reads; exit 1 at shutdown.
 
@@ -222,14 +222,16 @@ class Follower:
             gates = [task.gate for task in self._tasks.values()]
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_close_gates, gates)
-                # And let every abandoned call into the leader's mount come back before this process may exit: an
-                # exit that withdraws one still queued there can leave the leader's mount blocked, and this
-                # process's exit waiting for ever for its other calls (logfs/follower/inflight.py).
-                running = self._leader_calls.running
-                left = await trio.to_thread.run_sync(self._leader_calls.wait_idle, SHUTDOWN_DRAIN_S)
-                if running:
-                    _log.info("shutdown: waited for %d call(s) into the leader's mount, %d still running", running,
-                              left)  # fmt: skip
+
+    async def drain_leader_calls(self) -> None:
+        """After :meth:`run` ended, before the process exits: let every abandoned call into the leader's mount come
+        back (at most ``SHUTDOWN_DRAIN_S``). An exit that withdraws one still queued there can leave the leader's mount
+        blocked, and this process's exit waiting for ever for its other calls (logfs/follower/inflight.py). Not on
+        a cluster node's role change, which exits nothing and must not wait."""
+        running = self._leader_calls.running
+        left = await trio.to_thread.run_sync(self._leader_calls.wait_idle, SHUTDOWN_DRAIN_S)
+        if running:
+            _log.info("shutdown: waited for %d call(s) into the leader's mount, %d still running", running, left)
 
     async def _leader_call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, a call into the leader's mount, in a worker thread that a cancellation abandons (a hung
@@ -551,6 +553,7 @@ async def _run_plain(leader_mount: Path, store: Store, replica_id: int) -> int:
         nursery.start_soon(CleanerTask(store).run)  # replicas clean their own logs, as Kafka's do
         await _wait_for_signal()
         nursery.cancel_scope.cancel()
+    await follower.drain_leader_calls()
     return 0
 
 
@@ -570,7 +573,9 @@ async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountp
     cleaner = CleanerTask(store)  # replicas clean their own logs, as Kafka's do
     ops.reader.cleaner = cleaner
     background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals, cleaner.run]
-    return await run_mount(ops, mountpoint, background)
+    code = await run_mount(ops, mountpoint, background)
+    await follower.drain_leader_calls()
+    return code
 
 
 async def _wait_for_signal() -> None:
