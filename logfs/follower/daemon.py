@@ -53,7 +53,9 @@ Theory of operation.
   rolls), so a caught-up follower of a compacted topic agrees with the leader on offsets and on the latest record
   per key, not on bytes (docs/replication.md, "Compacted topics").
 * **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
-  leader's mount is abandoned), the mount is unmounted, the store closed cleanly; exit 0.
+  leader's mount is abandoned), the mount is unmounted, the abandoned calls into the leader's mount are waited for
+  (up to ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one), the store
+  closed cleanly; exit 0.
 * **The store offline** (an I/O error of its disk, issue 16; :meth:`Follower.store_offline`): fetching stops (the
   leader drops this replica from its ISR), one ERROR says so, ``--mount`` keeps serving reads; exit 1 at shutdown.
 
@@ -93,6 +95,7 @@ from logfs.core.replication.promotion import (
 from logfs.core.store import Store
 from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, create_topics, ensure_topic, list_leader
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
+from logfs.follower.inflight import LeaderCalls
 from logfs.follower.replica import (
     Applied,
     ApplyFailed,
@@ -124,6 +127,9 @@ BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
 EMPTY_FETCH_PAUSE_S = 0.01  # a fetch that returned nothing at once (no long poll) waits this long before the next
 SESSION_RETRY_S = 1.0  # a partition the session answered with nothing to do (a refused epoch, a stale answer, a
 # failed apply) is written again after this (Kafka's replica.fetch.backoff.ms)
+# At shutdown, how long to wait for the calls into the leader's mount still running (a long poll ends within 500 ms;
+# a hung leader mount's never do, and then the exit waits on them anyway)
+SHUTDOWN_DRAIN_S = 2.0
 
 TP = tuple[str, int]
 
@@ -185,6 +191,7 @@ class Follower:
         self._fetch_limiter = trio.CapacityLimiter(FETCH_THREADS)
         self._disk_limiter = trio.CapacityLimiter(DISK_THREADS)
         self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
+        self._leader_calls = LeaderCalls()  # fetches and listings running in the leader's mount (shutdown waits)
         self._views: dict[tuple[str, int], PartitionView] = {}
         self._tasks: dict[tuple[str, int], _PartitionTask] = {}
         self._configs: dict[str, str] = {}  # topic → the config text last copied
@@ -244,6 +251,23 @@ class Follower:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_close_gates, gates)
 
+    async def drain_leader_calls(self) -> None:
+        """After :meth:`run` ended, before the process exits: let every abandoned call into the leader's mount come
+        back (at most ``SHUTDOWN_DRAIN_S``). An exit that withdraws one still queued there can leave the leader's mount
+        blocked, and this process's exit waiting for ever for its other calls (logfs/follower/inflight.py). Not on
+        a cluster node's role change, which exits nothing and must not wait."""
+        running = self._leader_calls.running
+        left = await trio.to_thread.run_sync(self._leader_calls.wait_idle, SHUTDOWN_DRAIN_S)
+        if running:
+            _log.info("shutdown: waited for %d call(s) into the leader's mount, %d still running", running, left)
+
+    async def _leader_call(self, fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter | None = None) -> T:
+        """``fn(*args)``, a call into the leader's mount, in a worker thread that a cancellation abandons (a hung
+        leader mount never returns), counted until it returns (:meth:`drain_leader_calls` waits for them at
+        shutdown). ``limiter``: the fetch limiter unless given (the session's own)."""
+        job = functools.partial(self._leader_calls.run, functools.partial(fn, *args))
+        return await trio.to_thread.run_sync(job, limiter=limiter or self._fetch_limiter, abandon_on_cancel=True)
+
     async def _thread(self, limiter: trio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
 
@@ -299,10 +323,7 @@ class Follower:
                 await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
             known = self._known_slice()
             try:
-                listing = await trio.to_thread.run_sync(
-                    list_leader, self.leader, self.replica_id, known, limiter=self._fetch_limiter,
-                    abandon_on_cancel=True,
-                )  # fmt: skip
+                listing = await self._leader_call(list_leader, self.leader, self.replica_id, known)
             except OSError as exc:
                 self._leader_failed(exc)
                 await backoff.wait()
@@ -395,9 +416,7 @@ class Follower:
                     return  # fetch no more (logged once); the mount's reads go on
                 if client is None:
                     try:
-                        client = await trio.to_thread.run_sync(
-                            SessionClient, path, limiter=limiter, abandon_on_cancel=True
-                        )
+                        client = await self._leader_call(SessionClient, path, limiter=limiter)
                     except OSError as exc:
                         if await self._session_refused(exc):
                             return
@@ -407,9 +426,7 @@ class Follower:
                     self._drops.clear()
                 request = self._session_request()
                 try:
-                    answer = await trio.to_thread.run_sync(
-                        client.exchange, request, limiter=limiter, abandon_on_cancel=True
-                    )
+                    answer = await self._leader_call(client.exchange, request, limiter=limiter)
                 except (OSError, FetchProtocolError) as exc:
                     client.close()
                     client = None
@@ -441,9 +458,7 @@ class Follower:
         an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
         reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
         if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
-            reachable = await trio.to_thread.run_sync(
-                os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True
-            )
+            reachable = await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
         if not reachable:
             self._leader_failed(exc)
         elif exc.errno == errno.ENOENT:
@@ -591,7 +606,7 @@ class Follower:
             started = trio.current_time()
             job = functools.partial(fetch_and_apply, reader, path, log, offset, known, task.gate, self._appends)
             try:
-                fetched = await trio.to_thread.run_sync(job, limiter=self._fetch_limiter, abandon_on_cancel=True)
+                fetched = await self._leader_call(job)
             except OSError as exc:
                 await self._fetch_failed(topic, partition, exc)
                 await backoff.wait()
@@ -642,9 +657,7 @@ class Follower:
         key = (topic, partition)
         reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
         if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
-            reachable = await trio.to_thread.run_sync(
-                os.path.isdir, self.leader / LOGFS_DIR, limiter=self._fetch_limiter, abandon_on_cancel=True
-            )
+            reachable = await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
         if not reachable:
             self._leader_failed(exc)
         elif exc.errno == errno.ENOENT:
@@ -789,6 +802,7 @@ async def _run_plain(leader_mount: Path, store: Store, replica_id: int) -> int:
         nursery.start_soon(CleanerTask(store).run)  # replicas clean their own logs, as Kafka's do
         await _wait_for_signal()
         nursery.cancel_scope.cancel()
+    await follower.drain_leader_calls()
     return 0
 
 
@@ -808,7 +822,9 @@ async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountp
     cleaner = CleanerTask(store)  # replicas clean their own logs, as Kafka's do
     ops.reader.cleaner = cleaner
     background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals, cleaner.run]
-    return await run_mount(ops, mountpoint, background)
+    code = await run_mount(ops, mountpoint, background)
+    await follower.drain_leader_calls()
+    return code
 
 
 async def _wait_for_signal() -> None:
