@@ -453,13 +453,18 @@ class Follower:
             if client is not None:
                 client.close()
 
+    async def _leader_reachable(self, exc: OSError) -> bool:
+        """After a failed call into the leader's mount: is that mount still there (an error of the call itself),
+        or is the leader down (its mount gone, hung or unreachable)? The check runs in a worker: a hung sshfs
+        blocks."""
+        if exc.errno in LEADER_DOWN and exc.errno != errno.EIO:
+            return False
+        return await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
+
     async def _session_refused(self, exc: OSError) -> bool:
         """A failed open or exchange of the session: True when the leader has no sessions (ENOENT with its mount up:
         an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
-        reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
-        if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
-            reachable = await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
-        if not reachable:
+        if not await self._leader_reachable(exc):
             self._leader_failed(exc)
         elif exc.errno == errno.ENOENT:
             _log.info("the leader %s has no fetch sessions: one fetch per partition", self.leader)
@@ -655,10 +660,7 @@ class Follower:
         """Log a failed fetch once (until the partition fetches again): refused (EPERM), not on the leader (ENOENT,
         quietly: discovery sees deletions), another error of a leader that is up, or a leader that is down."""
         key = (topic, partition)
-        reachable = exc.errno not in LEADER_DOWN or exc.errno == errno.EIO
-        if reachable:  # is the leader's mount itself still there? (in a worker: a hung sshfs blocks)
-            reachable = await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
-        if not reachable:
+        if not await self._leader_reachable(exc):
             self._leader_failed(exc)
         elif exc.errno == errno.ENOENT:
             _log.debug("%s-%d: not on the leader (ENOENT): waiting", topic, partition)

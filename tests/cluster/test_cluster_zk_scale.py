@@ -273,13 +273,7 @@ def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
         count, multis, largest = (int(x) for x in wrote[-1])
         assert count == topics * PER_TOPIC and multis >= 2 and largest <= MULTI_MAX_BYTES
     finally:
-        client.stop()
-        client.close()
-        for mount in mounts.values():
-            if mount.proc.poll() is None:
-                finish_mount(mount)
-            else:
-                clear_mount(mount.path)
+        stop_all(client, mounts)
 
 
 def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_controller(
@@ -331,13 +325,18 @@ def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_con
         wait_for("node 1 adopted it", lambda: json.loads((m1 / ".logfs/leader").read_text())["leader_epoch"] == epoch)
         assert leader_of(m1) == leader_of(m2) == 1
     finally:
-        client.stop()
-        client.close()
-        for mount in mounts.values():
-            if mount.proc.poll() is None:
-                finish_mount(mount)
-            else:
-                clear_mount(mount.path)
+        stop_all(client, mounts)
+
+
+def stop_all(client: Any, mounts: dict[int, Any]) -> None:
+    """The test's own ZooKeeper client stopped, every node finished (checked) or, when it died, its mount cleared."""
+    client.stop()
+    client.close()
+    for mount in mounts.values():
+        if mount.proc.poll() is None:
+            finish_mount(mount)
+        else:
+            clear_mount(mount.path)
 
 
 def packets_received(server: Any) -> int:
