@@ -181,6 +181,9 @@ class Store:
         # The same logs by topic, so that a lookup of one topic costs what that topic has, never O(partitions):
         # the mount asks it on every lookup and getattr (kept in step with _logs by _add_log and _drop_log).
         self._by_topic: dict[str, dict[int, Log]] = {}
+        # Moves with every partition added or dropped: a reader that saw the same value knows the set of partitions
+        # is the same without walking it (logfs/cluster/isr.py's sync of the ISRs it recorded).
+        self.topology_version = 0
         self._overrides: dict[str, dict[str, str]] = {}
         self._due = _Due()
         # The logs the tick must visit, as they report themselves (core/dirtylogs.py): an idle log costs the tick
@@ -309,6 +312,7 @@ class Store:
         log.on_change = functools.partial(self._dirty.changed, log)
         self._logs[tp] = log
         self._by_topic.setdefault(tp.topic, {})[tp.partition] = log
+        self.topology_version += 1
 
     def _drop_log(self, tp: TopicPartition) -> Log:
         log = self._logs.pop(tp)
@@ -317,6 +321,7 @@ class Store:
         del logs[tp.partition]
         if not logs:
             del self._by_topic[tp.topic]
+        self.topology_version += 1
         return log
 
     def logs(self) -> Iterator[tuple[TopicPartition, Log]]:

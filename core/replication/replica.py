@@ -180,9 +180,11 @@ class LeaderPartition:
         isr: Iterable[int] = (),
         name: str = "",
         now_ms: int | None = None,
+        on_isr_change: Callable[[], None] | None = None,
     ) -> None:
         """Take the partition as leader (Kafka's makeLeader): followers start unknown, caught up now if ``isr`` names
-        them (logfs always starts with the leader alone), then the HW rule applies once. Any thread."""
+        them (logfs always starts with the leader alone), then the HW rule applies once. Any thread.
+        ``on_isr_change``: told after every change of the ISR (:attr:`LeaderReplicas.changes`)."""
         if node_id not in replica_ids:
             raise ValueError(f"node {node_id} leads a partition whose replicas {list(replica_ids)} do not include it")
         in_sync = {node_id, *isr}
@@ -197,6 +199,7 @@ class LeaderPartition:
         self.leader_epoch_start_offset = log.log_end_offset
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._lock = threading.Lock()
+        self._on_isr_change = on_isr_change
         self._isr = tuple(sorted(in_sync))
         self._replicas = {
             r: ReplicaState(last_caught_up_ms=now if r in in_sync else 0) for r in self.replica_ids if r != node_id
@@ -341,6 +344,8 @@ class LeaderPartition:
             if replica_id not in self._isr and self._can_join(new):
                 self._isr = tuple(sorted((*self._isr, replica_id)))
                 joined = True
+                if self._on_isr_change is not None:
+                    self._on_isr_change()
                 _log.info("%s: replica %d joins the ISR at offset %d (ISR %s, leader epoch %d)",
                           self.name, replica_id, fetch_offset, list(self._isr), self.leader_epoch)  # fmt: skip
             moved = deferred = False
@@ -374,6 +379,8 @@ class LeaderPartition:
             if confirm is not None and not confirm(self.name, tuple(r for r in self._isr if r not in out)):
                 return NO_CHANGE
             self._isr = tuple(r for r in self._isr if r not in out)
+            if self._on_isr_change is not None:
+                self._on_isr_change()
             for r in out:
                 s = self._replicas[r]
                 _log.warning(
@@ -456,12 +463,25 @@ class LeaderReplicas:
         self.replica_lag_time_max_ms = config.replica_lag_time_max_ms
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartition, LeaderPartition] = {}
+        self._changes = 0  # partitions taken or forgotten, ISRs changed: see changes
+        self._changes_lock = threading.Lock()  # ISR changes come from any thread, under their partition's lock
         # follower → when it last sent a request of the fetch protocol (ms since the epoch; any thread writes)
         self._heard: dict[int, int] = {}
         self._taking_existing = True  # the partitions the store holds now start with the leader alone (spec §6)
         for tp, _ in store.logs():
             self.partition(tp.topic, tp.partition, now_ms=now_ms)
         self._taking_existing = False
+
+    @property
+    def changes(self) -> int:
+        """A count that moves whenever a partition is taken or forgotten here or any partition's ISR changes: a
+        reader that saw the same count (and the store's :attr:`Store.topology_version`) has nothing new to record,
+        so it need not walk every partition (logfs/cluster/isr.py's sync, ten times a second)."""
+        return self._changes
+
+    def _changed(self) -> None:
+        with self._changes_lock:
+            self._changes += 1
 
     @property
     def followers(self) -> tuple[int, ...]:
@@ -512,11 +532,13 @@ class LeaderReplicas:
                     isr=isr,
                     name=f"{topic}-{partition}",
                     now_ms=now_ms,
+                    on_isr_change=self._changed,
                 )
                 if not self._taking_existing and len(current.isr) > 1:
                     _log.info("%s: created with the ISR %s (this node and the live replicas)", current.name,
                               list(current.isr))  # fmt: skip
                 self._partitions[tp] = current
+                self._changed()
             return current
 
     def partitions(self) -> list[tuple[TopicPartition, LeaderPartition]]:
@@ -535,11 +557,10 @@ class LeaderReplicas:
                 with self._lock:
                     if self._partitions.get(tp) is p:
                         del self._partitions[tp]
+                        self._changed()
         return live
 
-    def maybe_shrink_isr(
-        self, now_ms: int | None = None, confirm: ConfirmShrink | None = None
-    ) -> list[TopicPartition]:
+    def maybe_shrink_isr(self, now_ms: int | None = None, confirm: ConfirmShrink | None = None) -> list[TopicPartition]:
         """Apply the ISR shrink rule to every partition; the partitions whose ISR changed. Any thread."""
         now = wall_clock_ms() if now_ms is None else now_ms
         return [tp for tp, p in self.partitions() if p.maybe_shrink_isr(now, confirm).isr_changed]

@@ -130,6 +130,7 @@ SESSION_RETRY_S = 1.0  # a partition the session answered with nothing to do (a 
 # At shutdown, how long to wait for the calls into the leader's mount still running (a long poll ends within 500 ms;
 # a hung leader mount's never do, and then the exit waits on them anyway)
 SHUTDOWN_DRAIN_S = 2.0
+SESSION_CLOSE_WAIT_S = 1.0  # a close of the session's file on a leader's mount that does not answer is abandoned
 
 TP = tuple[str, int]
 
@@ -428,7 +429,7 @@ class Follower:
                 try:
                     answer = await self._leader_call(client.exchange, request, limiter=limiter)
                 except (OSError, FetchProtocolError) as exc:
-                    client.close()
+                    await self._close_session(client)
                     client = None
                     if isinstance(exc, SessionUnreadable):  # a network filesystem between (sshfs): per partition
                         _log.info("%s: fetching one partition at a time", exc)
@@ -443,7 +444,7 @@ class Follower:
                 self._leader_answered()
                 if answer.error is not None:  # the mount stopped leading (ZooKeeper): a new session later
                     _log.info("fetch session: the leader answers %s: reopening", answer.error)
-                    client.close()
+                    await self._close_session(client)
                     client = None
                     await backoff.wait()
                     continue
@@ -451,7 +452,17 @@ class Follower:
                 await self._session_answer(answer)
         finally:
             if client is not None:
-                client.close()
+                await self._close_session(client)
+
+    async def _close_session(self, client: SessionClient) -> None:
+        """Close the session's file in a worker thread, waiting for it at most SESSION_CLOSE_WAIT_S, even while
+        cancelled: a close on the leader's mount is a FUSE flush, which a stopped or hung leader never answers, and
+        the trio thread must never wait for it (in a cluster node it also serves that node's own mount, which would
+        stop answering). An abandoned close ends when the leader answers; shutdown waits for it a while
+        (:meth:`drain_leader_calls`)."""
+        with trio.move_on_after(SESSION_CLOSE_WAIT_S) as scope:
+            scope.shield = True
+            await self._leader_call(client.close, limiter=trio.to_thread.current_default_thread_limiter())
 
     async def _leader_reachable(self, exc: OSError) -> bool:
         """After a failed call into the leader's mount: is that mount still there (an error of the call itself),

@@ -385,3 +385,52 @@ def test_a_shrink_of_every_partition_is_recorded_in_a_few_requests(tmp_path: Pat
         with_zk(zookeeper.connect + "/scale", body)
     finally:
         store.close()
+
+
+def test_an_idle_leaders_isr_sync_walks_no_partition(tmp_path: Path, zookeeper: Any) -> None:
+    """The leader's ISR sync runs ten times a second: once everything is recorded it walks no partition until a
+    partition is created or deleted or an ISR changes (then it walks and records that, once)."""
+    from logfs.cluster.isr import IsrRecorder
+    from logfs.core.config import StoreConfig
+    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.store import Store
+
+    store = Store.open(tmp_path / "store", StoreConfig(replica_ids=(0, 1)))
+    try:
+        for i in range(40):
+            store.create_topic(f"i{i:03d}", PER_TOPIC)
+
+        def body(session: Callable[[int], ZooKeeper]) -> None:
+            zk = session(0)
+            leaders = LeaderReplicas(store, 3)
+            recorder = IsrRecorder(zk, leaders, {}, controller_epoch=1)
+            walks = []
+            walk = leaders.partitions
+
+            def counted() -> Any:
+                walks.append(1)
+                return walk()
+
+            leaders.partitions = counted  # type: ignore[method-assign]
+            recorder.sync()  # records every new partition
+            assert len(zk.partition_states()) == 40 * PER_TOPIC and len(walks) == 1
+            for _ in range(20):
+                recorder.sync()
+            assert len(walks) == 1, "an idle sync walked the partitions"
+            store.create_topic("later", PER_TOPIC)
+            leaders.partition("later", 0)
+            recorder.sync()
+            assert len(walks) == 2 and ("later", 0) in zk.partition_states()
+            recorder.sync()
+            assert len(walks) == 2
+            p = leaders.partition("i000", 0)
+            p.record_fetch(1, p.log.log_end_offset)  # caught up: replica 1 joins the ISR
+            assert p.isr == (0, 1)
+            recorder.sync()
+            assert len(walks) == 3 and zk.partition_states()[("i000", 0)].state.isr == (0, 1)
+            recorder.sync()
+            assert len(walks) == 3
+
+        with_zk(zookeeper.connect + "/idle", body)
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -59,4 +60,38 @@ def test_a_follower_exits_promptly_on_sigterm_after_its_fetches_came_back(tmp_pa
             assert not leader_main_thread_blocked_in_fuse_read(lead.proc.pid), f"round {r}: the leader's mount hangs"
             (tmp_path / "F.follow2.log").rename(tmp_path / f"F.follow2.round{r}.log")
     finally:
+        finish_mount(lead)
+
+
+def test_a_follower_of_a_stopped_leader_shuts_down_and_exits_when_it_resumes(tmp_path: Path) -> None:
+    """The leader is stopped (SIGSTOP: a hung mount, or a paused node of a cluster) while the follower's session is
+    open on it: the follower's own mount keeps answering, and SIGTERM takes it through its whole shutdown (its mount
+    unmounted, its store closed); the process itself ends once the leader answers the calls it had already taken
+    (the kernel holds a thread whose FUSE request was read until it is answered). Closing the session's file is a
+    flush the stopped leader never answers: done on the follower's trio thread, it froze the follower's mount and
+    its shutdown (a cluster node that took over from a paused leader stopped answering in the failover campaign)."""
+    lead = start_mount(tmp_path / "L", tmp_path / "L.mnt", "node.id=1", "replica.ids=1,2")
+    paused = False
+    try:
+        make_topic(lead.path, "t", 3)
+        append_lines(lead.path / "t" / "0" / "append", ["r0"])
+        follower = start_follower(lead.path, tmp_path / "F", 2, mount=tmp_path / "F.mnt")
+        try:
+            wait_for("the follower in every ISR", lambda: in_isr(lead, "t", 3, 2), lead, follower)
+            os.kill(lead.proc.pid, signal.SIGSTOP)
+            paused = True
+            time.sleep(1.0)  # the session's next exchange is now queued in the stopped leader
+            assert (tmp_path / "F.mnt" / "t" / "0" / "state").read_text()  # the follower's mount answers
+            follower.proc.send_signal(signal.SIGTERM)
+            wait_for("the follower's shutdown to close its store", lambda: "closed store" in follower.log_text(),
+                     lead, follower, timeout_s=PROMPT_EXIT_S)  # fmt: skip
+            os.kill(lead.proc.pid, signal.SIGCONT)
+            paused = False
+            code = follower.proc.wait(PROMPT_EXIT_S)
+        finally:
+            follower.stop()
+        assert code == 0, follower.log_text()[-4000:]
+    finally:
+        if paused:
+            os.kill(lead.proc.pid, signal.SIGCONT)
         finish_mount(lead)
