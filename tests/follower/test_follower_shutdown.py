@@ -19,7 +19,7 @@ from conftest import finish_mount, make_topic, start_mount
 from follower_procs import append_lines, in_isr, start_follower, wait_for
 
 PARTITIONS = 16  # idle partitions: at any moment nearly all of their fetches are long-polling in the leader's mount
-ROUNDS = int(os.environ.get("LOGFS_FOLLOWER_SHUTDOWN_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("LOGFS_FOLLOWER_SHUTDOWN_ROUNDS", "1"))
 WAITED = re.compile(r"shutdown: waited for (\d+) call\(s\) into the leader's mount, (\d+) still running")
 PROMPT_EXIT_S = 10.0  # a long poll ends within 0.5 s; the drain waits at most 2 s; generous for a loaded machine
 
