@@ -48,6 +48,7 @@ class IsrRecorder:
         # (LeaderReplicas.changes, Store.topology_version) when a sync last found everything recorded; None: walk
         # again (any write of a recorded ISR outside sync, such as a shrink's, clears it)
         self._synced: tuple[int, int] | None = None
+        self._held: set[str] = set()  # the topics this leader has held in this epoch (see sync)
 
     def _state(self, isr: tuple[int, ...]) -> PartitionState:
         return PartitionState(self.node_id, self.epoch, tuple(sorted(isr)), self.controller_epoch)
@@ -188,8 +189,13 @@ class IsrRecorder:
                     return []
                 complete = done is not None and len(done) == len(writes)
             present = {(tp.topic, tp.partition) for tp, _ in live}
+            self._held.update(t for t, _ in present)
             store = self.leaders.store
-            gone = sorted({t for (t, p) in self._recorded if (t, p) not in present and not store.has_topic(t)})
+            # Only a topic this leader held and then deleted is recorded as deleted: a topic recorded in ZooKeeper
+            # that this store never had (a leader elected before it had fetched a new topic) is not a deletion, and
+            # recording one would delete the topic on every replica.
+            gone = sorted({t for (t, p) in self._recorded
+                           if t in self._held and (t, p) not in present and not store.has_topic(t)})  # fmt: skip
             for topic in gone:
                 try:
                     self.zk.record_deletion(topic, [self.node_id])
@@ -199,6 +205,7 @@ class IsrRecorder:
                     continue
                 for key in [k for k in self._recorded if k[0] == topic]:
                     del self._recorded[key]
+                self._held.discard(topic)
                 _log.info("topic %s: deletion recorded in ZooKeeper until every replica applied it", topic)
             if complete:
                 self._synced = seen

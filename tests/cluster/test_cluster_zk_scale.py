@@ -434,3 +434,35 @@ def test_an_idle_leaders_isr_sync_walks_no_partition(tmp_path: Path, zookeeper: 
         with_zk(zookeeper.connect + "/idle", body)
     finally:
         store.close()
+
+
+def test_a_leader_records_the_deletion_only_of_a_topic_it_held(tmp_path: Path, zookeeper: Any) -> None:
+    """A leader elected before it fetched a new topic finds the topic's states in ZooKeeper and no log of it: that is
+    not a deletion (recording one deleted the topic on every replica, seen at 10,000 partitions when a loaded leader
+    lost its session while topics were being created). A topic it held and then deleted is recorded."""
+    from logfs.cluster.isr import IsrRecorder
+    from logfs.core.config import StoreConfig
+    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.store import Store
+
+    store = Store.open(tmp_path / "store", StoreConfig(replica_ids=(0, 1)))
+    try:
+        store.create_topic("here", 2)
+
+        def body(session: Callable[[int], ZooKeeper]) -> None:
+            zk = session(0)
+            state = PartitionState(1, 2, (0, 1), 1)
+            zk.write_states([(t, p, state, None) for t in ("here", "elsewhere") for p in range(2)])
+            leaders = LeaderReplicas(store, 3, isr=lambda tp: (0, 1))
+            recorder = IsrRecorder(zk, leaders, zk.partition_states(), controller_epoch=1)
+            assert recorder.sync() == []
+            assert zk.pending_deletions(watch=False) == {}
+            assert {t for t, _ in zk.partition_states()} == {"here", "elsewhere"}
+            store.delete_topic("here")
+            assert recorder.sync() == ["here"]
+            assert set(zk.pending_deletions(watch=False)) == {"here"}
+            assert {t for t, _ in zk.partition_states()} == {"elsewhere"}
+
+        with_zk(zookeeper.connect + "/held", body)
+    finally:
+        store.close()
