@@ -130,7 +130,9 @@ SESSION_RETRY_S = 1.0  # a partition the session answered with nothing to do (a 
 # At shutdown, how long to wait for the calls into the leader's mount still running (a long poll ends within 500 ms;
 # a hung leader mount's never do, and then the exit waits on them anyway)
 SHUTDOWN_DRAIN_S = 2.0
-SESSION_CLOSE_WAIT_S = 1.0  # a close of the session's file on a leader's mount that does not answer is abandoned
+# A close of the session's file on a leader's mount that does not answer is abandoned after this: short, because a
+# cluster node taking over from a paused leader closes it on its way to leading (the failover waits for it)
+SESSION_CLOSE_WAIT_S = 0.1
 
 TP = tuple[str, int]
 
