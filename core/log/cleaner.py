@@ -292,6 +292,8 @@ class LogCleaner:
         try:
             if info.first_uncleanable_offset <= info.first_dirty_offset:
                 return None
+            _log.info("Beginning cleaning of %s-%d (dirty section = [%d, %d))", tp.topic, tp.partition,
+                      info.first_dirty_offset, info.first_uncleanable_offset)  # fmt: skip
             with log.local.lock:  # Kafka's lastRecordsOfActiveProducers, taken once per round
                 producers: dict[int, ProducerLast] = {
                     pid: (entry.last_data_offset, entry.producer_epoch)
@@ -319,7 +321,7 @@ class LogCleaner:
             )  # fmt: skip
             return stats
         except CleaningAborted as exc:
-            _log.info("%s: clean aborted: %s", tp, exc)
+            _log.info("%s-%d: clean aborted: %s", tp.topic, tp.partition, exc)
             return None
         except StoreOffline:  # logged once, at ERROR, by the failure channel; the partition is not to blame
             return None
