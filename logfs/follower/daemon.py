@@ -104,7 +104,14 @@ from logfs.follower.replica import (
     apply_fetch,
     fetch_and_apply,
 )
-from logfs.follower.session import PartitionFetch, SessionAnswer, SessionClient, SessionUnreadable, session_path
+from logfs.follower.session import (
+    PartitionFetch,
+    SessionAnswer,
+    SessionClient,
+    SessionUnreadable,
+    has_sessions_marker,
+    session_path,
+)
 from logfs.mount.cleaning import CleanerTask
 
 _log = logging.getLogger(__name__)
@@ -425,6 +432,7 @@ class Follower:
                             return
                         await backoff.wait()
                         continue
+                    self._failing.discard(("", -1))  # a later refusal of the session is logged again
                     self._updates = dict.fromkeys([*self._updates, *sorted(self._members)])  # a new session
                     self._drops.clear()
                 request = self._session_request()
@@ -479,10 +487,16 @@ class Follower:
         an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
         if not await self._leader_reachable(exc):
             self._leader_failed(exc)
-        elif exc.errno == errno.ENOENT:
+        elif exc.errno == errno.ENOENT and not await self._leader_call(
+            os.path.exists, has_sessions_marker(self.leader)
+        ):
             _log.info("the leader %s has no fetch sessions: one fetch per partition", self.leader)
             self._fall_back()
             return True
+        elif exc.errno == errno.ENOENT:  # sessions, but no fetches served now (session.has_sessions_marker)
+            if ("", -1) not in self._failing:
+                self._failing.add(("", -1))
+                _log.info("%s serves no fetches now (it does not lead): asking again", self.leader)
         elif ("", -1) not in self._failing:
             self._failing.add(("", -1))
             if exc.errno == errno.EPERM:

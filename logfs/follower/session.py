@@ -56,6 +56,14 @@ def session_path(leader_mount: Path, replica_id: int) -> Path:
     return leader_mount.joinpath(*FETCH_DIR, str(replica_id), SESSION_NAME)
 
 
+def has_sessions_marker(leader_mount: Path) -> Path:
+    """A file every mount that has fetch sessions shows, whatever its role (``.logfs/partitions``, of the same
+    release). A session open refused with ENOENT means "no sessions" (an older leader: fetch per partition) only
+    when this is missing too; with it, the mount has sessions but serves no fetches now (a cluster node that does
+    not lead yet, or no more; a follower's read-only mount), and the follower asks again later."""
+    return leader_mount / FETCH_DIR[0] / "partitions"
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionFetch:
     """One line of a request: a partition's fetch (``drop`` False) or its removal from the session."""
