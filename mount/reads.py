@@ -76,6 +76,8 @@ ReplicaView = Callable[[str, int], tuple[int, Sequence[int]]]
 STABLE_TIMEOUT_S = 1.0  # directories and fixed names: their inode never changes; a topic deletion invalidates
 IMMUTABLE_TIMEOUT_S = 3600.0  # an at/ snapshot's attributes never change (its inode is its own)
 MOVING_TIMEOUT_S = 0.0  # sizes that move (hw/, state, config, metrics) and fresh inodes (looked up on every open)
+HwKey = tuple[int, bool, int, int]  # an hw/ file's remembered size: (id of its log, committed, start, end)
+HwRange = tuple[Node, int, int]  # an hw/ file's node and its [start, end)
 HW_SIZES_MAX = 100_000  # remembered sizes of hw/ files by range (forgotten all at once beyond)
 
 READ_BLKSIZE = 128 * 1024  # st_blksize of read files: coreutils read in max(128 KiB, st_blksize) pieces
@@ -115,7 +117,7 @@ class Reader:
         self._read_thread = read_thread
         self._write_thread = write_thread
         # (id of the log, committed, start, end) → (size, mtime, segment) of that hw/ file (see _hw_attributes)
-        self._hw_sizes: dict[tuple[int, bool, int, int], tuple[int, int | None, LogSegment | None]] = {}
+        self._hw_sizes: dict[HwKey, tuple[int, int | None, LogSegment | None]] = {}
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._mounted_ns = time.time_ns()
@@ -156,8 +158,10 @@ class Reader:
         a.entry_timeout = entry_timeout
         return a
 
-    async def attributes(self, entry: Entry) -> pyfuse3.EntryAttributes:
-        """The attributes of ``entry`` now (sizes exact); NoEntry when its topic or partition is gone."""
+    async def attributes(self, entry: Entry, *, listing: bool = False) -> pyfuse3.EntryAttributes:
+        """The attributes of ``entry`` now (sizes exact); NoEntry when its topic or partition is gone. ``listing``:
+        asked by a readdir of the partition directory, whose ``hw/`` files are likely listed next
+        (:meth:`render_state`)."""
         node, inode = entry.node, entry.inode
         kind = node.kind
         self.check_exists(node)
@@ -195,7 +199,7 @@ class Reader:
                 size, mtime_ns = held
             return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=timeout)
         if kind is Kind.STATE:
-            data = await self.render_state(node)
+            data = await self.render_state(node, warm_hw=listing)
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         if kind is Kind.CONFIG:
             data = self.render_config(node.topic)
@@ -313,10 +317,7 @@ class Reader:
             if twin_start == start and twin_key not in self._hw_sizes:
                 ranges.append((twin, twin_start, twin_end))
             sized = await self._read_thread(_hw_sizes, log, self.cache, ranges)
-            if len(self._hw_sizes) + len(sized) > HW_SIZES_MAX:
-                self._hw_sizes.clear()
-            for k, (size, mtime_ns) in zip((key, twin_key), sized, strict=False):
-                self._hw_sizes[k] = (size, mtime_ns, segment)
+            self._remember_hw_sizes([(k, segment, size) for k, size in zip((key, twin_key), sized, strict=False)])
             known = self._hw_sizes[key]
         return known[0], known[1], closed
 
@@ -474,30 +475,60 @@ class Reader:
             doc = {"node_id": -1, "mount": "", "leader_epoch": -1}
         return json.dumps(doc).encode() + b"\n"
 
-    async def render_state(self, node: Node) -> bytes:
-        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster."""
-        data = await self._render_state(node)
+    async def render_state(self, node: Node, *, warm_hw: bool = False) -> bytes:
+        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster.
+        ``warm_hw``: the same worker call also sizes the newest ``hw/`` and ``committed/hw/`` files not yet sized
+        (``ls -R`` lists a partition's ``state``, then both; one hop to a worker thread instead of two)."""
+        data = await self._render_state(node, warm_hw)
         if self.cluster_state is None:
             return data
         doc = json.loads(data)
         doc.update(self.cluster_state())
         return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
-    async def _render_state(self, node: Node) -> bytes:
+    async def _render_state(self, node: Node, warm_hw: bool) -> bytes:
         """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
         as its fetches left it), or what a follower's last fetch told it."""
         log = self._log(node)
         if self.follower is not None:  # a follower's mount: the leader's epoch and ISR as its last fetch told
             epoch, isr = self.follower(node.topic, node.partition)
-            follower_job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
-                                             role="follower", leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
-            return cast(bytes, await self._read_thread(follower_job))
-        assert self.replication is not None
-        leader = self.replication.partition(node.topic, node.partition)
-        job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
-                                leader_epoch=leader.leader_epoch, isr=leader.isr,
-                                replicas=leader.replicas_view())  # fmt: skip
-        return cast(bytes, await self._read_thread(job))
+            job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
+                                    role="follower", leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
+        else:
+            assert self.replication is not None
+            leader = self.replication.partition(node.topic, node.partition)
+            job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
+                                    leader_epoch=leader.leader_epoch, isr=leader.isr,
+                                    replicas=leader.replicas_view())  # fmt: skip
+        warm = self._unsized_hw_files(node, log) if warm_hw else []
+        if not warm:
+            return cast(bytes, await self._read_thread(job))
+        data, sized = await self._read_thread(_state_and_hw_sizes, job, log, self.cache, [r for _, _, r in warm])
+        self._remember_hw_sizes([(key, segment, size) for (key, segment, _), size in zip(warm, sized, strict=False)
+                                 if size is not None])  # fmt: skip
+        return data
+
+    def _unsized_hw_files(self, node: Node, log: Log) -> list[tuple[HwKey, LogSegment | None, HwRange]]:
+        """The newest ``hw/`` and ``committed/hw/`` files of a partition whose size is not remembered."""
+        unsized = []
+        for committed in (False, True):
+            files = hw_files(log, committed)
+            if not files:
+                continue
+            name, start, end = files[-1]
+            key = (id(log), committed, start, end)
+            segment = log.segment_for(start)
+            known = self._hw_sizes.get(key)
+            if known is None or known[2] is not segment:
+                hw_node = Node(Kind.HW_FILE, node.topic, node.partition, name=name, committed=committed)
+                unsized.append((key, segment, (hw_node, start, end)))
+        return unsized
+
+    def _remember_hw_sizes(self, sized: list[tuple[HwKey, LogSegment | None, tuple[int, int | None]]]) -> None:
+        if len(self._hw_sizes) + len(sized) > HW_SIZES_MAX:
+            self._hw_sizes.clear()
+        for key, segment, (size, mtime_ns) in sized:
+            self._hw_sizes[key] = (size, mtime_ns, segment)
 
     def _replication_gauges(self, topic: str, partition: int) -> dict[str, Any]:
         """The ISR and the followers' LEOs of one partition, for ``.logfs/metrics``."""
@@ -568,7 +599,22 @@ def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, parti
     return render_state(log, topic, partition, cleaner=dirty, **kwargs)
 
 
-def _hw_sizes(log: Log, cache: RenderCache, ranges: list[tuple[Node, int, int]]) -> list[tuple[int, int | None]]:
+def _state_and_hw_sizes(
+    render: Callable[[], bytes], log: Log, cache: RenderCache, ranges: list[HwRange]
+) -> tuple[bytes, list[tuple[int, int | None] | None]]:
+    """``state``'s bytes, and (size, mtime) of each of ``ranges`` (None where it cannot be sized now: only a cache
+    fill, the ``hw/`` file's own getattr will say why). Worker thread."""
+    data = render()
+    sized: list[tuple[int, int | None] | None] = []
+    for hw_range in ranges:
+        try:
+            sized += _hw_sizes(log, cache, [hw_range])
+        except Exception:
+            sized.append(None)
+    return data, sized
+
+
+def _hw_sizes(log: Log, cache: RenderCache, ranges: list[HwRange]) -> list[tuple[int, int | None]]:
     """(size, mtime) of each ``hw/`` file's ``[start, end)`` (:func:`_open_hw_view`): the first's, or its error;
     then the others' as far as they can be sized (each is only a cache fill). Worker thread."""
     sized: list[tuple[int, int | None]] = []

@@ -5,6 +5,7 @@ across appends, equals ``at/earliest.jsonl`` (a fresh snapshot inode)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -46,3 +47,19 @@ def test_an_active_hw_file_is_cached_between_opens_and_never_stale(mounted: Moun
     finally:
         if held is not None:
             held.close()
+
+
+def test_a_listing_of_a_partition_sizes_its_hw_files_exactly_as_the_log_grows(mounted: Mount) -> None:
+    """A readdir of a partition directory sizes its newest ``hw/`` and ``committed/hw/`` files in the same worker
+    call as ``state`` (mount/reads.py, ``render_state``): the sizes it remembers must be the files' exact sizes, and
+    a moved HW must not be answered with a remembered one."""
+    part = make_topic(mounted.path, "grow") / "0"
+    for round_ in range(4):
+        with open(part / "append", "ab") as f:
+            f.write(b"".join(b"record %d of round %d, %s\n" % (n, round_, b"x" * (n * 7 % 50)) for n in range(30)))
+        assert "state" in os.listdir(part)  # the readdir that sizes them
+        for view in (part / "hw", part / "committed" / "hw"):
+            names = sorted(os.listdir(view))
+            assert names, view
+            for name in names:
+                assert (view / name).stat().st_size == len((view / name).read_bytes()), (round_, view, name)
