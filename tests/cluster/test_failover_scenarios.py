@@ -167,19 +167,22 @@ def test_the_controllers_node_killed_moves_the_controller_and_keeps_acking(clust
 def test_zookeeper_killed_and_restarted_changes_nothing_while_no_session_expires(cluster: Cluster) -> None:
     """kill -9 of ZooKeeper for half the session timeout, then a restart on the same port and data: the server
     restores the sessions (and restarts their timers), so every node is still registered, the leader, its epoch and
-    the controller are the same, and acks go on. (Longer outages are in the campaign: whether a session survives
-    one then depends on how soon its client reconnects after the restart.)"""
+    the controller are the same, and acks go on. The nodes' proxies refuse connections until the server serves
+    (``Cluster.restart_zookeeper``): a reconnect that reaches a JVM still loading can hang for the whole session
+    timeout and expire its session, which is ZooKeeper's client contract, not the state this test is about (one run
+    in five failed so). Longer outages, ungated, are in the campaign: whether a session survives one then depends
+    on how soon its client reconnects after the restart."""
     leader, info = with_topic(cluster)
     controller = cluster.controller_id()
     with writing(cluster, TOPIC, PARTITIONS) as writer:
         wait_acks(writer, 10, WAIT_S)
-        cluster.restart_zookeeper(down_s=SESSION_MS / 2000)
+        cluster.restart_zookeeper(down_s=SESSION_MS / 2000, refuse_until_serving=True)
         restarted = time.monotonic()
         wait_until("every node registered again", lambda: cluster.registered() == cluster.ids, WAIT_S)
         wait_acks(writer, 10, WAIT_S, node_id=leader.node_id, after=restarted)
         time.sleep(SESSION_MS / 1000 + 0.5)  # an expiry, had there been one, would have shown by now
         now_leader, now_info = cluster.wait_leader(WAIT_S)
-        assert now_leader is leader and now_info == info
+        assert now_leader is leader and now_info == info, f"{now_info} after {info}\n{cluster.logs()}"
         assert cluster.controller_id() == controller
         assert full_isr(cluster)
     check_history(cluster, writer.acks, TOPIC, PARTITIONS)

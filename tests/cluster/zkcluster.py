@@ -509,9 +509,22 @@ class Cluster:
         node.start()
         return node
 
-    def restart_zookeeper(self, down_s: float) -> None:
-        """kill -9 ZooKeeper, keep it down ``down_s`` seconds, start it on the same port and data."""
-        self.zk.restart(down_s)
+    def restart_zookeeper(self, down_s: float, *, refuse_until_serving: bool = False) -> None:
+        """kill -9 ZooKeeper, keep it down ``down_s`` seconds, start it on the same port and data.
+
+        ``refuse_until_serving``: every node's proxy refuses connections until the restarted server serves. Without
+        it, a node's reconnect that lands while the JVM has bound its port but not loaded its data can go unanswered
+        for the client's whole connect timeout (the session timeout, in kazoo as in ZooKeeper's Java client), and
+        that session then expires although the outage was shorter than its timeout."""
+        if refuse_until_serving:
+            for node in self.nodes.values():
+                node.proxy.cut("refuse")
+        try:
+            self.zk.restart(down_s)
+        finally:
+            if refuse_until_serving:
+                for node in self.nodes.values():
+                    node.proxy.heal()
 
 
 def is_refusal(exc: OSError) -> bool:
