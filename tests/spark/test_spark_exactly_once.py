@@ -36,7 +36,7 @@ query.awaitTermination()
 spark.stop()
 """
 
-RECORDS = 1000  # 4 micro-batches of at most 300 records (maxOffsetsPerTrigger), over 2 input partitions
+RECORDS = 600  # 2 micro-batches of at most 300 records (maxOffsetsPerTrigger), over 2 input partitions
 
 
 @pytest.fixture
