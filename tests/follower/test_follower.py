@@ -223,14 +223,16 @@ def test_a_follower_rides_out_a_leader_restart(tmp_path: Path) -> None:
 
 
 def test_a_follower_the_leader_does_not_know_is_refused_and_keeps_asking(tmp_path: Path) -> None:
-    """A replica id outside the leader's replica.ids: each fetch answers EPERM; one error line per partition, no
-    record here, and a clean exit."""
+    """A replica id outside the leader's replica.ids: its fetch session answers EPERM; one error line, the topic
+    discovered but no record here, and a clean exit."""
     lead = leader(tmp_path, "node.id=1", "replica.ids=1,2")
     try:
         make_topic(lead.path, "t", 1)
         append_lines(lead.path / "t" / "0" / "append", ["x"])
         with following(lead.path, tmp_path / "F", 9, allow=("refuses fetches from replica 9",)) as follower:
+            # The session is refused whether or not the topic was discovered yet: wait for both
             wait_for("the refusal", lambda: "refuses fetches from replica 9" in follower.log_text(), lead, follower)
+            wait_for("the topic created here", lambda: segment_files(tmp_path / "F", "t", 0), lead, follower)
             assert follower.log_text().count("refuses fetches") == 1
         assert segment_files(tmp_path / "F", "t", 0) == {"00000000000000000000.log": b""}
         assert 9 not in state(lead.path, "t", 0)["isr"]
