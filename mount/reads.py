@@ -317,7 +317,8 @@ class Reader:
             if twin_start == start and twin_key not in self._hw_sizes:
                 ranges.append((twin, twin_start, twin_end))
             sized = await self._read_thread(_hw_sizes, log, self.cache, ranges)
-            self._remember_hw_sizes([(k, segment, size) for k, size in zip((key, twin_key), sized, strict=False)])
+            self._remember_hw_sizes([(k, segment, size) for k, size in zip((key, twin_key), sized, strict=False)
+                                     if size is not None])  # fmt: skip
             known = self._hw_sizes[key]
         return known[0], known[1], closed
 
@@ -602,29 +603,25 @@ def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, parti
 def _state_and_hw_sizes(
     render: Callable[[], bytes], log: Log, cache: RenderCache, ranges: list[HwRange]
 ) -> tuple[bytes, list[tuple[int, int | None] | None]]:
-    """``state``'s bytes, and (size, mtime) of each of ``ranges`` (None where it cannot be sized now: only a cache
-    fill, the ``hw/`` file's own getattr will say why). Worker thread."""
-    data = render()
+    """``state``'s bytes and the :func:`_hw_sizes` of ``ranges``, none of them required. Worker thread."""
+    return render(), _hw_sizes(log, cache, ranges, required=0)
+
+
+def _hw_sizes(
+    log: Log, cache: RenderCache, ranges: list[HwRange], *, required: int = 1
+) -> list[tuple[int, int | None] | None]:
+    """(size, mtime) of each ``hw/`` file's ``[start, end)`` (:func:`_open_hw_view`). The first ``required`` raise
+    their error; the others are None where they cannot be sized now (they only fill the cache: that file's own
+    getattr says why). Worker thread."""
     sized: list[tuple[int, int | None] | None] = []
-    for hw_range in ranges:
-        try:
-            sized += _hw_sizes(log, cache, [hw_range])
-        except Exception:
-            sized.append(None)
-    return data, sized
-
-
-def _hw_sizes(log: Log, cache: RenderCache, ranges: list[HwRange]) -> list[tuple[int, int | None]]:
-    """(size, mtime) of each ``hw/`` file's ``[start, end)`` (:func:`_open_hw_view`): the first's, or its error;
-    then the others' as far as they can be sized (each is only a cache fill). Worker thread."""
-    sized: list[tuple[int, int | None]] = []
-    for node, start, end in ranges:
+    for i, (node, start, end) in enumerate(ranges):
         try:
             view, mtime_ns = _open_hw_view(log, cache, node, start, end)
         except Exception:
-            if not sized:
+            if i < required:
                 raise
-            break
+            sized.append(None)
+            continue
         try:
             sized.append((view.size, mtime_ns))
         finally:
