@@ -1,6 +1,6 @@
 """Kafka's checkpoint files: small text files that are rewritten whole and replaced atomically.
 
-Format (Kafka's CheckpointFile, reference §2.7): UTF-8 text, one item per line, each line ended by ``\\n``::
+Format (Kafka's CheckpointFile): UTF-8 text, one item per line, each line ended by ``\\n``::
 
     0                    version: CURRENT_VERSION, the only one either format has
     2                    the number of entry lines that follow
@@ -21,9 +21,9 @@ CURRENT_VERSION, a malformed line, or an entry count that does not match the lin
 reader does then depends on the file: LogManager treats the recovery-point and log-start checkpoints as empty, while
 a damaged leader-epoch checkpoint takes the log directory offline.
 
-Where the files live (reference §2.1): ``leader-epoch-checkpoint`` in each partition directory; the three offset
-checkpoints (recovery point, log start offset, replication offset = high watermark) at the store root, one line per
-partition. The offset checkpoints are written sorted by topic and partition so that the same state gives the same
+Where the files live (docs/storage.md, "On disk"): ``leader-epoch-checkpoint`` in each partition directory; the three
+offset checkpoints (recovery point, log start offset, replication offset = high watermark) at the store root, one line
+per partition. The offset checkpoints are written sorted by topic and partition so that the same state gives the same
 bytes (Kafka writes them in hash-map order, which it never relies on).
 
 Threads: reads and writes of one file are serialised by a lock, so any thread may call them; each ``write``

@@ -9,7 +9,9 @@ defaults of the process that serves it wherever it has no override of its own.
 
 Every key, topic keys first (``<topic>/config`` and ``--config``), then store keys (``--config`` only), with the
 broker spellings ``--config`` also accepts (Kafka's ServerTopicConfigSynonyms) and, for those, the conversion Kafka
-applies. Rolling is reference §3, retention §8, min.insync.replicas §6.3; docs/config.md holds the same table::
+applies. Rolling is Kafka's ``LogSegment.shouldRoll``, retention its ``UnifiedLog.deleteOldSegments``,
+min.insync.replicas its ``Partition.appendRecordsToLeader`` (docs/storage.md, "Rules worth knowing";
+docs/replication.md, "acks=all through the mount"); docs/config.md holds the same table::
 
     key                                 default             valid values; meaning; broker spellings
     cleanup.policy                      delete              delete, compact, compact,delete (either order). delete:
@@ -140,7 +142,7 @@ it next creates a segment; an empty ``cleanup.policy`` is refused (it must name 
 ``delete``, ``compact`` or ``compact,delete``); ``log.cleaner.io.max.bytes.per.second`` is at least 1; the store
 keys that Kafka leaves unchecked get the smallest value that makes sense, and ``transaction.timeout.ms`` the cap
 Kafka's transaction coordinator applies.
-(Kafka 4.0 raised the minimum of ``segment.bytes`` to 1 MiB, KIP-1030; logfs keeps the reference's 14,
+(Kafka 4.0 raised the minimum of ``segment.bytes`` to 1 MiB, KIP-1030; logfs keeps Kafka 3.9's 14,
 ``RECORD_OVERHEAD_V0``, which small-segment tests need, as Kafka's own now get through ``internal.segment.bytes``.)
 
 Kafka's other topic keys (``compression.type``, ``preallocate``, ``remote.storage.enable`` …) are known

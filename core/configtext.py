@@ -1,22 +1,23 @@
 """The config as text: ``--config`` arguments, reads and writes of ``<topic>/config``, the overrides file, the docs
 table. The keys, their defaults and their rules are ``core/config.py``'s.
 
-Writing ``<topic>/config`` (spec §3, :func:`parse_config_lines`): each line ``key=value`` sets an override, ``key=``
-removes it, blank lines are ignored, and a write is applied whole or not at all: any bad line (no ``=``, an unknown
-key, a key logfs does not implement, a bad value) refuses the whole write with one ConfigError that lists every bad
-line by number, and the overrides stay as they were. Lines apply in order, so a key set twice keeps its last value.
-Overrides are kept in canonical form (``segment.bytes= +1024`` is kept as ``1024``).
+Writing ``<topic>/config`` (docs/config.md, "`MOUNT/<topic>/config`", :func:`parse_config_lines`): each line
+``key=value`` sets an override, ``key=`` removes it, blank lines are ignored, and a write is applied whole or not at
+all: any bad line (no ``=``, an unknown key, a key logfs does not implement, a bad value) refuses the whole write with
+one ConfigError that lists every bad line by number, and the overrides stay as they were. Lines apply in order, so a key
+set twice keeps its last value. Overrides are kept in canonical form (``segment.bytes= +1024`` is kept as ``1024``).
 
 Reading ``<topic>/config`` (:func:`render_config`) shows every topic key's effective value as ``key=value``,
 overrides and defaults alike as the spec asks, sorted by key as ``kafka-configs --describe --all`` sorts them: the
 same config always reads as the same bytes, and two topics' configs diff line by line. What was read can be written
 back unchanged; that changes no value, though it turns each default into an override.
 
-``--config`` (spec §6, :func:`parse_store_config`): each argument is ``key=value``; the same key given twice keeps
-its last value, as in a properties file; every bad argument is reported at once, in one ConfigError. A topic key may
-be given under its topic spelling or a broker spelling; when several spellings of one key are given, the first in
-the order of the table wins (topic spelling first, then Kafka's order: ``log.retention.ms`` over
-``log.retention.minutes`` over ``log.retention.hours``), and as in Kafka the others are ignored.
+``--config`` (docs/config.md, "`logfs mount --config key=value`", :func:`parse_store_config`): each argument is
+``key=value``; the same key given twice keeps its last value, as in a properties file; every bad argument is reported at
+once, in one ConfigError. A topic key may be given under its topic spelling or a broker spelling; when several spellings
+of one key are given, the first in the order of the table wins (topic spelling first, then Kafka's order:
+``log.retention.ms`` over ``log.retention.minutes`` over ``log.retention.hours``), and as in Kafka the others are
+ignored.
 
 Overrides on disk (:func:`save_topic_overrides`, :func:`load_topic_overrides`): one small ``.properties``-style file
 per topic, a comment line and then ``key=value`` lines sorted by key, replaced atomically (write ``<file>.tmp``,
@@ -199,8 +200,8 @@ def parse_config_lines(text: str, current_overrides: Mapping[str, str]) -> dict[
 def render_config(effective: LogConfig, overrides: Mapping[str, str]) -> str:
     """What reading ``<topic>/config`` shows: ``key=value`` for every topic key, sorted by key. Any thread.
 
-    Overrides and defaults look alike (spec §3); ``overrides`` only serves to check that ``effective`` includes
-    them (a mismatch is a logfs bug).
+    Overrides and defaults look alike (docs/config.md, "`MOUNT/<topic>/config`"); ``overrides`` only serves to check
+    that ``effective`` includes them (a mismatch is a logfs bug).
     """
     for key, text in overrides.items():
         assert key in LOG_KEYS and LOG_KEYS[key].parse(text) == getattr(effective, LOG_KEYS[key].attribute), (

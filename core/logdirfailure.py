@@ -1,12 +1,13 @@
 """The one owner of a store's "offline" state (Kafka's ``LogDirFailureChannel``), and of the read-failure counts.
 
-Why. A disk that fails while the process lives must never turn into an acknowledged loss (issue 16, spec §7). After
-an fsync fails, Linux may drop the dirty pages it could not write, and a retried fsync then *succeeds* with the data
-gone ("fsyncgate"). Kafka's answer, and ours: the first I/O error writing, syncing, renaming or truncating any file
-of the store takes the whole store offline. From then on every write, roll, flush, checkpoint and fsync is refused
-with :class:`~logfs.core.errors.StoreOffline` (EIO through the mount), so nothing written since the last successful
-sync is ever reported durable: the recovery point and the durable offset stop where the last good sync left them.
-Reads keep working from what is there. Only a restart (on a healthy disk) brings the store back, through recovery.
+Why. A disk that fails while the process lives must never turn into an acknowledged loss (issue 16; docs/storage.md,
+"Storage faults"). After an fsync fails, Linux may drop the dirty pages it could not write, and a retried fsync then
+*succeeds* with the data gone ("fsyncgate"). Kafka's answer, and ours: the first I/O error writing, syncing, renaming or
+truncating any file of the store takes the whole store offline. From then on every write, roll, flush, checkpoint and
+fsync is refused with :class:`~logfs.core.errors.StoreOffline` (EIO through the mount), so nothing written since the
+last successful sync is ever reported durable: the recovery point and the durable offset stop where the last good sync
+left them. Reads keep working from what is there. Only a restart (on a healthy disk) brings the store back, through
+recovery.
 
 The exception: ENOSPC (or EDQUOT) from a *write that stored nothing* (the caller cut the file back) is a refusal, not
 a failure of the disk: :meth:`LogDirFailureChannel.write_error` answers DiskFull and the store stays online. ENOSPC

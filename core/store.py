@@ -1,6 +1,6 @@
 """A store: one directory of partitions laid out as a Kafka log directory (Kafka's LogManager), owned by one process.
 
-Layout (spec §1)::
+Layout (docs/storage.md, "On disk")::
 
     STORE/
       <topic>-<partition>/              one Log each (core/log/log.py), loaded by core/log/loader.py

@@ -1,10 +1,10 @@
 """Administration of a running mount through its files: ``logfs create-topic``, ``delete-topic`` and ``errors``.
 
 Why files: a mount is the only way into a store that a ``logfs mount`` process owns (the store is locked), and the
-files are the public contract (spec §2), so these commands do exactly what a user could do with ``mkdir``,
-``echo … > config`` and ``echo … > .logfs/delete-topic``, with clearer messages. When the mount refuses a step,
-the message is the mount's own reason, read back from ``.logfs/errors`` (``mount/refusals.py``), not only the
-errno's text.
+files are the public contract (docs/mount.md, "Files, modes and caching"), so these commands do exactly what a user
+could do with ``mkdir``, ``echo … > config`` and ``echo … > .logfs/delete-topic``, with clearer messages. When the mount
+refuses a step, the message is the mount's own reason, read back from ``.logfs/errors`` (``mount/refusals.py``), not
+only the errno's text.
 
 ``create_topic`` is whole or nothing as far as the mount allows: it makes the topic (``mkdir``, which makes the
 mount's ``num.partitions`` partitions), writes every ``--config`` line in one write of ``<topic>/config`` (applied

@@ -1,6 +1,6 @@
 """The log cleaner as a trio task (issue 18): one piece of code that both ``logfs mount`` and the follower daemon run
 in their nursery, so a leader and its replicas clean their own logs the same way (Kafka's cleaner runs on every
-replica: reference §2.7).
+replica: LogCleaner.scala's ``CleanerThread``; docs/replication.md, "Compacted topics").
 
 Theory of operation (Kafka's ``CleanerThread.doWork``):
 
@@ -163,8 +163,8 @@ class CleanerTask:
         return {"first_dirty_offset": info.first_dirty_offset, "dirty_ratio": round(info.dirty_ratio, 6)}
 
     def metrics_text(self) -> str:
-        """Kafka's cleaner gauges (reference §7) and the cleaner-io meter in Prometheus text form, as the last pass
-        measured them (``time-since-last-run-ms`` as of now). Any thread; reads no file."""
+        """Kafka's cleaner gauges (docs/mount.md, "Compacted topics") and the cleaner-io meter in Prometheus text form,
+        as the last pass measured them (``time-since-last-run-ms`` as of now). Any thread; reads no file."""
         measured_ms, gauges = self._measured
         since = gauges.time_since_last_run_ms + max(0, now_ms() - measured_ms)
         values = gauges._replace(dead_thread_count=self.dead_threads, time_since_last_run_ms=since)._asdict()

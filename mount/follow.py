@@ -1,4 +1,5 @@
-"""``follow/`` readers: streams that wait at the end of a partition (spec §4), and the one place that owns them.
+"""``follow/`` readers: streams that wait at the end of a partition (docs/mount.md, "Reads"), and the one place that
+owns them.
 
 * **Lookup.** A name's start offset is fixed when it is looked up (``earliest``, ``<offset>``, ``@<ms>``,
   ``latest``: :meth:`FollowReaders.lookup`, the payload of the fresh inode): one lookup is one stream, and the

@@ -1,4 +1,5 @@
-"""Cutting the bytes of write requests into lines and batches across requests (spec §3): one small framer per handle.
+"""Cutting the bytes of write requests into lines and batches across requests (docs/mount.md, "Writes"): one small
+framer per handle.
 
 The kernel splits one write(2) into several FUSE write requests (at page and 1 MiB boundaries) and the mount
 ignores their file offsets, so every write file frames its data itself, per open handle:

@@ -1,4 +1,5 @@
-"""The mount's counters and their Prometheus text exposition (``.logfs/metrics``, spec §2).
+"""The mount's counters and their Prometheus text exposition (``.logfs/metrics``; docs/mount.md, "Files, modes and
+caching").
 
 Counters live here, keyed by (topic, partition) or errno name, and only grow (a deleted topic's counters stay, as
 Prometheus expects of a counter). Gauges (offsets, HW lag, open readers) are read from the store when the file is

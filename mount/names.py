@@ -1,6 +1,6 @@
 """Every file and directory name the mount parses, in one place: plain functions from a name to its parts.
 
-Rules (spec §2):
+Rules (docs/mount.md, "Reads"):
 
 * Partition directories (and the replica ids under ``.logfs/fetch/``) are canonical decimal numbers: ``0`` … with
   no leading zeros, at most 10 digits, so each partition has exactly one name.

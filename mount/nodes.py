@@ -1,4 +1,5 @@
-"""The tree under the mount point (spec §2) as node kinds: what each path is, by its parts, and its parent.
+"""The tree under the mount point (docs/mount.md, "Files, modes and caching") as node kinds: what each path is, by its
+parts, and its parent.
 
 Paths::
 

@@ -465,7 +465,7 @@ class Operations(pyfuse3.Operations):
                 self._refuse_if_read_only()  # commits and group follow files: a leader's
             h, _ = await self.groups.open(entry, access, ctx.pid, bool(flags & os.O_DSYNC))
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
-        # O_TRUNC changes nothing: writes always append (spec §3).
+        # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             self._refuse_if_read_only()
             if node.topic == OFFSETS_TOPIC:

@@ -1,4 +1,4 @@
-"""The read path of the mount: lookups, attributes, opens, reads and polls of the read files (spec §2, §4, §5).
+"""The read path of the mount: lookups, attributes, opens, reads and polls of the read files (docs/mount.md, "Reads").
 
 ``Operations`` resolves inodes and hands the read files to :class:`Reader`, as it hands writes to
 ``mount/writes.py``; the bytes come from ``mount/render/views.py`` (``at/``, ``hw/``, ``follow/``, ``committed/``,
@@ -324,9 +324,9 @@ class Reader:
 
     def _held_hw_attr(self, entry: Entry) -> tuple[int, int | None] | None:
         """(size, mtime) of an ``hw/`` file that is gone (retention deleted its segment, or delete-records moved the
-        log start past it) while handles on it are open: what they hold and keep reading (spec §5: retention never
-        pulls data from under an open reader). The kernel asks getattr before reading a file with attr_timeout 0,
-        and a NoEntry there would fail the read. None when no handle on it is open."""
+        log start past it) while handles on it are open: what they hold and keep reading (docs/mount.md, "Reads":
+        retention never pulls data from under an open reader). The kernel asks getattr before reading a file with
+        attr_timeout 0, and a NoEntry there would fail the read. None when no handle on it is open."""
         held = [(h.view.size, h.mtime_ns) for h in self._handles.values()
                 if isinstance(h, HwHandle) and h.entry is entry and h.view is not None]  # fmt: skip
         return max(held, key=lambda size_mtime: size_mtime[0]) if held else None
@@ -349,9 +349,10 @@ class Reader:
             if log.config.compact:  # the cleaner changes these bytes: the handle reads its own view, never the cache
                 handle = HwHandle(entry, start, view, mtime_ns=mtime_ns, segment=segment)
                 return handle, pyfuse3.FileInfo(direct_io=True)
-            # Page cache kept for active segments too: their bytes are prefix-stable (spec §5), and the kernel drops a
-            # file's cached pages whenever a getattr (asked before every read: attr_timeout 0) reports another size or
-            # mtime. A re-read of unchanged data (Spark's runs, a second cat) then never reaches the mount.
+            # Page cache kept for active segments too: their bytes are prefix-stable (docs/mount.md, "Reads"), and the
+            # kernel drops a file's cached pages whenever a getattr (asked before every read: attr_timeout 0) reports
+            # another size or mtime. A re-read of unchanged data (Spark's runs, a second cat) then never reaches the
+            # mount.
             return HwHandle(entry, start, view, mtime_ns=mtime_ns), pyfuse3.FileInfo(keep_cache=True)
         if kind is Kind.FOLLOW_FILE:
             # Seekable, though reads ignore the offset: `head -n` seeks back over what it read past its last line

@@ -1,5 +1,5 @@
-"""The leader's replication in the mount: fetch files, acks=all waits and the ISR shrink timer (spec §3, §6;
-docs/replication.md).
+"""The leader's replication in the mount: fetch files, acks=all waits and the ISR shrink timer
+(docs/replication.md, "The fetch protocol" and "acks=all through the mount").
 
 The rules themselves live in the core (``core/replication/replica.py``: ISR, HW, acks=all;
 ``core/replication/fetch.py``: the fetch answer); this module runs them from FUSE requests without ever blocking the

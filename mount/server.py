@@ -1,6 +1,6 @@
 """``logfs mount``: serve a store under a mount point until SIGINT, SIGTERM or an unmount, then shut down cleanly.
 
-Order of events (spec §6):
+Order of events (docs/mount.md, "Lifecycle"):
 
 1. Check the mount point, before the store is touched, so that a mount that cannot proceed (a live mount there, a
    missing directory, a file) leaves no store directory behind: clear a stale mount left by a process that died

@@ -1,4 +1,4 @@
-"""Does a process have a signal waiting that would interrupt a blocked read? (spec §5, ``follow/``)
+"""Does a process have a signal waiting that would interrupt a blocked read? (docs/mount.md, "Reads", ``follow/``)
 
 pyfuse3 has no interrupt hook: when a reader blocked in a FUSE read gets Ctrl-C, the kernel's INTERRUPT request is
 dropped and the read waits until the handler returns (measured: even SIGKILL waits). So the mount watches the

@@ -1,4 +1,5 @@
-"""Transactions through the mount (spec §2 ``.logfs/transactions/``, §3): begin, write, commit or abort, time out.
+"""Transactions through the mount (``.logfs/transactions/``; docs/mount.md, "Idempotent producers and transactions"):
+begin, write, commit or abort, time out.
 
 The decisions and their durability are the core's (``core/txn/coordinator.py``: the transaction log in the store); the
 markers are the log's (``Log.append_end_txn_marker``). This module runs them for a leader's mount:

@@ -1,4 +1,4 @@
-"""The write path of the mount: framing, encoding and appending what write requests carry (spec §3).
+"""The write path of the mount: framing, encoding and appending what write requests carry (docs/mount.md, "Writes").
 
 ``Operations.write``, ``flush`` and ``fsync`` hand their WriteHandle to :class:`Writer`; this module does the rest:
 
@@ -12,11 +12,11 @@
   stamped, then the replication HW rule (with no followers the HW moves to the LEO at once; with followers it waits
   for them). A HW move wakes ``follow/`` readers, pollers and acks=all waits; any append wakes fetches long-polling
   at the log end.
-* acks=all (spec §3): fsync(2) flushes every partition the handle appended to, then waits (a trio wait, no lock
-  held: other writers go on) until each one's HW passes what the handle wrote (``mount/replication.py``): EIO at
-  once when the ISR is below ``min.insync.replicas``, or after ``request.timeout.ms``. An O_SYNC/O_DSYNC handle
-  first checks the ISR (EAGAIN, nothing framed or written, when it is too small), then writes, flushes and waits
-  like fsync.
+* acks=all (docs/replication.md, "acks=all through the mount"): fsync(2) flushes every partition the handle appended to,
+  then waits (a trio wait, no lock held: other writers go on) until each one's HW passes what the handle wrote
+  (``mount/replication.py``): EIO at once when the ISR is below ``min.insync.replicas``, or after
+  ``request.timeout.ms``. An O_SYNC/O_DSYNC handle first checks the ISR (EAGAIN, nothing framed or written, when it is
+  too small), then writes, flushes and waits like fsync.
 * Produce responses (O_RDWR) and the command files (``config``, ``.logfs/delete-topic``, ``.logfs/delete-records``).
 
 Threads: :class:`Writer` runs on the trio thread; :func:`append_batches` in a worker thread.
@@ -229,7 +229,7 @@ class Writer:
         except NoKeyOnCompactedTopic:
             raise  # a whole batch refused: the framing is intact
         except RecordError:
-            h.broken = BrokenFraming  # spec §3: the handle's framing is lost; it refuses further writes
+            h.broken = BrokenFraming  # docs/mount.md, "Writes": the handle's framing is lost; it refuses further writes
             raise
         if framer.failure is not None:
             h.broken = BrokenByTooLarge if isinstance(framer.failure, RecordTooLarge) else BrokenFraming

@@ -8,7 +8,8 @@ For 100-byte values in batches of 1, 100 and 10,000 records it measures, for log
 * validate: the full check of a producer's batch, CRC plus every record's framing (logfs: ``validate_batch``;
   kafka-python: ``validate_crc`` plus iterating every record, which is how it walks the framing)
 * decode: batch -> record objects (``decode_records``; kafka-python: iterating DefaultRecordBatch)
-* render: the plain rendering of spec §4, values one per line (``render_plain``; kafka-python: iterate + join)
+* render: the plain rendering (docs/mount.md, "Reads"), values one per line (``render_plain``; kafka-python: iterate +
+  join)
 * crc: the CRC-32C pass alone over the batch (``crc32c`` package; kafka-python's ``calc_crc32c``)
 
 The "(events)" rows (issue 14) do the same on realistic records: a kafka-python producer's uncompressed 16 KiB

@@ -1,5 +1,6 @@
 """The demo's PySpark job: per-user click counts in five-minute event-time windows, from topic ``clicks`` to topic
-``user-counts``, both through the ``logfs`` data source (spec/spark.md §3; scripts/pipeline.py runs it).
+``user-counts``, both through the ``logfs`` data source (docs/spark.md, "The pipeline: `scripts/demo`";
+scripts/pipeline.py runs it).
 
     .venv/bin/python scripts/clicks_job.py --mount var/mnt
 

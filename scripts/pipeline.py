@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The end-to-end pipeline that `scripts/demo` runs (spec/spark.md §3), on an embedded store inside the working tree.
+"""The end-to-end pipeline that `scripts/demo` runs (docs/spark.md, "The pipeline: `scripts/demo`"), on an embedded
+store inside the working tree.
 
 1. mount the store (``logfs mount var/store var/mnt``) and start the topics afresh: ``clicks`` with three
    partitions, ``user-counts`` with one;

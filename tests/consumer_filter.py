@@ -1,7 +1,7 @@
 """Test oracle: what a read_committed consumer keeps of a fetch (Kafka's ``CompletedFetch.nextFetchedRecord`` filter).
 
 Input: the fetched batches (raw bytes, whole batches; a cut last batch is ignored) and the aborted transactions the
-fetch returned (``FetchDataInfo.aborted_transactions``). Rule, as Kafka's consumer applies it (reference §7):
+fetch returned (``FetchDataInfo.aborted_transactions``). Rule, as Kafka's consumer applies it (its ``CompletedFetch``):
 
 * before each batch with a producer id, every aborted transaction whose first offset is at or below the batch's last
   offset joins the set of aborted producers (the list is consumed in first-offset order);

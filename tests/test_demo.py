@@ -1,6 +1,6 @@
-"""The README's main command runs in CI: ``scripts/demo`` (set-up, then the whole pipeline of spec/spark.md §3 with a
-real mount and a real Spark job), on a store and mount point of the test's own, unmounted cleanly, within the two
-minutes the issue allows."""
+"""The README's main command runs in CI: ``scripts/demo`` (set-up, then the whole pipeline of docs/spark.md, "The
+pipeline: `scripts/demo`", with a real mount and a real Spark job), on a store and mount point of the test's own,
+unmounted cleanly, within the two minutes the issue allows."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Kafka's RecordBatch v2 (magic 2): the unit logfs stores, validates, replicates and serves.
 
-Layout (reference §1.1; big-endian; what the CRC-32C covers marked ``crc``)::
+Layout (Kafka's ``DefaultRecordBatch``; big-endian; what the CRC-32C covers marked ``crc``)::
 
     pos  size  field                 notes
       0     8  baseOffset            assigned by the leader in place; not under the CRC
@@ -18,8 +18,9 @@ Layout (reference §1.1; big-endian; what the CRC-32C covers marked ``crc``)::
      57     4  recordsCount     crc  int32, not a varint
      61     …  records          crc  see ``core/format/records.py``; compressed as one blob when the codec is not none
 
-Worked example (reference §1.2): one record with value ``"a"``, null key, no headers, baseOffset 0, leader epoch 0,
-timestamp 1000 and no producer is 69 bytes; its CRC is ``ebf1884b`` and its record is ``0e 00 00 00 01 02 61 00``.
+Worked example (checked in tests/core/format/test_batch_vectors.py): one record with value ``"a"``, null key, no
+headers, baseOffset 0, leader epoch 0, timestamp 1000 and no producer is 69 bytes; its CRC is ``ebf1884b`` and its
+record is ``0e 00 00 00 01 02 61 00``.
 
 The two fields outside the CRC are exactly the two a leader must set on a producer's batch, so
 :func:`assign_offset_and_epoch` writes them in place without touching the records or the checksum. Everything here

@@ -1,7 +1,7 @@
 """The five codecs Kafka allows for a RecordBatch's records, byte-compatible with Kafka's Java client.
 
-The compression id lives in the low three bits of the batch attributes (reference §1.1). Everything after the
-61-byte batch header is compressed as one blob:
+The compression id lives in the low three bits of the batch attributes (Kafka's ``DefaultRecordBatch``). Everything
+after the 61-byte batch header is compressed as one blob:
 
 =====  ======  ===============================================================================================
 id     name    framing Kafka writes (and we write), and what we accept on read

@@ -1,13 +1,13 @@
-"""Lines written to the append files as producer batches (spec §3, §4): pure functions, any thread.
+"""Lines written to the append files as producer batches (docs/mount.md, "Writes"): pure functions, any thread.
 
 * :func:`encode_text_batches` (``append``: one record per line, null key) and :func:`encode_record_batches` (records
   from ``append.jsonl``) cut records into batches no larger than a limit (Kafka's max.message.bytes), every batch
   encoded before anything is appended, so that a record too large for any batch refuses the whole write
   (RecordTooLarge → EFBIG) with nothing stored.
-* :func:`parse_json_record` reads one ``append.jsonl`` line (spec §4) with orjson: ``key``, ``value``, ``headers``,
-  ``timestamp``, ``partition`` and the ``…Encoding`` fields (the rendering's ``topic``, ``offset`` and
-  ``timestampType`` ignored); an unknown field, a key that is not text, anything malformed raises
-  InvalidJsonRecord (EINVAL in ``mount/errno.py``) with a reason naming it. :func:`parse_json_lines` reads a
+* :func:`parse_json_record` reads one ``append.jsonl`` line (docs/mount.md, "JSON lines in (`append.jsonl`)") with
+  orjson: ``key``, ``value``, ``headers``, ``timestamp``, ``partition`` and the ``…Encoding`` fields (the rendering's
+  ``topic``, ``offset`` and ``timestampType`` ignored); an unknown field, a key that is not text, anything malformed
+  raises InvalidJsonRecord (EINVAL in ``mount/errno.py``) with a reason naming it. :func:`parse_json_lines` reads a
   write's lines, naming the bad line by its number and first bytes.
 
 Cutting a byte stream into lines across write requests is the mount's (``mount/framing.py``): it depends on how the
@@ -212,8 +212,8 @@ def _checked(batch: B, max_batch_bytes: int) -> B:
 # --- JSON lines -----------------------------------------------------------------------------------------------------
 
 # The fields an ``append.jsonl`` object may carry: the ones read, and the ones a ``.jsonl`` rendering adds, which are
-# ignored so that rendered lines can be written back (spec §4). Anything else (a typo such as ``partiton``) refuses
-# the line rather than being dropped silently.
+# ignored so that rendered lines can be written back (docs/mount.md, "JSON lines in (`append.jsonl`)"). Anything else (a
+# typo such as ``partiton``) refuses the line rather than being dropped silently.
 READ_FIELDS = ("key", "keyEncoding", "value", "valueEncoding", "headers", "timestamp", "partition")
 IGNORED_FIELDS = ("topic", "offset", "timestampType")
 JSON_FIELDS = frozenset(READ_FIELDS + IGNORED_FIELDS)
@@ -242,7 +242,8 @@ class JsonRecord:
 
 
 def parse_json_record(line: bytes, now_ms: int) -> JsonRecord:
-    """One ``append.jsonl`` line as a record (spec §4, docs/mount.md). InvalidJsonRecord for anything malformed.
+    """One ``append.jsonl`` line as a record (docs/mount.md, "JSON lines in (`append.jsonl`)"). InvalidJsonRecord for
+    anything malformed.
 
     ``key`` is a string or null (with ``"keyEncoding":"base64"``: the base64 of the bytes); a number or any other
     JSON is refused rather than guessed at. ``value`` is a string (stored as its UTF-8 text), null, or any other

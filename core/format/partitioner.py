@@ -1,4 +1,4 @@
-"""Kafka's default partitioner: which partition a keyed record goes to (spec §4).
+"""Kafka's default partitioner: which partition a keyed record goes to (docs/mount.md, "Writes").
 
 A record with a non-null key goes to ``toPositive(murmur2(key)) % partitions``, exactly as Kafka's
 ``BuiltInPartitioner.partitionForKey`` computes it, so a Kafka producer and a write to ``MOUNT/<topic>/append.jsonl``

@@ -1,6 +1,6 @@
 """Walking the records section of a RecordBatch v2: validation and column extraction in one pass.
 
-Record v2 layout (reference §1.2; every integer a zigzag varint except ``attributes``)::
+Record v2 layout (Kafka's ``DefaultRecord``; every integer a zigzag varint except ``attributes``)::
 
     length          varint    bytes after this field
     attributes      int8      unused, written as 0

@@ -1,4 +1,4 @@
-"""The two text renderings of stored batches that readers see (spec §4): plain values and JSON lines.
+"""The two text renderings of stored batches that readers see (docs/mount.md, "Reads"): plain values and JSON lines.
 
 Both are pure functions of a batch's bytes, so the bytes of a given offset range never change and a reader may
 compute the size of a rendering once and cache it. Control batches (transaction markers) render as nothing.

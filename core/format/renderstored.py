@@ -1,4 +1,5 @@
-"""Fast renderings of many stored batches at once, for the mount's readers (spec §4's plain and JSON-lines text).
+"""Fast renderings of many stored batches at once, for the mount's readers (the plain and JSON-lines text of
+docs/mount.md, "Reads").
 
 :mod:`logfs.core.format.render` renders one batch with a loop over its records: the reference. Readers of the mount
 render whole chunks of a segment, so :func:`render_stored` takes every batch of a span of stored bytes at once and

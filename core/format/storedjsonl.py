@@ -1,4 +1,4 @@
-"""JSON lines of the walked groups of stored batches (spec §4), byte for byte the reference's
+"""JSON lines of the walked groups of stored batches (docs/mount.md, "Reads"), byte for byte the reference's
 (``render.jsonl_from_columns``).
 
 Three paths, fastest first:
@@ -74,7 +74,8 @@ def jsonl_compiled(g: Group, i0: int, i1: int, lead: bytes) -> bytes:
 def jsonl_sizes_compiled(g: Group, i0: int, i1: int, lead: bytes) -> IntArray:
     """The length of each JSON line :func:`jsonl_compiled` gives for records ``i0…i1-1`` of ``g``, counted by the
     compiled renderer without rendering (one loop shared with it, so byte-exact). A ``.jsonl`` file's size is due at
-    its lookup (spec §5): counting costs a fraction of rendering the lines and finding their newlines."""
+    its lookup (docs/mount.md, "Files, modes and caching"): counting costs a fraction of rendering the lines and finding
+    their newlines."""
     assert records.CEXT is not None
     sizes = np.empty(i1 - i0, dtype=np.int64)
     records.CEXT.jsonl_sizes(g.data, lead, compiled_columns(g, i0, i1), i1 - i0, sizes)

@@ -1,10 +1,10 @@
 """The read-side check of stored batches: every batch served to a client passes its framing and CRC-32C first.
 
-Why (issue 16, spec §7). A sector that rots, or a page the kernel dropped after a failed fsync, must never reach a
-client as records: ``cat``, Spark and a follower would take the bad bytes for data (a ``.kafka`` reader might check
-the CRC; a text reader cannot). Every read that renders stored batches (text, ``.jsonl`` and ``.kafka`` under
-``at/``, ``hw/``, ``committed/``, ``follow/``, and a follower's fetch answers) passes its buffer through
-:func:`check_batches` first; a batch that fails fails the read with
+Why (issue 16; docs/storage.md, "Storage faults"). A sector that rots, or a page the kernel dropped after a failed
+fsync, must never reach a client as records: ``cat``, Spark and a follower would take the bad bytes for data (a
+``.kafka`` reader might check the CRC; a text reader cannot). Every read that renders stored batches (text, ``.jsonl``
+and ``.kafka`` under ``at/``, ``hw/``, ``committed/``, ``follow/``, and a follower's fetch answers) passes its buffer
+through :func:`check_batches` first; a batch that fails fails the read with
 :class:`~logfs.core.errors.CorruptStoredBatch` (EIO through the mount), counted and logged with segment and
 position by the store's failure channel (``core/logdirfailure.py``).
 

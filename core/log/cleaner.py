@@ -22,14 +22,14 @@ again. Run ``log.cleaner.threads`` such loops, each on a worker thread (never th
 writes whole segments); the cleaner keeps them on different logs. Nothing runs when ``log.cleaner.enable`` is
 false (:attr:`enabled`); the caller checks it.
 
-Choosing (reference §2, :meth:`dirty_info`): a log's first dirty offset is its ``cleaner-offset-checkpoint`` entry
-(reset to the log start offset when below it or past the LEO); its first uncleanable offset is the smallest of its
-last stable offset (never above the HW), the active segment's base and, with ``min.compaction.lag.ms``, the base of
-the first segment holding a record younger than the lag, rounded down to a segment base. Its dirty ratio is the
-cleanable bytes (segments from the one holding the first dirty offset to the uncleanable one) over those plus the
-clean bytes (segments below the first dirty offset). The dirtiest log whose ratio is above
-``min.cleanable.dirty.ratio``, or that holds a segment older than ``max.compaction.lag.ms`` with cleanable bytes, is
-cleaned (``cleanerround.py``), and its checkpoint entry becomes the round's end offset.
+Choosing (:meth:`dirty_info`; docs/compaction.md, "How a log is cleaned"): a log's first dirty offset is its
+``cleaner-offset-checkpoint`` entry (reset to the log start offset when below it or past the LEO); its first uncleanable
+offset is the smallest of its last stable offset (never above the HW), the active segment's base and, with
+``min.compaction.lag.ms``, the base of the first segment holding a record younger than the lag, rounded down to a
+segment base. Its dirty ratio is the cleanable bytes (segments from the one holding the first dirty offset to the
+uncleanable one) over those plus the clean bytes (segments below the first dirty offset). The dirtiest log whose ratio
+is above ``min.cleanable.dirty.ratio``, or that holds a segment older than ``max.compaction.lag.ms`` with cleanable
+bytes, is cleaned (``cleanerround.py``), and its checkpoint entry becomes the round's end offset.
 
 Files: ``cleaner-offset-checkpoint`` at the store root, in Kafka's checkpoint format (``core/checkpoint.py``),
 rewritten after every round with the entries of the partitions the store holds; ``….cleaned``, ``….swap`` and
@@ -91,7 +91,8 @@ class DirtyInfo(NamedTuple):
 
 
 class CleanerMetrics(NamedTuple):
-    """Kafka's cleaner gauges (reference §7), named in :meth:`as_dict` as Kafka names them."""
+    """Kafka's cleaner gauges (LogCleaner.scala, LogCleanerManager.scala), named in :meth:`as_dict` as Kafka names
+    them."""
 
     max_buffer_utilization_percent: float
     cleaner_recopy_percent: float
@@ -350,7 +351,7 @@ class LogCleaner:
     # --- metrics ------------------------------------------------------------------------------------------------
 
     def metrics(self, now_ms: int | None = None) -> CleanerMetrics:
-        """Kafka's cleaner gauges as they are now (reference §7). Any thread."""
+        """Kafka's cleaner gauges as they are now (docs/mount.md, "Compacted topics"). Any thread."""
         now = self._clock() if now_ms is None else now_ms
         with self._lock:
             stats = list(self.last_stats.values())

@@ -1,7 +1,7 @@
 """What the log cleaner keeps of one batch, and the bytes it writes for it (Kafka's ``LogCleaner`` record filter
-over ``MemoryRecords.filterTo``, reference §3.6–3.8).
+over ``MemoryRecords.filterTo``; docs/compaction.md, "How a log is cleaned").
 
-For each batch, first the batch rule (§3.7), in order:
+For each batch, first the batch rule (Kafka's, in LogCleaner.scala), in order:
 
 1. keep at least an empty batch (RETAIN_EMPTY) when it is the last data batch of an active producer (or, for a
    producer with no data left, its last control batch of the producer's current epoch): duplicate detection after
@@ -12,18 +12,19 @@ For each batch, first the batch rule (§3.7), in order:
    marker whose delete horizon has passed and whose transaction has no batch left (``cleanertxn.py``);
 4. otherwise filter its records and drop the batch when none is left (DELETE_EMPTY).
 
-Then each record (§3.6): a record past the offset map's latest offset is kept; a record without a key is dropped
-(counted as invalid: a topic switched from delete to compact may hold them); a keyed record is kept when it is the
-latest of its key (its offset is at least the map's) and it has a value or is a tombstone whose batch has no delete
-horizon yet or one that has not passed. Control records are kept with their batch.
+Then each record (Kafka's ``Cleaner.shouldRetainRecord``): a record past the offset map's latest offset is kept; a
+record without a key is dropped (counted as invalid: a topic switched from delete to compact may hold them); a keyed
+record is kept when it is the latest of its key (its offset is at least the map's) and it has a value or is a tombstone
+whose batch has no delete horizon yet or one that has not passed. Control records are kept with their batch.
 
-What is written (§3.8): the batch's own bytes when every record is kept and it needs no delete horizon; a header of
-61 bytes with no record for an emptied batch that is kept (its offsets, producer fields, flags and max timestamp, no
-compression, base timestamp -1); else one rebuilt batch of the kept records (``encode_batch``): same base offset,
-last offset delta, producer id, epoch, base sequence, partition leader epoch, flags, codec and timestamp type; the
-max timestamp the original's for LogAppendTime, the kept records' largest for CreateTime; record headers kept. A
-batch that keeps a tombstone, or a discardable marker, and has no delete horizon yet gets one: attribute bit 6 and
-base timestamp = now + ``delete.retention.ms``; a horizon once set is kept, never moved. Offsets never change.
+What is written (Kafka's ``MemoryRecords.filterTo``): the batch's own bytes when every record is kept and it needs no
+delete horizon; a header of 61 bytes with no record for an emptied batch that is kept (its offsets, producer fields,
+flags and max timestamp, no compression, base timestamp -1); else one rebuilt batch of the kept records
+(``encode_batch``): same base offset, last offset delta, producer id, epoch, base sequence, partition leader epoch,
+flags, codec and timestamp type; the max timestamp the original's for LogAppendTime, the kept records' largest for
+CreateTime; record headers kept. A batch that keeps a tombstone, or a discardable marker, and has no delete horizon yet
+gets one: attribute bit 6 and base timestamp = now + ``delete.retention.ms``; a horizon once set is kept, never moved.
+Offsets never change.
 
 Threads: one round's; not shared. Blocking only on CPU.
 """

@@ -1,4 +1,4 @@
-"""Which segments one cleaning round merges into one (Kafka's ``Cleaner.groupSegmentsBySize``, reference §3.3).
+"""Which segments one cleaning round merges into one (Kafka's ``Cleaner.groupSegmentsBySize``, LogCleaner.scala).
 
 Each group becomes one cleaned segment at the base offset of its first member. A segment joins the group before it
 while the group's ``.log`` bytes stay within ``segment.bytes``, its offset-index bytes and its time-index bytes each

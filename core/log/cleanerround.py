@@ -1,15 +1,15 @@
-"""One cleaning round over one log (Kafka's ``Cleaner.doClean``, reference §3): the offset map of the dirty section,
-then a recopy of the log from its start, group by group, each group swapped in as one segment.
+"""One cleaning round over one log (Kafka's ``Cleaner.doClean``; docs/compaction.md, "How a log is cleaned"): the offset
+map of the dirty section, then a recopy of the log from its start, group by group, each group swapped in as one segment.
 
-1. **Map** (:func:`build_offset_map`, §3.2): from the first dirty offset (the batch the offset index points at) up
-   to the round's uncleanable bound, every keyed record of a batch that is not aborted data and not a control batch
-   puts ``key → offset``; the map's latest offset follows each batch and, at the end of each segment, jumps to the
-   next segment's base - 1 (offsets removed earlier are skipped). When the map is full the round stops there: its
-   end offset is the map's latest offset + 1, and the rest is cleaned by later rounds.
-2. **Recopy** (:func:`clean_log`, §3.3–3.5): every segment from the first through the one holding the end offset - 1
-   is read again, in groups (``cleanergroups.py``). Each group becomes one ``.cleaned`` segment
-   (``cleanerswap.create_cleaned_segment``): each source batch goes through the rules of ``cleanerfilter.py`` with
-   the aborted transactions of its range and the producers' last batches as they were when the round began; the
+1. **Map** (:func:`build_offset_map`, Kafka's ``Cleaner.buildOffsetMap``): from the first dirty offset (the batch the
+   offset index points at) up to the round's uncleanable bound, every keyed record of a batch that is not aborted data
+   and not a control batch puts ``key → offset``; the map's latest offset follows each batch and, at the end of each
+   segment, jumps to the next segment's base - 1 (offsets removed earlier are skipped). When the map is full the round
+   stops there: its end offset is the map's latest offset + 1, and the rest is cleaned by later rounds.
+2. **Recopy** (:func:`clean_log`, Kafka's ``Cleaner.cleanSegments``): every segment from the first through the one
+   holding the end offset - 1 is read again, in groups (``cleanergroups.py``). Each group becomes one ``.cleaned``
+   segment (``cleanerswap.create_cleaned_segment``): each source batch goes through the rules of ``cleanerfilter.py``
+   with the aborted transactions of its range and the producers' last batches as they were when the round began; the
    aborted transactions the new segment still holds data of go to its ``.txnindex``. The segment gets its final
    time-index entry, trimmed indexes, an fsync and the mtime of the group's last source segment, and is swapped in
    (``cleanerswap.replace_segments``).

@@ -1,5 +1,5 @@
 """Putting a cleaned segment in place of the segments it replaces, crash-safe and whole (Kafka's
-``LocalLog.replaceSegments``, reference §4, with one addition).
+``LocalLog.replaceSegments``, with one addition; docs/compaction.md, "Crash safety: the swap, better than Kafka's").
 
 The cleaner writes a group's new segment as ``NNN.log.cleaned`` (and ``.index``, ``.timeindex``, ``.txnindex``
 ``.cleaned``: :func:`create_cleaned_segment`) and fsyncs it. Then, under the log's lock (:func:`replace_segments`):
@@ -23,9 +23,9 @@ the log reads exactly as before the swap or exactly as after it.
 
 Kafka has no intent: its loader deletes the non-swap files in ``[min swap base, max swap next offset)``, which
 misses an old segment whose base lies above the last offset the new segment kept, so a crash between its steps 2
-and 3 can leave superseded records beside the cleaned ones (reference §4, "Gap"). The intent names every replaced
-segment, so logfs never leaves a mix. A directory without an intent file (written by Kafka, or a swap from a
-split) still gets Kafka's passes (``core/log/loader.py``).
+and 3 can leave superseded records beside the cleaned ones (docs/compaction.md, "Crash safety: the swap, better than
+Kafka's"). The intent names every replaced segment, so logfs never leaves a mix. A directory without an intent file
+(written by Kafka, or a swap from a split) still gets Kafka's passes (``core/log/loader.py``).
 
 Threads: :func:`create_cleaned_segment` the cleaner's; :func:`replace_segments` any thread, it takes the log's lock;
 :func:`complete_interrupted_swap` the loader's. All block on the disk.

@@ -1,5 +1,5 @@
 """What the log cleaner knows of transactions while it walks a range of batches (Kafka's
-``CleanedTransactionMetadata``, reference §3.9).
+``CleanedTransactionMetadata``, in LogCleaner.scala).
 
 Fed the aborted transactions of the range (from the ``.txnindex`` files, ordered by first offset) and then every
 batch in order, it answers for each batch whether it *can be discarded*:

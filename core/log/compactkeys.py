@@ -1,4 +1,5 @@
-"""Keyless records refused on compacted topics (Kafka's ``LogValidator.validateKey``; reference §5).
+"""Keyless records refused on compacted topics (Kafka's ``LogValidator.validateKey``; docs/mount.md, "Compacted
+topics").
 
 The cleaner keeps the latest record *per key*, so a record without a key has no place in a compacted log: Kafka's
 leader refuses the whole batch that carries one (INVALID_RECORD, "Compacted topic cannot accept message without

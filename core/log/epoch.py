@@ -1,4 +1,4 @@
-"""The leader epoch cache: at which offset each leader epoch began (Kafka's LeaderEpochFileCache, reference §6.5).
+"""The leader epoch cache: at which offset each leader epoch began (Kafka's LeaderEpochFileCache).
 
 A leader stamps its epoch on every batch it appends (``partitionLeaderEpoch``), and the log remembers where each
 epoch started: ``assign(epoch, start_offset)`` on every leader change (at the log end offset, before any record is

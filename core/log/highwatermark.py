@@ -1,4 +1,5 @@
-"""The high watermark of one partition: the offset below which records are committed (reference §6.1).
+"""The high watermark of one partition: the offset below which records are committed (Kafka's ``UnifiedLog``;
+docs/replication.md, "The ISR and the high watermark").
 
 Rules, as Kafka's UnifiedLog applies them:
 

@@ -14,11 +14,11 @@ offset 50, offset 55 at position 4096 is the entry ``00 00 00 05 00 00 10 00``, 
 offsets; relative ones never leave this module, and an offset whose relative value falls outside [0, 2**31 - 1] is
 refused (OffsetOverflow), which is why the log rolls a new segment before that can happen.
 
-What an entry means (reference §2.2, §2.3): an offset index entry (O, P) says that the append whose *last* offset is
-O starts at byte P of the ``.log``. A time index entry (T, O) says that T is the largest timestamp seen up to offset
-O, so every record with a timestamp above T comes after O. Offsets strictly increase in the offset index and never
-decrease in the time index, whose timestamps strictly increase; it keeps one slot in reserve for the entry written
-when the segment rolls or closes.
+What an entry means (Kafka's ``OffsetIndex`` and ``TimeIndex``): an offset index entry (O, P) says that the append whose
+*last* offset is O starts at byte P of the ``.log``. A time index entry (T, O) says that T is the largest timestamp seen
+up to offset O, so every record with a timestamp above T comes after O. Offsets strictly increase in the offset index
+and never decrease in the time index, whose timestamps strictly increase; it keeps one slot in reserve for the entry
+written when the segment rolls or closes.
 
 Preallocation. A new file is created at ``max_index_bytes`` rounded down to whole entries (``segment.index.bytes``,
 10 MiB: 1,310,720 offset entries or 873,813 time entries), zero-filled and sparse, so appends never grow the file.

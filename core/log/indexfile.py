@@ -39,7 +39,7 @@ _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 
 assert _OFFSET_ENTRY.size == OFFSET_INDEX_ENTRY_BYTES and _TIME_ENTRY.size == TIME_INDEX_ENTRY_BYTES
-assert SEGMENT_INDEX_BYTES_DEFAULT // OFFSET_INDEX_ENTRY_BYTES == 1_310_720  # reference §2.4
+assert SEGMENT_INDEX_BYTES_DEFAULT // OFFSET_INDEX_ENTRY_BYTES == 1_310_720  # Kafka's AbstractIndex
 assert SEGMENT_INDEX_BYTES_DEFAULT // TIME_INDEX_ENTRY_BYTES == 873_813
 assert WARM_SECTION_BYTES // OFFSET_INDEX_ENTRY_BYTES == 1024 and WARM_SECTION_BYTES // TIME_INDEX_ENTRY_BYTES == 682
 
@@ -455,7 +455,7 @@ class AbstractIndex(Generic[_Entry]):
         except OSError as exc:
             raise _storage_error("open", self._path, exc) from exc
         else:
-            # An existing file is assumed valid up to its last whole entry (reference §2.4).
+            # An existing file is assumed valid up to its last whole entry (Kafka's ``AbstractIndex``).
             self._on_disk = True
             self._length_bytes = length
             self._entries = length // self.ENTRY_BYTES

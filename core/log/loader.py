@@ -1,4 +1,4 @@
-"""Opening one partition directory as a :class:`~logfs.core.log.log.Log`, with Kafka's load passes (reference §4).
+"""Opening one partition directory as a :class:`~logfs.core.log.log.Log`, with Kafka's load passes (``LogLoader``).
 
 0. An interrupted swap of the log cleaner (``cleaner-swap.intent``) is undone or completed whole
    (``core/log/cleanerswap.py``), before Kafka's passes, which then find none of its files.
@@ -11,18 +11,18 @@
    recovery point to the end are validated batch by batch and their indexes rebuilt (``core/log/recovery.py``). The
    first segment that had to be cut ends the log: every later segment is moved into quarantine
    (``<name>.log.<ms>.quarantine``, its indexes deleted) — Kafka deletes them; logfs keeps the bytes for inspection
-   (spec §6). So the log is always a prefix of what was written, with no hole; Kafka keeps the later segments when
-   the cut one was recovered for a bad index.
+   (docs/storage.md, "Rules worth knowing"). So the log is always a prefix of what was written, with no hole; Kafka
+   keeps the later segments when the cut one was recovered for a bad index.
 5. Afterwards: a damaged ``leader-epoch-checkpoint`` (moved to quarantine when it was read) is rebuilt from the
    batches' leader epochs; a log ending below the checkpointed log start offset is emptied; an empty directory gets
    one segment at the log start offset; the active segment's indexes get their full size back; the epoch cache is
    trimmed to ``[log start, LEO]``.
-6. Producer state (reference §2.8, Kafka's ``rebuildProducerState``): snapshots above the LEO or below the first
-   segment go; the newest snapshot at or below the LEO that parses is loaded (a corrupt one is skipped with a
-   warning) and the log replayed from its offset to the LEO. Recovery (step 4) positions one state at the first
-   recovered segment the same way and replays each recovered segment into it, which rebuilds its ``.txnindex``.
-   After a clean shutdown with no snapshot at all (a store written before producer state existed), the state starts
-   empty at the LEO, as Kafka's does, rather than scanning every segment.
+6. Producer state (Kafka's ``rebuildProducerState``; docs/storage.md, "Idempotent producers and transactions"):
+   snapshots above the LEO or below the first segment go; the newest snapshot at or below the LEO that parses is loaded
+   (a corrupt one is skipped with a warning) and the log replayed from its offset to the LEO. Recovery (step 4)
+   positions one state at the first recovered segment the same way and replays each recovered segment into it, which
+   rebuilds its ``.txnindex``. After a clean shutdown with no snapshot at all (a store written before producer state
+   existed), the state starts empty at the LEO, as Kafka's does, rather than scanning every segment.
 
 A clean load opens no ``.log`` beyond a ``stat`` and reads only the active segment's tail (for the LEO), so opening a
 large clean store does not scan its logs. Each finding is reported to ``on_event`` (the store logs them; ``logfs

@@ -11,9 +11,9 @@ State and its single owner (this class):
 * the segments renamed ``.deleted``, unlinked once ``file.delete.delay.ms`` has passed.
 
 Reads (Kafka's ``LocalLog.read``): :meth:`read` answers up to a bound the Log gives it (its isolation: HW, LSO or
-LEO, reference §5): at the bound or between it and the LEO an empty result, above the LEO OffsetOutOfRange, otherwise
-bytes from the start of the batch holding the offset, at most ``max_bytes`` (at least one batch with
-``min_one_message``) and never past the bound. :meth:`offset_metadata` finds where an offset lies (Kafka's
+LEO; docs/storage.md, "Rules worth knowing"): at the bound or between it and the LEO an empty result, above the LEO
+OffsetOutOfRange, otherwise bytes from the start of the batch holding the offset, at most ``max_bytes`` (at least one
+batch with ``min_one_message``) and never past the bound. :meth:`offset_metadata` finds where an offset lies (Kafka's
 ``convertToOffsetMetadataOrThrow``). Both walk the segment snapshot unpinned, as Kafka's do (``core/log/scan.py``).
 
 Retention (Kafka's ``deletableSegments`` and ``removeAndDeleteSegments``): the Log picks the rule and gives the HW;
@@ -206,7 +206,8 @@ class LocalLog:
         return FetchDataInfo(end, b"")
 
     def add_aborted_transactions(self, fetched: FetchDataInfo) -> FetchDataInfo:
-        """``fetched`` with the aborted transactions of its range (a TXN_COMMITTED read's, reference §7)."""
+        """``fetched`` with the aborted transactions of its range (a TXN_COMMITTED read's; docs/storage.md,
+        "Idempotent producers and transactions")."""
         view = self._segments
         return with_aborted_transactions(view.bases, view.segments, fetched, self._leo.message_offset)
 
@@ -371,7 +372,8 @@ class LocalLog:
         recovery point has not passed is recovered after a crash — its indexes rebuilt from the durable ``.log``.
         Blocking; off the trio thread; takes the lock around its bookkeeping, the fsyncs run outside it.
         """
-        self._failure.check()  # offline: every fsync fails, even one with nothing new to sync (spec §7)
+        # offline: every fsync fails, even one with nothing new to sync (docs/storage.md, "Storage faults")
+        self._failure.check()
         with self.lock:
             target = self._leo.message_offset if offset is None else min(offset, self._leo.message_offset)
             done = max(self._recovery_point, self._records_synced)

@@ -16,9 +16,10 @@ takes batches whose offsets the leader assigned: they must start at or above the
 rolls to a new segment based at the incoming first offset. :meth:`append_end_txn_marker` writes COMMIT and ABORT
 markers.
 
-Reads (:meth:`read`, reference §5): below the log start offset is OffsetOutOfRange, checked here; the rest is the
-local log's read (``LocalLog.read``) up to the isolation bound this class gives it: the HW for HIGH_WATERMARK, the
-LSO for TXN_COMMITTED (which also carries the aborted transactions of the fetched range), the LEO for LOG_END.
+Reads (:meth:`read`; docs/storage.md, "Rules worth knowing"): below the log start offset is OffsetOutOfRange, checked
+here; the rest is the local log's read (``LocalLog.read``) up to the isolation bound this class gives it: the HW for
+HIGH_WATERMARK, the LSO for TXN_COMMITTED (which also carries the aborted transactions of the fetched range), the LEO
+for LOG_END.
 
 Retention (:meth:`delete_old_segments`) never deletes at or above the HW; deleted segments are renamed
 ``.deleted`` and unlinked by :meth:`delete_expired_files` after ``file.delete.delay.ms``. A reader that pinned a
@@ -418,9 +419,10 @@ class Log:
         isolation: Isolation = Isolation.HIGH_WATERMARK,
         min_one_message: bool = True,
     ) -> FetchDataInfo:
-        """Kafka's read (reference §5): OffsetOutOfRange below the log start offset, then the local log's read up to
-        the isolation bound (``LocalLog.read``); TXN_COMMITTED reads stop at the LSO and carry the aborted
-        transactions of the fetched range (reference §7). Any thread."""
+        """Kafka's read (``UnifiedLog.read``; docs/storage.md, "Rules worth knowing"): OffsetOutOfRange below the log
+        start offset, then the local log's read up to the isolation bound (``LocalLog.read``); TXN_COMMITTED reads stop
+        at the LSO and carry the aborted transactions of the fetched range (docs/storage.md, "Idempotent producers and
+        transactions"). Any thread."""
         log_start = self._log_start_offset
         if start_offset < log_start:
             raise OffsetOutOfRange(start_offset, log_start, self.local.log_end_offset)
@@ -482,8 +484,8 @@ class Log:
         return full
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first record with timestamp ≥ ``timestamp`` at or after the log start offset (reference §5). Any
-        thread."""
+        """The first record with timestamp ≥ ``timestamp`` at or after the log start offset (Kafka's
+        ``UnifiedLog.fetchOffsetByTimestamp``). Any thread."""
         return self.local.fetch_offset_by_timestamp(timestamp, self._log_start_offset)
 
     # --- the high watermark (writer) ---------------------------------------------------------------------------------
@@ -596,7 +598,8 @@ class Log:
         self._update_lso()
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Apply the log start offset, retention.ms and retention.bytes (reference §8); the segments deleted."""
+        """Apply the log start offset, retention.ms and retention.bytes (Kafka's ``UnifiedLog.deleteOldSegments``); the
+        segments deleted."""
         now = wall_clock_ms() if now_ms is None else now_ms
         deleted = 0
         with self._lock:

@@ -2,12 +2,12 @@
 
 Kafka's map is a flat array of 24-byte slots (an MD5 of the key and an offset) sized by
 ``log.cleaner.dedupe.buffer.size`` over the cleaner threads, filled to at most ``floor(slots * load factor)``
-distinct keys per round (reference §3.1): 5,033,164 keys at the defaults. This one keeps Kafka's *capacity* rule
-exactly — ``slots = memory // 24``, ``capacity = floor(slots * 0.9)``, and the "is it full" test counts distinct keys
-even when the key is already in the map (so a round stops at the same record as Kafka's) — but stores the entries in
-a Python dict, which is faster to fill from Python than hashing into an array. What identifies a key: the key bytes
-themselves when they are at most 16 bytes long, else their MD5 (Kafka's hash), so memory stays near Kafka's per key
-for long keys and a short key costs no hashing; two long keys with one MD5 are one key, as in Kafka.
+distinct keys per round (docs/compaction.md, "Configuration"): 5,033,164 keys at the defaults. This one keeps Kafka's
+*capacity* rule exactly — ``slots = memory // 24``, ``capacity = floor(slots * 0.9)``, and the "is it full" test counts
+distinct keys even when the key is already in the map (so a round stops at the same record as Kafka's) — but stores the
+entries in a Python dict, which is faster to fill from Python than hashing into an array. What identifies a key: the key
+bytes themselves when they are at most 16 bytes long, else their MD5 (Kafka's hash), so memory stays near Kafka's per
+key for long keys and a short key costs no hashing; two long keys with one MD5 are one key, as in Kafka.
 
 Memory: a dict entry costs ~100 bytes of Python objects where Kafka's costs 24, so the map uses about four times the
 configured buffer when it is full; docs/compaction.md says so.

@@ -3,8 +3,9 @@
 Recovery treats damage as LevelDB's log reader does: a torn tail (the file ends inside a batch) ends the scan
 silently; a batch that fails validation (size, magic, CRC, or offsets that step back, which the CRC does not cover)
 ends it with a reason. Either way everything from there on is *moved aside* into ``<base>.log.<ms>.quarantine``
-beside the segment before the ``.log`` is cut, so recovery never destroys bytes (spec §6). The offset and time
-indexes are rebuilt from the valid prefix. :func:`scan_segment` does the reading alone, for ``logfs check``.
+beside the segment before the ``.log`` is cut, so recovery never destroys bytes (docs/storage.md, "Rules worth
+knowing"). The offset and time indexes are rebuilt from the valid prefix. :func:`scan_segment` does the reading alone,
+for ``logfs check``.
 
 Transactions: given the producer state at the segment's base offset, :func:`recover_segment` replays the batches
 into it and rebuilds the ``.txnindex`` from the aborts they complete. That coupling lives here, not in

@@ -1,4 +1,5 @@
-"""Which old segments retention may delete (reference §8): pure functions over segment summaries.
+"""Which old segments retention may delete (Kafka's ``UnifiedLog.deleteOldSegments``): pure functions over segment
+summaries.
 
 Kafka walks the segments from the oldest and stops at the first one that fails; a segment qualifies only when the
 high watermark has passed all of it (``HW >= upper bound``: the next segment's base, or the LEO for the last) and

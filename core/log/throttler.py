@@ -1,7 +1,7 @@
 """A byte-rate throttle for the log cleaner (Kafka's ``org.apache.kafka.storage.internals.utils.Throttler``).
 
 All cleaner threads share one, at ``log.cleaner.io.max.bytes.per.second``; it is charged with every byte the
-cleaner reads (building the offset map, recopying) and writes. Kafka's rule (reference §2.8): bytes are counted over
+cleaner reads (building the offset map, recopying) and writes. Kafka's rule (its ``Throttler``): bytes are counted over
 periods of at least 300 ms; at the end of a period whose rate exceeded the desired one, the caller sleeps as long as
 brings the period's rate down to it, and a new period begins. The sleep happens in the calling (cleaner) thread,
 never under a log's lock.

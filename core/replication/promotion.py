@@ -1,5 +1,6 @@
 """Starting a store as leader: the new leader epoch, and the refusal to promote a store that was out of the ISR
-(spec §6; Kafka's makeLeader with its controller's rules, without a controller).
+(docs/replication.md, "Leader epochs and promotion"; Kafka's makeLeader with its controller's rules, without a
+controller).
 
 Every start of a store as leader (each ``logfs mount`` of it) begins a new leader epoch, one for every partition::
 

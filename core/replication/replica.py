@@ -1,5 +1,5 @@
 """The leader's side of replication: each partition's replicas, its ISR and its high watermark (Kafka's Partition as
-leader, holding one ReplicaState per follower; reference §6.2-§6.5).
+leader, holding one ReplicaState per follower; docs/replication.md, "The ISR and the high watermark").
 
 State, per partition and leader epoch (:class:`LeaderPartition`), under one lock:
 
@@ -7,8 +7,9 @@ State, per partition and leader epoch (:class:`LeaderPartition`), under one lock
   this partition (the LEO when this process took the partition: ``leader_epoch_start_offset``);
 * per follower, a :class:`ReplicaState`: its LEO as the leader knows it (the offset of its latest fetch, -1 before
   any), the leader's LEO at that fetch, and when it was last caught up;
-* the ISR. Every leader epoch starts with the leader alone (spec §6). Kafka's controller may name more members at a
-  leader election; the constructor's ``isr`` allows that for the scenarios ported from Kafka's PartitionTest.
+* the ISR. Every leader epoch starts with the leader alone (docs/replication.md, "The ISR and the high watermark").
+  Kafka's controller may name more members at a leader election; the constructor's ``isr`` allows that for the scenarios
+  ported from Kafka's PartitionTest.
 * **A partition created while this node leads** starts with the ISR = the leader and every *live* follower
   (Kafka's controller creates a partition with the ISR equal to its live assigned replicas: they hold nothing it
   lacks). Without ZooKeeper, live means heard from within ``replica.lag.time.max.ms``: any request of the fetch
@@ -242,7 +243,7 @@ class LeaderPartition:
 
     def replicas_view(self, now_ms: int | None = None) -> dict[int, dict[str, int]]:
         """``{id: {log_end_offset, last_caught_up_ms}}`` for every replica, this node (at its LEO, now) included:
-        what ``state`` shows (spec §2)."""
+        what ``state`` shows (docs/replication.md, "`state` of a leader")."""
         now = wall_clock_ms() if now_ms is None else now_ms
         view = {self.node_id: {"log_end_offset": self.log.log_end_offset, "last_caught_up_ms": now}}
         for r, s in self._replicas.items():
@@ -467,7 +468,9 @@ class LeaderReplicas:
         self._changes_lock = threading.Lock()  # ISR changes come from any thread, under their partition's lock
         # follower → when it last sent a request of the fetch protocol (ms since the epoch; any thread writes)
         self._heard: dict[int, int] = {}
-        self._taking_existing = True  # the partitions the store holds now start with the leader alone (spec §6)
+        # the partitions the store holds now start with the leader alone
+        # (docs/replication.md, "The ISR and the high watermark")
+        self._taking_existing = True
         for tp, _ in store.logs():
             self.partition(tp.topic, tp.partition, now_ms=now_ms)
         self._taking_existing = False
@@ -510,9 +513,9 @@ class LeaderReplicas:
         UnknownTopicOrPartition when the store has no such partition.
 
         The ISR it starts with: for a partition the store held when this was built, the caller's ``isr`` (ZooKeeper)
-        or else the leader alone (a new leader epoch, spec §6); for a partition created since (or a topic created
-        again), the leader and every live replica (Kafka's creation rule; the module docstring): the caller's
-        ``live`` or else the followers heard from."""
+        or else the leader alone (a new leader epoch; docs/replication.md, "The ISR and the high watermark"); for a
+        partition created since (or a topic created again), the leader and every live replica (Kafka's creation rule;
+        the module docstring): the caller's ``live`` or else the followers heard from."""
         log = self.store.log(topic, partition)
         tp = TopicPartition(topic, partition)
         with self._lock:

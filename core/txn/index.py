@@ -1,9 +1,10 @@
 """Kafka's transaction index (``.txnindex``): the aborted transactions whose ABORT marker lies in one segment.
 
 A read_committed consumer must drop the records of aborted transactions. It learns which from the fetch response's
-aborted list, which the leader builds from these files (reference §2.6, §7). One file per segment, beside its
-``.index`` and ``.timeindex``, holding only *aborted* transactions, in the segment where the marker was written.
-Entry layout, byte for byte Kafka's ``AbortedTxn`` (big-endian, no header, no padding, no checksum)::
+aborted list, which the leader builds from these files (Kafka's ``TransactionIndex``; docs/storage.md, "Idempotent
+producers and transactions"). One file per segment, beside its ``.index`` and ``.timeindex``, holding only *aborted*
+transactions, in the segment where the marker was written. Entry layout, byte for byte Kafka's ``AbortedTxn``
+(big-endian, no header, no padding, no checksum)::
 
     version            int16   0
     producerId         int64

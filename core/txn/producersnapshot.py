@@ -1,7 +1,7 @@
 """Kafka's producer snapshot file (``<offset>.snapshot``): the producer state of a partition at one offset.
 
 Rebuilding the producer state means replaying every batch with a producer id from the start of the log; a snapshot
-bounds that to the batches after its offset (reference §2.8, ``ProducerStateManager.writeSnapshot``). The file is
+bounds that to the batches after its offset (Kafka's ``ProducerStateManager.writeSnapshot``). The file is
 named after the offset it describes (the state after every batch below it), zero-padded to 20 digits like a segment,
 and one is written at every roll (named after the new segment's base) and at a clean close (at the LEO).
 

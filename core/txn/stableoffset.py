@@ -1,6 +1,6 @@
 """The last stable offset (LSO) of one partition, and the aborted transactions a read_committed fetch carries
-(reference §7; Kafka's ``UnifiedLog.maybeIncrementFirstUnstableOffset``, ``fetchLastStableOffsetMetadata`` and
-``LocalLog.addAbortedTransactions``).
+(docs/storage.md, "Idempotent producers and transactions"; Kafka's ``UnifiedLog.maybeIncrementFirstUnstableOffset``,
+``fetchLastStableOffsetMetadata`` and ``LocalLog.addAbortedTransactions``).
 
 Rules:
 

@@ -2,10 +2,11 @@
 before the high watermark may rely on the smaller ISR; expansions and new partitions are recorded after (a larger
 ISR only makes the HW more careful); a deleted topic is recorded for the replicas that have not applied it.
 
-Kafka's 2.4-style leader (reference §4, "Older rule"): a refused conditional write means someone else — a newer
-controller's election — rewrote the state, so the leader is deposed: :attr:`IsrRecorder.fenced` is set and the
-node stops acknowledging (``logfs/cluster/node.py``). A write ZooKeeper does not answer keeps the larger ISR (the HW
-waits, acks=all fsyncs time out: the safe outcome) and is tried again at the next check.
+Kafka's 2.4-style leader (Kafka 2.4's ``Partition.maybeShrinkIsr``; docs/replication.md, "The rules"): a refused
+conditional write means someone else — a newer controller's election — rewrote the state, so the leader is deposed:
+:attr:`IsrRecorder.fenced` is set and the node stops acknowledging (``logfs/cluster/node.py``). A write ZooKeeper does
+not answer keeps the larger ISR (the HW waits, acks=all fsyncs time out: the safe outcome) and is tried again at the
+next check.
 
 Threads: worker threads only (blocking ZooKeeper calls); one lock serialises the shrink check and the expansion sync,
 so that the ISR recorded in ZooKeeper is never larger-then-smaller out of order. The trio side reads

@@ -1,5 +1,5 @@
 """The cluster's rules as pure functions: Kafka's znode JSON, the election, the ISR an election leaves, and which
-role a node takes for what ZooKeeper says (reference: ../shared/reference/kafka-zookeeper.md §1-§4).
+role a node takes for what ZooKeeper says (docs/replication.md, "The znodes" and "The rules").
 
 Nothing here talks to ZooKeeper or touches a store, so every rule is unit-tested on its own
 (tests/cluster/test_cluster_rules.py); ``logfs/cluster/zk.py`` reads and writes the znodes, ``logfs/cluster/node.py``

@@ -1,7 +1,7 @@
 """The only module that talks to ZooKeeper (kazoo): the cluster's znodes, read and written with Kafka's layout and
 conditional writes, and kazoo's events handed to trio.
 
-Znodes (under the chroot of ``zookeeper.connect``; reference §1):
+Znodes (under the chroot of ``zookeeper.connect``; docs/replication.md, "The znodes"):
 
 * ``/brokers/ids/<id>`` — ephemeral, one per live node (``rules.Broker``: its advertised mount and the highest epoch
   its store saw). Its czxid is the node's *broker epoch*: a restarted node registers with a larger one.

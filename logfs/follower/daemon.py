@@ -1,8 +1,9 @@
-"""``logfs follow LEADER_MOUNT STORE --replica-id N [--mount MOUNTPOINT]``: the follower daemon (spec §6).
+"""``logfs follow LEADER_MOUNT STORE --replica-id N [--mount MOUNTPOINT]``: the follower daemon
+(docs/replication.md, "The follower: `logfs follow`").
 
 It replicates every topic and partition of a leader into its own store by reading files of the leader's mount
 only (``logfs/follower/fetch.py`` reads the fetch files; docs/replication.md has the protocol), with Kafka's follower
-rules (reference §6.1, §6.6; Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
+rules (Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
 
 Theory of operation.
 

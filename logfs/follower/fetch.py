@@ -27,7 +27,8 @@ filesystem (sshfs) the size may come from a lookup of its own, which is another 
 parse, or ends short, raises :class:`FetchProtocolError`; the caller logs it and fetches again.
 
 This module is pure (no trio, no store): :class:`FetchReader` blocks on the leader's mount and runs in a worker thread;
-the truncation rules are functions of numbers, tested with Kafka's own (reference §6.6, scenario 68).
+the truncation rules are functions of numbers, tested with Kafka's own
+(``PartitionTest.testLastFetchedOffsetValidation``).
 
 Threads: any.
 """
@@ -237,7 +238,7 @@ def _ints(obj: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-# --- truncation rules (Kafka's AbstractFetcherThread; reference §6.6) ------------------------------------------------
+# --- truncation rules (Kafka's AbstractFetcherThread) ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """A mount as the Spark source and sink see it: topics, partitions, ``state`` files, and the range files executors
-read, with the rule for a mount that has not caught up yet (spec/spark.md §2). No pyspark, no pyarrow.
+read, with the rule for a mount that has not caught up yet (docs/spark.md, "The `logfs` data source"). No pyspark, no
+pyarrow.
 
-Paths used (spec/filesystem.md §2)::
+Paths used (docs/mount.md, "Files, modes and caching")::
 
     MOUNT/<topic>/                              a topic (names starting with "." are not topics)
     MOUNT/<topic>/<partition>/state             JSON: log_start_offset, high_watermark, last_stable_offset …

@@ -1,4 +1,5 @@
-"""The options of the ``logfs`` Spark source and sink, parsed and checked once, on the driver (spec/spark.md §2).
+"""The options of the ``logfs`` Spark source and sink, parsed and checked once, on the driver
+(docs/spark.md, "The `logfs` data source" and "The `logfs` sink").
 
 Names and meanings are those of Spark's own Kafka source (``spark-sql-kafka``), so that a job switches by changing
 the format name and replacing ``kafka.bootstrap.servers`` with the mount point given to ``load()``/``save()``:

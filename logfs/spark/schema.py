@@ -1,5 +1,6 @@
 """The Spark schemas of the ``logfs`` format: the columns a read gives (Spark's Kafka source's, exactly), the columns a
-write takes, and the ``.jsonl`` rendering's schema for ``spark.read.json`` (spec/spark.md §1, §2).
+write takes, and the ``.jsonl`` rendering's schema for ``spark.read.json`` (docs/spark.md, "Plain files",
+"The `logfs` data source" and "The `logfs` sink").
 
 Threads: pure values and checks; the driver checks a query's schema, executors build :func:`kafka_struct` (they have
 no SparkContext to parse the DDL strings).
@@ -28,9 +29,9 @@ KAFKA_SCHEMA = (
 HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 HEADER_STRUCT = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
-# The `.jsonl` rendering (spec/filesystem.md §4) as a Spark DDL schema, for spark.read.json(…, schema=JSONL_SCHEMA)
-# over `hw/` files without schema inference. `timestamp` is epoch milliseconds (timestamp_millis() converts it);
-# `key`, `value` and header values are text, or base64 when their `…Encoding` field says "base64".
+# The `.jsonl` rendering (docs/spark.md, "Plain files") as a Spark DDL schema, for spark.read.json(…,
+# schema=JSONL_SCHEMA) over `hw/` files without schema inference. `timestamp` is epoch milliseconds (timestamp_millis()
+# converts it); `key`, `value` and header values are text, or base64 when their `…Encoding` field says "base64".
 JSONL_SCHEMA = (
     "topic STRING, `partition` INT, `offset` BIGINT, `timestamp` BIGINT, timestampType INT, "
     "key STRING, keyEncoding STRING, value STRING, valueEncoding STRING, "

@@ -1,4 +1,5 @@
-"""The ``logfs`` sink: rows of a DataFrame appended to topics through a mount's ``batches`` files (spec/spark.md §2).
+"""The ``logfs`` sink: rows of a DataFrame appended to topics through a mount's ``batches`` files
+(docs/spark.md, "The `logfs` sink").
 
 Columns, as Spark's Kafka sink takes them (others are ignored): ``value`` (binary or string, required), ``key``
 (binary or string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int), ``headers``

@@ -1,5 +1,5 @@
 """The ``logfs`` Spark data source (Python Data Source API, PySpark ≥ 4.2): the format, its batch and stream
-readers, and the way to the sink's writers (spec/spark.md §1, §2; user docs: docs/spark.md).
+readers, and the way to the sink's writers (docs/spark.md, "Plain files" and "The `logfs` data source").
 
 ::
 

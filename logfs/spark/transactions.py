@@ -1,6 +1,6 @@
 """Exactly-once for the ``logfs`` sink: its transactions, commit labels and fencing, through the mount's files.
 
-The filesystem protocol (spec §2; docs/spark.md "Exactly once"):
+The filesystem protocol (docs/mount.md, "Idempotent producers and transactions"; docs/spark.md, "Exactly once"):
 
 * a task attempt begins its own transaction: ``mkdir MOUNT/.logfs/transactions/<transactional.id>-<random>``, and
   writes its rows to ``<that>/<topic>/<partition>/batches`` (invisible to ``committed/`` views until committed);

@@ -1,6 +1,6 @@
 """The ``at/``, ``hw/`` and ``committed/`` files of a partition: :func:`open_range` plans a :class:`RangeView`, an
-immutable rendering of offsets ``[start, end)`` in one format whose exact size is known at open (spec §2, §4, §5). No
-pyfuse3, no trio. Where a view starts and ends, and the ``follow/`` and ``state`` files, are
+immutable rendering of offsets ``[start, end)`` in one format whose exact size is known at open (docs/mount.md,
+"Reads"). No pyfuse3, no trio. Where a view starts and ends, and the ``follow/`` and ``state`` files, are
 ``mount/render/views.py``'s.
 
 How a view is built. The range ``[start, end)`` is asked of the core as one scan (``Log.scan``, ``core/log/scan.py``),
@@ -24,18 +24,19 @@ there. One render runs at a time per view, so concurrent requests of one reader 
 instead of rendering the same chunks again. :meth:`RangeView.read_cached` answers a read from the LRU alone (never the
 disk), so the mount can serve those reads on the trio thread without the hop to a worker thread.
 
-Read committed (``committed/``, spec §2). ``open_range(..., committed=True)`` (``committed/at/`` and ``committed/hw/``)
-is bounded by the caller at the last stable offset (``mount/render/views.py``'s ``view_end``) and leaves out the batches
-a read_committed consumer skips: control batches (which plain and JSON lines never show anyway) and transactional
-batches of aborted transactions (``core.format.abortedbatches.AbortedBatches``, from one
-``Log.collect_aborted_transactions`` call per open). Below the LSO every transaction is decided, so committed views keep
-the HW views' promises: exact sizes, snapshots that never change, ``hw/`` files that only grow. A segment with no
-aborted transaction in range is planned exactly as for the HW views (same index, same cached chunks); one with aborts
-uses a committed index (``mount/render/rendersize.py``); ``.kafka`` cuts the left-out batches out of its byte spans.
+Read committed (``committed/``; docs/mount.md, "Files, modes and caching"). ``open_range(..., committed=True)``
+(``committed/at/`` and ``committed/hw/``) is bounded by the caller at the last stable offset
+(``mount/render/views.py``'s ``view_end``) and leaves out the batches a read_committed consumer skips: control batches
+(which plain and JSON lines never show anyway) and transactional batches of aborted transactions
+(``core.format.abortedbatches.AbortedBatches``, from one ``Log.collect_aborted_transactions`` call per open). Below the
+LSO every transaction is decided, so committed views keep the HW views' promises: exact sizes, snapshots that never
+change, ``hw/`` files that only grow. A segment with no aborted transaction in range is planned exactly as for the HW
+views (same index, same cached chunks); one with aborts uses a committed index (``mount/render/rendersize.py``);
+``.kafka`` cuts the left-out batches out of its byte spans.
 
-Retention (spec §5). A view pins every segment it covers (the scan keeps the pins in the view's ExitStack) until
-:meth:`RangeView.close`, so a segment deleted meanwhile stays readable through it. Each pin keeps one descriptor open: a
-view over thousands of segments holds thousands of descriptors.
+Retention (docs/mount.md, "Reads"). A view pins every segment it covers (the scan keeps the pins in the view's
+ExitStack) until :meth:`RangeView.close`, so a segment deleted meanwhile stays readable through it. Each pin keeps one
+descriptor open: a view over thousands of segments holds thousands of descriptors.
 
 Threads: :func:`open_range` and :meth:`RangeView.read` may be called from any thread and do blocking disk I/O (call them
 from a worker thread, never the trio thread); :meth:`RangeView.read_cached` any thread may call. A view may be read from

@@ -1,9 +1,9 @@
 """Rendered sizes of stored batches, and the index that finds any byte of a rendering without rendering up to it.
 
-The problem (spec §5). A file under ``at/`` or ``hw/`` reports its exact size at lookup (``stat``; Spark plans its
-splits from it, ``tail -f`` polls it) and serves reads at any byte position. Its bytes are the plain or JSON-lines
-rendering of stored batches (``core/format/renderstored.py``), which is a pure function of those bytes: a batch's
-rendered size never changes once computed, so it is computed once and kept.
+The problem (docs/mount.md, "Files, modes and caching"). A file under ``at/`` or ``hw/`` reports its exact size at
+lookup (``stat``; Spark plans its splits from it, ``tail -f`` polls it) and serves reads at any byte position. Its bytes
+are the plain or JSON-lines rendering of stored batches (``core/format/renderstored.py``), which is a pure function of
+those bytes: a batch's rendered size never changes once computed, so it is computed once and kept.
 
 Rules:
 

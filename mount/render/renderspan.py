@@ -26,7 +26,8 @@ SCAN_READ_BYTES = 1024 * 1024
 
 
 class Format(enum.Enum):
-    """The renderings a view can have (spec §4); the value is the name suffix under ``at/`` and ``follow/``."""
+    """The renderings a view can have (docs/mount.md, "Reads"); the value is the name suffix under ``at/`` and
+    ``follow/``."""
 
     PLAIN = ""  # values one per line
     JSONL = ".jsonl"  # JSON lines

@@ -1,4 +1,4 @@
-"""What the read files of a partition hold (spec §2, §4, §5), as pure functions: no pyfuse3, no trio.
+"""What the read files of a partition hold (docs/mount.md, "Reads"), as pure functions: no pyfuse3, no trio.
 
 The mount (``mount/reads.py``) resolves a name under ``<topic>/<partition>/`` and calls in here:
 
@@ -13,10 +13,10 @@ The mount (``mount/reads.py``) resolves a name under ``<topic>/<partition>/`` an
 Every read of records asks the core for its range (``Log.scan``, ``core/log/scan.py``): the floor segment, the pins,
 and the rule that turns a segment removed by retention under a reader into OffsetOutOfRange live there, once.
 
-Read committed (``committed/``, spec §2). ``hw_files(log, committed=True)`` and ``render_follow_chunk(...,
-committed=True)`` are bounded by the caller at the last stable offset (:func:`view_end`) and leave out the batches
-a read_committed consumer skips: control batches (which plain and JSON lines never show anyway) and transactional
-batches of aborted transactions (``core.format.abortedbatches.AbortedBatches``, from one
+Read committed (``committed/``; docs/mount.md, "Files, modes and caching"). ``hw_files(log, committed=True)`` and
+``render_follow_chunk(..., committed=True)`` are bounded by the caller at the last stable offset (:func:`view_end`) and
+leave out the batches a read_committed consumer skips: control batches (which plain and JSON lines never show anyway)
+and transactional batches of aborted transactions (``core.format.abortedbatches.AbortedBatches``, from one
 ``Log.collect_aborted_transactions`` call per chunk). Below the LSO every transaction is decided, so ``hw/`` files
 only grow.
 
@@ -178,7 +178,7 @@ def render_state(
     last_stable_offset: int | None = None,
     cleaner: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The ``state`` file (spec §2): one compact JSON object and a newline.
+    """The ``state`` file (docs/replication.md, "`state` of a leader"): one compact JSON object and a newline.
 
     ``leader_epoch`` defaults to the latest epoch of the log's leader-epoch cache (-1 when it has none);
     ``last_stable_offset`` to the log's, ``open_transactions`` to the log's open transactions (``producer_id``,

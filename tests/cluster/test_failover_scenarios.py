@@ -1,7 +1,8 @@
-"""Automatic failover through ZooKeeper (issue 17), the reference's scenarios ported (kafka-zookeeper.md §8 and
-Kafka's replication_test.py): three ``logfs mount`` nodes with ``min.insync.replicas=2``, a real standalone
-ZooKeeper (tickTime 200 ms) and a session timeout of 1500 ms, acks=all writers (fsync after every write), and the
-checker of tests/cluster/ackcheck.py at the end of each: every acknowledged record on the final leader exactly once,
+"""Automatic failover through ZooKeeper (issue 17), Kafka's scenarios ported (its ControllerIntegrationTest,
+PartitionTest and replication_test.py; docs/failover-tests.md, "The scenarios
+(`tests/cluster/test_failover_scenarios.py`)"): three ``logfs mount`` nodes with ``min.insync.replicas=2``, a real
+standalone ZooKeeper (tickTime 200 ms) and a session timeout of 1500 ms, acks=all writers (fsync after every write), and
+the checker of tests/cluster/ackcheck.py at the end of each: every acknowledged record on the final leader exactly once,
 replicas byte-identical, no offset with two records, epochs only growing, one acknowledging node per epoch.
 
 Each node reaches ZooKeeper through its own TCP proxy (tests/tcpproxy.py), which the "cut from ZooKeeper" scenario

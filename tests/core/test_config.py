@@ -627,7 +627,8 @@ def test_full_disk_is_disk_full_and_keeps_the_old_file(tmp_path: Path, monkeypat
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    # ENOSPC from a write that stored nothing (from fsync it would take the store offline: spec §7)
+    # ENOSPC from a write that stored nothing (from fsync it would take the store offline:
+    # docs/storage.md, "Storage faults")
     monkeypatch.setattr(configtext.os, "write", no_space)
     with pytest.raises(DiskFull, match="No space left"):
         save_topic_overrides(path, {"segment.ms": "6"})

@@ -1,6 +1,7 @@
-"""Failover end to end with the documented procedure (spec §6, docs/replication.md): the leader dies, ``logfs mount``
-of an in-sync follower's store makes it the leader under a new epoch, and ``logfs follow NEW_LEADER_MOUNT OLD_STORE
---replica-id <id>`` makes the old leader's store a follower that truncates what the new leader does not have.
+"""Failover end to end with the documented procedure (docs/replication.md, "Failover, step by step"): the leader dies,
+``logfs mount`` of an in-sync follower's store makes it the leader under a new epoch, and ``logfs follow
+NEW_LEADER_MOUNT OLD_STORE --replica-id <id>`` makes the old leader's store a follower that truncates what the new
+leader does not have.
 
 Every process is real: leaders are ``logfs mount``, followers ``logfs follow``, each with its own store.
 """

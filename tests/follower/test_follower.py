@@ -1,5 +1,6 @@
 """``logfs follow`` against a real leader: leader and followers as separate processes, each with its own store and
-mount, replicating through the leader's ``.logfs/fetch/`` files (spec §6, issue 5).
+mount, replicating through the leader's ``.logfs/fetch/`` files (docs/replication.md, "The follower: `logfs follow`";
+issue 5).
 
 Each test starts what it needs and stops it in ``finally`` (``conftest.finish_mount``, ``follower_procs.following``),
 checking exit codes and that no unexpected WARNING or ERROR was logged.

@@ -287,12 +287,12 @@ def test_the_fetch_path_carries_replica_topic_partition_offset_and_epoch() -> No
 def test_diverging_truncation_follows_get_offset_truncation_state(
     diverging: DivergingEpoch, local: EpochEndOffset, leo: int, expected: Truncation
 ) -> None:
-    """AbstractFetcherThread.getOffsetTruncationState (reference §6.6)."""
+    """AbstractFetcherThread.getOffsetTruncationState (Kafka's AbstractFetcherThread.scala)."""
     assert diverging_truncation(diverging, local, leo) == expected
 
 
 def test_out_of_range_truncates_to_the_leader_end_or_starts_at_its_log_start() -> None:
-    """AbstractFetcherThread.fetchOffsetAndTruncate (reference §6.6)."""
+    """AbstractFetcherThread.fetchOffsetAndTruncate (Kafka's AbstractFetcherThread.scala)."""
     assert out_of_range_action(0, 10, 15) == OutOfRange(truncate_to=10)
     assert out_of_range_action(20, 30, 15) == OutOfRange(start_at=20)
     assert out_of_range_action(0, 30, 15) == OutOfRange()

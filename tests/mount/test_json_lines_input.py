@@ -1,6 +1,6 @@
-"""What ``append.jsonl`` takes (spec §4, docs/mount.md "Writes"), through a real mount and real shell tools: unknown
-fields and non-text keys refused with a reason that names the field and the line, headers as an object or a list,
-values stored as compact JSON text with integers exact, and a write stored whole or not at all."""
+"""What ``append.jsonl`` takes (docs/mount.md, "JSON lines in (`append.jsonl`)"), through a real mount and real shell
+tools: unknown fields and non-text keys refused with a reason that names the field and the line, headers as an object or
+a list, values stored as compact JSON text with integers exact, and a write stored whole or not at all."""
 
 from __future__ import annotations
 

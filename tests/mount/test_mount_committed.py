@@ -1,4 +1,5 @@
-"""``committed/`` under a real mount (spec §2, §5; reference §7): the read_committed views, with real tools.
+"""``committed/`` under a real mount (docs/mount.md, "Files, modes and caching"; docs/storage.md, "Idempotent producers
+and transactions"): the read_committed views, with real tools.
 
 The transactional data is written with the core into a store (two producers over two partitions, one transaction
 committed and one aborted, plain records between them, small segments so transactions cross segment boundaries),

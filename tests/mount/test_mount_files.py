@@ -1,4 +1,5 @@
-"""The filesystem contract (spec §2-§6) through a real mount, with real tools: bash, cat, dd, stat, Python's os.
+"""The filesystem contract (docs/mount.md: "Files, modes and caching", "Writes", "Reads", "Lifecycle") through a real
+mount, with real tools: bash, cat, dd, stat, Python's os.
 
 Most tests share one mount (``shared_mount``), each with topics of its own; the lifecycle tests start their own.
 Every blocking read runs in a subprocess with a timeout (a FUSE read blocked in the test process cannot be

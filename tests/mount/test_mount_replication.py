@@ -1,5 +1,6 @@
 """The leader's side of replication through a real mount: the fetch files, the ISR and HW they drive, acks=all
-(fsync, O_SYNC), leader epochs per mount, promotion refusal, and ``state`` (spec §2, §3, §6; docs/replication.md).
+(fsync, O_SYNC), leader epochs per mount, promotion refusal, and ``state`` (docs/replication.md, "acks=all through the
+mount", "Leader epochs and promotion" and "`state` of a leader").
 
 Followers are simulated by reading fetch files with plain Python, as ``cat`` would (``logfs follow`` has tests of
 its own in test_follower.py and test_failover.py): :class:`FakeFollower` fetches from its offset and moves on past
@@ -41,7 +42,8 @@ def leader(tmp_path: Path, *config: str, name: str = "leader", allow: tuple[str,
         yield mount
 
 
-def fetch(mnt: Path, replica: int, topic: str, offset: int, epoch: int = -1, partition: int = 0) -> tuple[dict, bytes]:  # type: ignore[type-arg]
+def fetch(mnt: Path, replica: int, topic: str, offset: int, epoch: int = -1, partition: int = 0) -> tuple[dict, bytes]:
+# type: ignore[type-arg]
     data = (mnt / ".logfs/fetch" / str(replica) / topic / str(partition) / f"{offset}.{epoch}").read_bytes()
     line, _, records = data.partition(b"\n")
     head = json.loads(line)

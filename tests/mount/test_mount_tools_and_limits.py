@@ -138,8 +138,9 @@ def test_cp_of_several_hw_files_equals_at_earliest_jsonl(mnt: Path, tmp_path: Pa
 
 
 def test_each_at_lookup_is_a_fresh_inode_so_cp_refuses_and_cat_copies(mnt: Path, tmp_path: Path) -> None:
-    """Spec §5: each lookup of an at/ name gives a fresh inode (whose size and bytes never change). GNU cp stats,
-    then opens (two lookups, two inodes) and refuses the file as replaced; `cat >` copies it (docs/mount.md)."""
+    """docs/mount.md, "Files, modes and caching": each lookup of an at/ name gives a fresh inode (whose size and bytes
+    never change). GNU cp stats, then opens (two lookups, two inodes) and refuses the file as replaced; `cat >` copies
+    it (docs/mount.md)."""
     os.mkdir(mnt / "fresh")
     write_all(mnt / "fresh/0/append", b"".join(b"line %02d\n" % i for i in range(10)))
     at = mnt / "fresh/0/at/earliest"

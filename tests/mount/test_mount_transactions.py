@@ -1,6 +1,7 @@
-"""Idempotent producers and transactions through a real mount (spec §2 ``.logfs/producer-id`` and
-``.logfs/transactions/``, §3): producer ids, duplicates stored once, EILSEQ and ESTALE, control batches refused,
-mkdir/commit/abort, fencing, timeouts, and a kill -9 in the middle of a transaction.
+"""Idempotent producers and transactions through a real mount (``.logfs/producer-id`` and
+``.logfs/transactions/``; docs/mount.md, "Idempotent producers and transactions"): producer ids, duplicates stored once,
+EILSEQ and ESTALE, control batches refused, mkdir/commit/abort, fencing, timeouts, and a kill -9 in the middle of a
+transaction.
 
 Batches with producer fields are built by kafka-python's ``DefaultRecordBatchBuilder`` (an independent encoder).
 """

@@ -1,7 +1,7 @@
 """``at/@<time>`` and ``follow/@<time>`` take an ISO-8601 time as well as epoch milliseconds (issue 15 item 8),
 through a real mount: with ``Z``, with an offset, with a fraction, with no offset (UTC), a date alone; with the
-``.jsonl`` and ``.kafka`` suffixes and under ``committed/``; each lookup a fresh inode (spec §5); impossible or
-misspelt times name nothing (ENOENT)."""
+``.jsonl`` and ``.kafka`` suffixes and under ``committed/``; each lookup a fresh inode (docs/mount.md, "Reads");
+impossible or misspelt times name nothing (ENOENT)."""
 
 from __future__ import annotations
 

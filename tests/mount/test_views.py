@@ -1,5 +1,5 @@
-"""The read files' contents (spec §4, §5) without FUSE: ``mount/render/views.py`` and ``mount/render/rendersize.py``
-against an independent oracle.
+"""The read files' contents (docs/mount.md, "Reads") without FUSE: ``mount/render/views.py`` and
+``mount/render/rendersize.py`` against an independent oracle.
 
 The oracle decodes every stored batch with ``core.format.decode.decode_records`` and renders records with ``json.dumps``
 (not ``core/format/render.py``), so a view's size and bytes are checked against what the spec says they are: plain =

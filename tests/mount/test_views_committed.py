@@ -1,6 +1,6 @@
-"""The ``committed/`` renderings (read_committed, spec §2, §5) without FUSE: ``mount/render/rangeview.py``,
-``mount/render/views.py``, ``mount/render/rendersize.py`` and ``core/format/renderstored.py`` with an
-aborted-transaction filter, against two independent oracles.
+"""The ``committed/`` renderings (read_committed; docs/mount.md, "Files, modes and caching") without FUSE:
+``mount/render/rangeview.py``, ``mount/render/views.py``, ``mount/render/rendersize.py`` and
+``core/format/renderstored.py`` with an aborted-transaction filter, against two independent oracles.
 
 The logs are built with the core (transactional batches of several producers, COMMIT and ABORT markers, plain
 batches, small segments). The first oracle is the test's own model of which transactions it aborted: a batch is kept

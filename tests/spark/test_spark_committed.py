@@ -1,5 +1,6 @@
-"""The Spark data source under ``kafka.isolation.level=read_committed`` over transactional data (spec/spark.md,
-filesystem.md §2 ``committed/``), with a real local Spark session over a real mount.
+"""The Spark data source under ``kafka.isolation.level=read_committed`` over transactional data (docs/spark.md,
+"The `logfs` data source"; docs/mount.md, "Files, modes and caching", ``committed/``), with a real local Spark session
+over a real mount.
 
 The store is written with the core before it is mounted (``test_mount_committed``'s script: two producers over two
 partitions, one transaction committed and one aborted, plain records between); a transaction left open is begun

@@ -1,7 +1,8 @@
-"""The Spark data source over a compacted topic with gaps (issue 18; reference §6: Spark users meet these with
-Kafka): batch and streaming reads return every record that exists, with its offset, and nothing for the offsets the
-cleaner removed — no error, no missing row; ``failOnDataLoss`` is about the log start offset only, which compaction
-never moves. A range pinned across a gap (what a retried task reads after a clean) gets exactly the records in it.
+"""The Spark data source over a compacted topic with gaps (issue 18; docs/spark.md, "Compacted topics": Spark users meet
+these with Kafka): batch and streaming reads return every record that exists, with its offset, and nothing for the
+offsets the cleaner removed — no error, no missing row; ``failOnDataLoss`` is about the log start offset only, which
+compaction never moves. A range pinned across a gap (what a retried task reads after a clean) gets exactly the records
+in it.
 
 The store is written with the core before it is mounted (tests/compacted_store.py): a cleaned first segment with
 gaps, then an active segment."""

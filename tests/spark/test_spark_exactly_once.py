@@ -1,6 +1,6 @@
-"""Exactly-once from Spark into logfs (spark spec §2 ``exactlyOnce``; issue 7): a streaming query whose driver is
-killed (kill -9 of the whole Spark process group) between writing a micro-batch and committing it, or right after
-its transactions committed but before Spark recorded the batch, and one whose tasks fail once after writing — each
+"""Exactly-once from Spark into logfs (docs/spark.md, "Exactly once", ``exactlyOnce``; issue 7): a streaming query whose
+driver is killed (kill -9 of the whole Spark process group) between writing a micro-batch and committing it, or right
+after its transactions committed but before Spark recorded the batch, and one whose tasks fail once after writing — each
 restarted from its checkpoint — leaves every input record exactly once in the output's ``committed/`` view.
 
 The query runs as a separate Spark driver process (``JOB`` below), so that it can be killed like a real one; the

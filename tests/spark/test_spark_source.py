@@ -1,4 +1,5 @@
-"""The Spark contract (spec/spark.md §1, §2) with a real local Spark session over a real mount.
+"""The Spark contract (docs/spark.md, "Plain files" and "The `logfs` data source") with a real local Spark session over
+a real mount.
 
 One ``local[2]`` session and one mount serve the whole module (each test uses topics of its own). kafka-python is the
 oracle: every partition's ``at/earliest.kafka`` parsed by ``kafka.record.MemoryRecords`` is what Spark must return,
@@ -150,7 +151,7 @@ def orders(mount: Mount) -> list[Row]:
     return rows
 
 
-# --- §1 plain files ------------------------------------------------------------------------------------------------
+# --- plain files (docs/spark.md, "Plain files") --------------------------------------------------------------------
 
 
 def test_spark_read_json_of_hw_files_returns_every_committed_record_once(spark: Any, mount: Mount) -> None:
@@ -206,7 +207,7 @@ def test_spark_read_json_of_hw_files_returns_every_committed_record_once(spark: 
         assert [(h.key, h.value.encode()) for h in r.headers] == (e["headers"] or [])
 
 
-# --- §2 the data source: batch --------------------------------------------------------------------------------------
+# --- the data source: batch (docs/spark.md, "The `logfs` data source") ---------------------------------------------
 
 
 def test_batch_read_returns_every_record_as_written(spark: Any, mount: Mount, orders: list[Row]) -> None:
@@ -339,7 +340,7 @@ def test_fail_on_data_loss_both_ways_after_retention_removed_the_start(spark: An
     assert read(spark, mnt, subscribe="old").count() == hw - log_start  # earliest is the log start
 
 
-# --- §2 the sink -----------------------------------------------------------------------------------------------------
+# --- the sink (docs/spark.md, "The `logfs` sink") -------------------------------------------------------------------
 
 
 def test_batch_sink_appends_rows_partitioned_like_kafka_read_back_through_at(spark: Any, mount: Mount) -> None:
@@ -388,7 +389,7 @@ def test_the_sink_refuses_what_spark_kafka_refuses(spark: Any, mount: Mount) -> 
     assert not (mount.path / "x").exists()
 
 
-# --- §2 streaming ---------------------------------------------------------------------------------------------------
+# --- streaming (docs/spark.md, "The `logfs` data source") ----------------------------------------------------------
 
 
 def test_stream_available_now_then_restart_from_checkpoint_exactly_once(
@@ -435,7 +436,7 @@ def test_stream_available_now_then_restart_from_checkpoint_exactly_once(
     assert json.loads(last.read_text().splitlines()[-1]) == {"events": {"0": 260, "1": 260}}
 
 
-# --- §2 a follower's mount -------------------------------------------------------------------------------------------
+# --- a follower's mount (docs/spark.md, "The `logfs` data source") --------------------------------------------------
 
 
 def test_a_follower_mount_reads_the_same_and_a_follower_behind_is_waited_for(spark: Any, tmp_path: Path) -> None:

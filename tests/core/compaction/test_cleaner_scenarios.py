@@ -1,4 +1,4 @@
-"""Kafka's LogCleanerTest and LogCleanerManagerTest scenarios (reference §8), ported with Kafka's numbers.
+"""Kafka's LogCleanerTest and LogCleanerManagerTest scenarios, ported with Kafka's numbers.
 
 Each test builds a log as Kafka's does (``LogCleanerTest.logConfig``: segment.bytes 1024, segment.index.bytes 1024,
 cleanup.policy compact; ``record(k, v)`` single-record batches), rolls so that what was appended is cleanable, and

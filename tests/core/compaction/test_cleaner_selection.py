@@ -1,5 +1,5 @@
-"""The log cleaner's choice of log and its checkpoint (Kafka's LogCleanerManagerTest, reference §2 and §8 S26–S29),
-through :class:`~logfs.core.log.cleaner.LogCleaner` over a few logs."""
+"""The log cleaner's choice of log and its checkpoint (Kafka's LogCleanerManagerTest; docs/compaction.md, "How a log is
+cleaned"), through :class:`~logfs.core.log.cleaner.LogCleaner` over a few logs."""
 
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ def test_grab_filthiest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_ratio_must_be_strictly_above_the_minimum(tmp_path: Path) -> None:
-    """§2.5: a log is picked only if its ratio is strictly greater than min.cleanable.dirty.ratio."""
+    """Kafka's ``grabFilthiestCompactedLog``: a log is picked only if its ratio is strictly greater than
+    min.cleanable.dirty.ratio."""
     log = log_of(tmp_path, "t-0", 20, compact_config(segment_bytes=1 << 20, min_cleanable_dirty_ratio=1.0))
     cleaner = LogCleaner(store_of(tmp_path, log))
     assert cleaner.dirty_info(TP0, log).dirty_ratio == 1.0
@@ -189,7 +190,7 @@ def test_max_compaction_lag_forces_a_clean(tmp_path: Path) -> None:
 
 
 def test_max_compaction_lag_rolls_a_compacted_log(tmp_path: Path) -> None:
-    """§1.1: a compacted log rolls by min(segment.ms, max.compaction.lag.ms)."""
+    """docs/compaction.md, "Configuration": a compacted log rolls by min(segment.ms, max.compaction.lag.ms)."""
     log = open_log(tmp_path / "t-0", compact_config(max_compaction_lag_ms=1000))
     t0 = now_ms()
     log.append_as_leader(bytearray(int_record(1, 1, t0)), 0, now_ms=t0)
@@ -198,7 +199,8 @@ def test_max_compaction_lag_rolls_a_compacted_log(tmp_path: Path) -> None:
 
 
 def test_compact_only_policy_has_no_time_retention(tmp_path: Path) -> None:
-    """§2.7: compact alone deletes only below the log start offset; compact,delete applies retention.ms too."""
+    """docs/compaction.md, "Configuration": compact alone deletes only below the log start offset; compact,delete
+    applies retention.ms too."""
     for policy, survivors in (("compact", 3), ("compact,delete", 1)):
         log = log_of(tmp_path, f"{policy.replace(',', '_')}-0", 10,
                      compact_config(segment_bytes=1 << 20, cleanup_policy=policy, retention_ms=1000))  # fmt: skip
@@ -236,7 +238,8 @@ def test_too_small_map_refused_with_kafkas_words(tmp_path: Path) -> None:
 
 
 def test_throttler_keeps_the_rate_and_an_abort_ends_its_sleep() -> None:
-    """§2.8: after a period of 300 ms at twice the rate, the caller sleeps as long again; an abort cuts the sleep."""
+    """Kafka's ``Throttler``: after a period of 300 ms at twice the rate, the caller sleeps as long again; an abort cuts
+    the sleep."""
     clock = [0.0]
     slept: list[float] = []
     throttler = Throttler(1000.0, clock=lambda: clock[0], sleep=slept.append, pause_s=0.0)

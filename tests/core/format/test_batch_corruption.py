@@ -42,7 +42,7 @@ from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.format.validate import validate_batch
 from logfs.core.format.varint import encode_varint
 
-# Header field positions (reference §1.1).
+# Header field positions (Kafka's DefaultRecordBatch).
 BASE_OFFSET = (0, ">q")
 BATCH_LENGTH = (8, ">i")
 LEADER_EPOCH = (12, ">i")
@@ -205,7 +205,8 @@ def test_batch_running_past_the_buffer_is_truncated() -> None:
 )
 def test_declared_batch_length_below_14_is_corrupt_in_batch_size_at(batch_length: int) -> None:
     """Kafka's FileLogInputStream.nextBatch: ``size < LegacyRecord.RECORD_OVERHEAD_V0`` (14), where ``size`` is
-    the batchLength field, throws CorruptRecordException (reference §4); it is damage, not a torn tail."""
+    the batchLength field, throws CorruptRecordException (docs/records.md, "Validation"); it is damage, not a torn
+    tail."""
     buf = put(good_batch(), BATCH_LENGTH, batch_length, fix_crc=False)
     with pytest.raises(CorruptRecord, match="below the minimum"):
         batch_size_at(buf)

@@ -146,7 +146,8 @@ def record_lists(draw: st.DrawFn, min_size: int = 1, max_size: int = 300) -> lis
 
 @st.composite
 def producer_fields(draw: st.DrawFn) -> dict[str, Any]:
-    """Producer id, epoch, base sequence and transactional flag that a client may send (reference §1.4)."""
+    """Producer id, epoch, base sequence and transactional flag that a client may send (docs/records.md,
+    "Validation")."""
     if draw(st.booleans()):
         return {"producer_id": -1, "producer_epoch": -1, "base_sequence": -1, "is_transactional": False}
     return {

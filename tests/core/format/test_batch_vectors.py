@@ -1,4 +1,4 @@
-"""RecordBatch v2 test vectors, byte for byte (reference §1.2-1.3).
+"""RecordBatch v2 test vectors, byte for byte (Kafka's DefaultRecordBatch, DefaultRecord and EndTransactionMarker).
 
 Every vector here comes from outside logfs: the reference's worked 69-byte batch, the batches a real 0.11 broker
 wrote (published as the ``record_batch_data_v2`` fixture of kafka-python's ``test/record/test_records.py``), the
@@ -35,7 +35,7 @@ from logfs.core.format.varint import (
     varint,
 )
 
-# --- the reference's worked example (§1.2) ----------------------------------------------------------------------------
+# --- the worked example of core/format/batch.py's docstring -----------------------------------------------------------
 
 # value "a", null key, no headers, baseOffset 0, partitionLeaderEpoch 0, timestamp 1000, no producer.
 SINGLE_RECORD_BATCH = bytes.fromhex(
@@ -165,7 +165,7 @@ def test_all_four_kafka_python_fixture_batches_frame_validate_and_decode() -> No
     assert records[3] == [Record(0, 1535546684353, None, b"hdr", (Header("hkey", b"hval"),))]
 
 
-# --- varints (reference §1.2, ByteUtils) ------------------------------------------------------------------------------
+# --- varints (Kafka's ByteUtils) --------------------------------------------------------------------------------------
 
 VARINT_EXAMPLES = [(0, "00"), (-1, "01"), (1, "02"), (63, "7e"), (-64, "7f"), (64, "8001"), (300, "d804")]
 
@@ -237,7 +237,7 @@ def test_encode_varint_rejects_values_outside_int64() -> None:
         encode_varint(INT64_MIN - 1)
 
 
-# --- transaction markers (reference §1.3) -----------------------------------------------------------------------------
+# --- transaction markers (Kafka's EndTransactionMarker) ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("control_type", "type_id"), [(ControlType.COMMIT, 1), (ControlType.ABORT, 0)])

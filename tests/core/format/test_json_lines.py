@@ -1,5 +1,6 @@
-"""``append.jsonl`` lines as records and batches (``core/format/lines.py``, spec §4): the fields, their encodings,
-every malformed shape refused, and records cut into batches under a size limit."""
+"""``append.jsonl`` lines as records and batches (``core/format/lines.py``; docs/mount.md, "JSON lines in
+(`append.jsonl`)"): the fields, their encodings, every malformed shape refused, and records cut into batches under a
+size limit."""
 
 from __future__ import annotations
 

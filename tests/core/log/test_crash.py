@@ -1,4 +1,5 @@
-"""The crash suite: a writer killed with SIGKILL, its tail damaged, then ``Store.open`` (spec §6).
+"""The crash suite: a writer killed with SIGKILL, its tail damaged, then ``Store.open`` (docs/storage.md, "Rules worth
+knowing").
 
 Each iteration runs ``tests/crash_writer.py`` in a child process: it appends seeded batches through the core as the
 leader, flushing every few batches and printing each flushed log end offset. The test kills it with SIGKILL a random

@@ -1,4 +1,5 @@
-"""The leader epoch cache: Kafka's LeaderEpochFileCacheTest and the epoch parts of reference scenarios 58 and 68-70."""
+"""The leader epoch cache: Kafka's LeaderEpochFileCacheTest and the epoch parts of its UnifiedLogTest and PartitionTest
+scenarios."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def cache_of(checkpoint: LeaderEpochCheckpointFile, *entries: tuple[int, int]) -
     return cache
 
 
-# --- reference §9 scenarios ----------------------------------------------------------------------------------------
+# --- Kafka's UnifiedLogTest, PartitionTest and LeaderEpochFileCacheTest scenarios ----------------------------------
 
 
 def test_delete_old_segments_moves_the_first_epoch_start(checkpoint: LeaderEpochCheckpointFile) -> None:

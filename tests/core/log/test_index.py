@@ -69,7 +69,7 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-# --- OffsetIndexTest (reference §9, scenarios 1-6) ------------------------------------------------------------------
+# --- Kafka's OffsetIndexTest ---------------------------------------------------------------------------------------
 
 
 def test_lookup_extreme_cases(tmp_path: Path) -> None:
@@ -210,7 +210,7 @@ def test_sanity_check_accepts_last_offset_equal_to_base_offset(tmp_path: Path) -
     index.sanity_check()
 
 
-# --- TimeIndexTest (reference §9, scenarios 7-9) --------------------------------------------------------------------
+# --- Kafka's TimeIndexTest -----------------------------------------------------------------------------------------
 
 
 def test_time_index_lookup(tmp_path: Path) -> None:
@@ -526,7 +526,7 @@ def test_time_index_bytes_are_timestamps_and_relative_offsets_big_endian(tmp_pat
 
 
 def test_default_files_are_preallocated_to_whole_entries(tmp_path: Path) -> None:
-    """reference §2.4: 10 MiB gives 1,310,720 offset entries and 873,813 time entries (10,485,756 bytes)."""
+    """Kafka's AbstractIndex: 10 MiB gives 1,310,720 offset entries and 873,813 time entries (10,485,756 bytes)."""
     offsets = OffsetIndex(tmp_path / "0.index", 0)
     times = TimeIndex(tmp_path / "0.timeindex", 0)
     offsets.append(0, 0)

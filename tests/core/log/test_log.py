@@ -1,5 +1,5 @@
 """One partition's log: Kafka's UnifiedLogTest, LocalLogTest and LogLoaderTest scenarios for appends, rolling,
-reads with isolation, and truncation (reference §9, 19-22 and 24-39), ported to ``Log``'s API with Kafka's numbers.
+reads with isolation, and truncation, ported to ``Log``'s API with Kafka's numbers.
 
 Kafka's tests run on a MockTime; here every append that a clock can affect is given ``now_ms`` explicitly, starting
 from the wall clock read *after* the log is opened (the loader's first segment takes its creation time from the wall
@@ -384,8 +384,8 @@ def test_read_is_bounded_by_max_offset_metadata(tmp_path: Path) -> None:
 
     Kafka passes the bound to LocalLog.read directly; here it is the HW (maybe_increment_high_watermark takes full
     metadata) read with HIGH_WATERMARK isolation. Case 3 (a message-only bound) cannot be expressed: Log.read, like
-    UnifiedLog.read, materialises a message-only HW by a lookup first (reference §5 step 2), so the nearest
-    equivalent is checked: a message-only HW of 4 is materialised to (4, 4, 0) and reads as case 0 does.
+    UnifiedLog.read, materialises a message-only HW by a lookup first (Kafka's ``fetchHighWatermarkMetadata``), so the
+    nearest equivalent is checked: a message-only HW of 4 is materialised to (4, 4, 0) and reads as case 0 does.
     """
     log = new_log(tmp_path, segment_bytes=138)
     now = now_ms()

@@ -1,4 +1,4 @@
-"""The high watermark, the log start offset and retention: Kafka's UnifiedLogTest scenarios (reference §9, 51-58),
+"""The high watermark, the log start offset and retention: Kafka's UnifiedLogTest scenarios,
 ported to ``Log``'s API with Kafka's numbers, and the same contracts through a :class:`~logfs.core.store.Store`.
 
 Kafka's tests run on a MockTime; here every call that reads a clock is given ``now_ms`` explicitly, from the wall

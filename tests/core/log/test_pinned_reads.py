@@ -1,4 +1,5 @@
-"""Retention never pulls data out from under an open reader (spec §5): a pinned segment stays readable."""
+"""Retention never pulls data out from under an open reader (docs/mount.md, "Reads"): a pinned segment stays
+readable."""
 
 from __future__ import annotations
 

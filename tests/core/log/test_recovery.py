@@ -1,4 +1,4 @@
-"""Recovery: Kafka's LogSegmentTest and LogLoaderTest recovery scenarios (reference §9, 40-48), ported to
+"""Recovery: Kafka's LogSegmentTest and LogLoaderTest recovery scenarios, ported to
 ``recover_segment`` and ``load_log`` with Kafka's numbers.
 
 Partition-level scenarios call :func:`~logfs.core.log.loader.load_log` directly, with the clean-shutdown flag, recovery
@@ -7,8 +7,8 @@ opens a :class:`~logfs.core.store.Store`. Kafka's ``log.close()`` followed by ``
 false)`` is reproduced as it is: a clean close, then a load told the shutdown was unclean.
 
 Damage is written with the helpers below, one damage per test, and every test that damages a log asserts both the
-records that remain and the bytes dropped (what went to quarantine, spec §6). Random damage is seeded; the seed is
-printed, so a failure replays (Kafka's ``TestUtils.RANDOM`` cannot be replayed).
+records that remain and the bytes dropped (what went to quarantine: docs/storage.md, "Rules worth knowing"). Random
+damage is seeded; the seed is printed, so a failure replays (Kafka's ``TestUtils.RANDOM`` cannot be replayed).
 
 Not ported here: 49 (``LogLoaderTest.testFullTransactionIndexRecovery``) and 50
 (``LogSegmentTest.testRecoverTransactionIndex``) need the transaction index and producer state, which the core does

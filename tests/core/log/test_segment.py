@@ -1,5 +1,5 @@
-"""One log segment: Kafka's LogSegmentTest scenarios (reference §9, 12-18 and 23; 38 is in ``test_log.py`` with
-the other truncation scenarios), ported to ``LogSegment``'s API with Kafka's numbers.
+"""One log segment: Kafka's LogSegmentTest scenarios (its shouldTruncateEvenIfOffsetPointsToAGapInTheLog is in
+``test_log.py`` with the other truncation scenarios), ported to ``LogSegment``'s API with Kafka's numbers.
 
 Kafka's ``records(offset, values...)`` builds a magic-v1 message set whose messages all carry timestamp
 ``offset * 10``; here it is one v2 batch of the same records (the reference notes the numbers hold for v2). Kafka's

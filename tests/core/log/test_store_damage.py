@@ -1,4 +1,5 @@
-"""Damage to a store that is not running, one damage per test, as LevelDB's ``log_test.cc`` does it (spec §1, §6).
+"""Damage to a store that is not running, one damage per test, as LevelDB's ``log_test.cc`` does it (docs/storage.md,
+"On disk" and "Rules worth knowing").
 
 Each test writes a store (``crashed``: the process died without a clean shutdown and no checkpoint was written, so
 recovery scans every segment; ``closed``: a clean shutdown), applies one damage with the helpers below, opens the
@@ -302,8 +303,9 @@ def test_second_cut_of_a_segment_within_one_millisecond_keeps_both_quarantine_fi
 
 @pytest.mark.parametrize("suffix", [".index", ".timeindex"])
 def test_missing_index_after_a_clean_shutdown_is_rebuilt(tmp_path: Path, suffix: str) -> None:
-    """A missing offset index forces recovery even after a clean shutdown (reference §4, §10.8); a missing time
-    index does not, as in Kafka (an empty one stands in), but the offset index still works."""
+    """A missing offset index forces recovery even after a clean shutdown (Kafka's LogLoader; docs/storage.md, "Rules
+    worth knowing"); a missing time index does not, as in Kafka (an empty one stands in), but the offset index still
+    works."""
     write_store(tmp_path, shutdown="closed")
     middle = segment_files(tmp_path)[1]
     index = middle.with_suffix(suffix)

@@ -1,6 +1,6 @@
-"""kafka-python as the oracle of the storage core's files, in both directions (spec §1: "a segment written by logfs
-parses with any independent Kafka record reader"; "a partition directory copied from a stopped Kafka broker can be
-mounted and read").
+"""kafka-python as the oracle of the storage core's files, in both directions (docs/records.md,
+"Interoperability", and docs/storage.md, "On disk": a segment written by logfs parses with any independent Kafka
+record reader; a partition directory copied from a stopped Kafka broker can be mounted and read).
 
 * The ``.log`` files a store writes (rolled segments and the active one, every codec, keys, headers, leader epochs)
   parse whole with ``kafka.record.MemoryRecords``: consecutive offsets, valid CRCs, the same records.

@@ -1,6 +1,7 @@
-"""Storage faults in the core (issue 16, spec §7): the store goes offline on the first failed write, sync, rename or
-truncate of one of its files, refuses every later write and fsync, never reports durable what the failed sync may
-have dropped, and recovers on a healthy disk; reads that meet EIO or a bad stored batch fail, the store stays up.
+"""Storage faults in the core (issue 16; docs/storage.md, "Storage faults"): the store goes offline on the first failed
+write, sync, rename or truncate of one of its files, refuses every later write and fsync, never reports durable what the
+failed sync may have dropped, and recovers on a healthy disk; reads that meet EIO or a bad stored batch fail, the store
+stays up.
 
 Faults are injected by wrapping the ``os`` calls the core makes and failing those on the files a test names (by the
 descriptor's path in /proc/self/fd). tests/faults/ proves the same through a real fault-injecting filesystem.

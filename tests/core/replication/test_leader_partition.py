@@ -1,6 +1,6 @@
-"""The leader's side of replication in the core: Kafka's PartitionTest scenarios (reference §9, 63-68 and 72) ported
-to ``LeaderPartition`` with Kafka's numbers, the fetch answer (``core/replication/fetch.py``) and the start of a leader
-epoch with its promotion rules (``core/replication/promotion.py``).
+"""The leader's side of replication in the core: Kafka's PartitionTest scenarios (and ProducerFailureHandlingTest's)
+ported to ``LeaderPartition`` with Kafka's numbers, the fetch answer (``core/replication/fetch.py``) and the start of a
+leader epoch with its promotion rules (``core/replication/promotion.py``).
 
 Kafka's PartitionTest runs on a MockTime; here every call that reads a clock is given ``now_ms``. Kafka's broker 101
 is node 0 here and its followers 1 and 2. Kafka changes an ISR through AlterPartition and counts pending members in
@@ -90,7 +90,7 @@ def fetch(p: LeaderPartition, replica: int, offset: int, now: int = T0, epoch: i
     return validation
 
 
-# --- reference §9 scenarios 63-68 --------------------------------------------------------------------------------
+# --- Kafka's PartitionTest scenarios -----------------------------------------------------------------------------
 
 
 def test_follower_does_not_join_isr_until_caught_up_to_the_current_epoch_start(tmp_path: Path) -> None:
@@ -555,7 +555,7 @@ def test_leader_replicas_take_every_partition_and_forget_deleted_ones(tmp_path: 
 def test_a_partition_created_while_leading_starts_with_the_live_followers_in_its_isr(tmp_path: Path) -> None:
     """Kafka's controller creates a partition with the ISR = its live assigned replicas. Here live = heard from (a
     request of the fetch protocol) within replica.lag.time.max.ms; the partitions held when the leader epoch began
-    start with the leader alone (spec §6)."""
+    start with the leader alone (docs/replication.md, "The ISR and the high watermark")."""
     with store_with(tmp_path, [0], replica_ids=(0, 1, 2)) as store:
         assert store.config.replica_lag_time_max_ms == LAG_MS
         replicas = LeaderReplicas(store, 3, now_ms=T0)

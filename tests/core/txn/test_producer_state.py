@@ -1,6 +1,7 @@
 """Idempotent producers on a real log: duplicates stored once, out-of-order sequences and fenced epochs refused with
 nothing stored (Kafka's ProducerStateManagerTest and UnifiedLogTest idempotence rules), and the producer snapshot
-format of reference §2.8. Producer batches come from kafka-python's DefaultRecordBatchBuilder (the oracle)."""
+format of Kafka's ``ProducerStateManager.writeSnapshot``. Producer batches come from kafka-python's
+DefaultRecordBatchBuilder (the oracle)."""
 
 from __future__ import annotations
 

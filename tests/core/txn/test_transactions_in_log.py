@@ -1,5 +1,6 @@
 """Transactions in the log: markers, the ``.txnindex``, the last stable offset and read_committed reads, with Kafka's
-numbers (reference §9, 49-50 and 59-62), plus snapshots, recovery, truncation and replication of that state."""
+numbers (its LogLoaderTest, LogSegmentTest and UnifiedLogTest), plus snapshots, recovery, truncation and replication of
+that state."""
 
 from __future__ import annotations
 
@@ -473,7 +474,8 @@ def test_truncation_of_a_log_without_producers_reads_nothing(tmp_path: Path) -> 
 
 
 def test_clients_cannot_write_markers(tmp_path: Path) -> None:
-    """LogValidator: "Clients are not allowed to write control records" (reference §1.3); nothing is stored."""
+    """LogValidator: "Clients are not allowed to write control records" (docs/records.md, "Validation"); nothing is
+    stored."""
     from logfs.core.errors import ControlRecordNotAllowed
     from logfs.core.format.control import ControlType
     from logfs.core.format.encode import encode_end_txn_marker

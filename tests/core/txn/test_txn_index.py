@@ -1,5 +1,5 @@
-"""The transaction index (``.txnindex``): Kafka's TransactionIndexTest scenarios (reference §9, 10-11) and the file
-rules of reference §2.6, on real files."""
+"""The transaction index (``.txnindex``): Kafka's TransactionIndexTest scenarios and the file
+rules of Kafka's TransactionIndex, on real files."""
 
 from __future__ import annotations
 
