@@ -49,6 +49,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from logfs.core.collector import freeze_loaded
 from logfs.core.config import StoreConfig
 from logfs.core.errors import StorageError
 from logfs.core.replication.promotion import start_leader_epoch
@@ -121,6 +122,7 @@ def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: b
     raise_open_file_limit()
     clear_stale_mount(mountpoint, store_path)  # first: an unusable mount point must leave no new store directory
     store = Store.open(store_path, config)
+    freeze_loaded()  # a store kept for the process's life (core/collector.py)
     try:
         leader_epoch = start_leader_epoch(store, unclean=unclean)
         return trio.run(_run, store, mountpoint, leader_epoch)

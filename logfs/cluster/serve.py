@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from logfs.cluster.node import ClusterNode
+from logfs.core.collector import freeze_loaded
 from logfs.core.config import StoreConfig
 from logfs.core.store import Store
 from logfs.mount.operations import Operations
@@ -31,6 +32,7 @@ def serve_cluster(store_path: Path, mountpoint: Path, config: StoreConfig) -> in
     raise_open_file_limit()
     clear_stale_mount(mountpoint, store_path)
     store = Store.open(store_path, config)
+    freeze_loaded()  # a store kept for the process's life (core/collector.py)
     try:
         return trio.run(_run, store, mountpoint)
     finally:

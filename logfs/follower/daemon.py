@@ -84,6 +84,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from logfs.core.collector import freeze_loaded
 from logfs.core.config import StoreConfig
 from logfs.core.errors import LogfsError, StoreOffline
 from logfs.core.log.log import Log
@@ -816,6 +817,7 @@ def follow(leader_mount: Path, store_path: Path, replica_id: int, config: StoreC
         raise_open_file_limit()
         clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store behind
     store = Store.open(store_path, config)
+    freeze_loaded()  # a store kept for the process's life (core/collector.py)
     try:
         if mountpoint is None:
             return trio.run(_run_plain, leader_mount, store, replica_id)

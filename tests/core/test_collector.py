@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.collector import collector_paused
+from logfs.core.collector import collector_paused, freeze_loaded
 from logfs.core.config import StoreConfig
 from logfs.core.store import NewTopic, Store
 
@@ -76,3 +76,14 @@ def test_a_store_open_pauses_the_collector_during_its_load_only(tmp_path: Path) 
         assert reopened.partitions("t") == [0, 1, 2]
     finally:
         reopened.close()
+
+
+def test_freezing_the_loaded_store_puts_its_objects_out_of_the_collectors_sight(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s", StoreConfig())
+    try:
+        before = gc.get_freeze_count()
+        freeze_loaded()
+        assert gc.get_freeze_count() > before + 100  # the store's segments, indexes, files...
+    finally:
+        gc.unfreeze()
+        store.close()
