@@ -64,6 +64,7 @@ from logfs.core.log.log import Log
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.replication.replica import LeaderReplicas
 from logfs.core.store import Store
+from logfs.mount.direntry import listed_only
 from logfs.mount.errno import errno_name, handler
 from logfs.mount.errors import (
     BadFileHandle,
@@ -329,11 +330,24 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        """pyfuse3 answers READDIRPLUS: each entry sent is a lookup, with attributes the kernel caches. So every
-        entry carries exact attributes, and a fresh kind gets its own fresh inode (counted only once sent)."""
+        """pyfuse3 answers READDIRPLUS, where an entry sent with attributes is a lookup the kernel caches. A file is
+        listed without one (``mount/direntry.py``): its first stat or open looks it up, with attributes exact then,
+        and a listing renders no ``state``, sizes no ``hw/`` file and leaves the kernel no inode to forget. A
+        directory carries its attributes (cheap), so that ``ls -R`` and ``find`` descend without a lookup; a fresh
+        kind gets its own fresh inode (counted only once sent)."""
         listing = self._dirs.get(fh, [])
         for i in range(start_id, len(listing)):
             name, child = listing[i]
+            if not child.kind.is_dir:
+                try:
+                    self.reader.check_exists(child)
+                except MountRefusal:
+                    continue  # gone since opendir (a deleted topic)
+                listed = listed_only(self.tree.listed_inode(child), child.kind.mode)
+                if listed is not None:
+                    if not pyfuse3.readdir_reply(token, name.encode(), listed, i + 1):
+                        break
+                    continue
             if child.kind.fresh:
                 entry = self.tree.add_fresh(child, None, created_ns=time.time_ns())
             else:

@@ -299,6 +299,11 @@ class Tree:
             self._entries[inode] = Entry(inode, node)
         return inode
 
+    def listed_inode(self, node: Node) -> int:
+        """The inode number a listing gives a name it does not look up (``mount/direntry.py``): a stable node's
+        inode; for a fresh node, whose every lookup is a new inode, a number of its own that no lookup will give."""
+        return self._allocate() if node.kind.fresh else self.stable_inode(node)
+
     def add_fresh(self, node: Node, payload: Any = None, created_ns: int = 0) -> Entry:
         """A new inode for one lookup of a fresh node; the caller counts the lookup with :meth:`remember`."""
         assert node.kind.fresh, f"{node} is not a fresh node"
