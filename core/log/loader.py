@@ -108,13 +108,15 @@ def load_log(
     on_event: EventSink | None = None,
 ) -> Log:
     """Open the partition in ``directory`` (created if missing). Writer thread of the new log."""
-    directory.mkdir(parents=True, exist_ok=True)
-    if _may_hold_temp_files(directory):
+    entries = _listing(directory)
+    if _may_hold_temp_files(entries):
         complete_interrupted_swap(directory, lambda path, what: _report(on_event, "temp-file", path, what))
         _remove_temp_files(directory, on_event)
+        entries = _listing(directory)
     epoch_cache, epochs_lost = _load_epoch_cache(directory, on_event)
     checked_below = NO_LIMIT if had_clean_shutdown else recovery_point
-    segments, needs_recovery = _load_segments(directory, config, handles, on_event, full_check_below=checked_below)
+    segments, needs_recovery = _load_segments(directory, entries, config, handles, on_event,
+                                              full_check_below=checked_below)  # fmt: skip
     first = len(segments)  # a clean log recovers only the segments of step 3
     if not had_clean_shutdown:
         first = max((i for i, s in enumerate(segments) if s.base_offset <= recovery_point), default=0)
@@ -214,15 +216,25 @@ def _rebuild_epochs(segments: list[LogSegment], epoch_cache: LeaderEpochFileCach
     epoch_cache.flush()
 
 
-def _may_hold_temp_files(directory: Path) -> bool:
+def _listing(directory: Path) -> list[os.DirEntry[str]]:
+    """The partition directory's entries, the directory made first when it is missing. One listing serves passes 0
+    to 3 of a partition that holds no temporary file (almost every one: 10,000 partitions open at each remount); a
+    stat-free check that it exists, not a mkdir that fails with EEXIST and a stat after it."""
+    try:
+        with os.scandir(directory) as it:
+            return list(it)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        return []
+
+
+def _may_hold_temp_files(entries: list[os.DirEntry[str]]) -> bool:
     """Whether passes 0 to 2 have anything to look at: a name of the cleaner's swap protocol, or a ``.deleted``,
-    ``.cleaned`` or ``.swap`` file. One listing instead of the two listings, a stat and an unlink those passes cost
-    each partition of a store that has none (almost every one: 10,000 partitions open at each remount)."""
-    with os.scandir(directory) as it:
-        for entry in it:
-            name = entry.name
-            if name.startswith(INTENT_FILE) or name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)):
-                return True
+    ``.cleaned`` or ``.swap`` file. Nothing else to do, in a partition that has none, than read the listing once."""
+    for entry in entries:
+        name = entry.name
+        if name.startswith(INTENT_FILE) or name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)):
+            return True
     return False
 
 
@@ -279,9 +291,16 @@ def _base_or(name: str, default: int) -> int:
 
 
 def _load_segments(
-    directory: Path, config: LogConfig, handles: HandleCache, on_event: EventSink | None, *, full_check_below: int
+    directory: Path,
+    entries: list[os.DirEntry[str]],
+    config: LogConfig,
+    handles: HandleCache,
+    on_event: EventSink | None,
+    *,
+    full_check_below: int,
 ) -> tuple[list[LogSegment], set[int]]:
-    """Pass 3: segments from ``.log`` files, orphan indexes deleted, segments that need recovery noted.
+    """Pass 3: segments from the ``.log`` files among ``entries`` (the directory's listing), orphan indexes deleted,
+    segments that need recovery noted.
 
     A missing offset index always means recovery. The indexes of every segment that ends at or below
     ``full_check_below`` are also sanity-checked: they were trimmed when the log rolled past them, so damage shows.
@@ -291,18 +310,17 @@ def _load_segments(
     """
     logs: dict[int, int] = {}
     indexes: list[tuple[int, Path]] = []
-    with os.scandir(directory) as it:
-        for entry in it:
-            name = entry.name
-            if name.endswith(QUARANTINE_SUFFIX) or not entry.is_file():
-                continue
-            base = _base_or(name, -1)
-            if base < 0:
-                continue
-            if name.endswith(LOG_SUFFIX):
-                logs[base] = entry.stat().st_size
-            elif name.endswith(INDEX_SUFFIXES):
-                indexes.append((base, Path(entry.path)))
+    for entry in entries:
+        name = entry.name
+        if name.endswith(QUARANTINE_SUFFIX) or not entry.is_file():
+            continue
+        base = _base_or(name, -1)
+        if base < 0:
+            continue
+        if name.endswith(LOG_SUFFIX):
+            logs[base] = entry.stat().st_size
+        elif name.endswith(INDEX_SUFFIXES):
+            indexes.append((base, Path(entry.path)))
     for base, path in indexes:
         if base not in logs:
             path.unlink(missing_ok=True)
@@ -322,7 +340,8 @@ def _load_segments(
                 unflushed = full_check_below != NO_LIMIT and next_base > full_check_below
                 _report(on_event, "bad-index", segment.log_path, f"{exc}; the segment will be recovered",
                         expected=unflushed)  # fmt: skip
-            segment.close_handler()  # the check mapped its indexes: give them back (10,000 segments, 10,000 fds)
+            if next_base != NO_LIMIT:  # the last one's offset index is read again at once, for the log end offset
+                segment.close_handler()  # the check mapped its indexes: give them back (10,000 segments, 10,000 fds)
         segments.append(segment)
     return segments, needs_recovery
 
