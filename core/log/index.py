@@ -24,8 +24,9 @@ Preallocation. A new file is created at ``max_index_bytes`` rounded down to whol
 10 MiB: 1,310,720 offset entries or 873,813 time entries), zero-filled and sparse, so appends never grow the file.
 An existing file is taken as it stands: every whole entry in it counts (Kafka cannot tell trailing zeros from
 entries either). That is why a segment trims its indexes to their entries when it rolls or closes
-(:meth:`AbstractIndex.trim_to_valid_size`) and why the loader resizes the active segment's indexes back to the
-maximum.
+(:meth:`AbstractIndex.trim_to_valid_size`) and why the loader gives the active segment's indexes their maximum size
+back: it reserves it (:meth:`AbstractIndex.reserve`), and their next entry grows the file, so that a clean remount
+of 10,000 partitions truncates no file and closing a partition that took no entry trims none.
 
 No checksum. The bytes are not protected: after an unclean shutdown the loader rebuilds every index at or above
 the recovery point from the ``.log``, and :meth:`AbstractIndex.sanity_check` catches the damage a clean-looking file
@@ -262,7 +263,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         """
         with self._lock:
             self._load()
-            return self._entries >= self._length_bytes // TIME_INDEX_ENTRY_BYTES - 1
+            return self._entries >= self._capacity_bytes() // TIME_INDEX_ENTRY_BYTES - 1
 
     def last_entry(self) -> TimestampOffset:
         """The last entry, or (NO_TIMESTAMP, base offset) when there is none. Any thread."""

@@ -105,6 +105,7 @@ class AbstractIndex(Generic[_Entry]):
         self._on_disk = False
         self._length_bytes = 0
         self._entries = 0
+        self._reserved_bytes = 0  # a length the next write grows the file to (:meth:`reserve`); 0: none pending
         self._mmap: mmap.mmap | None = None
         # Appends write entries with pwrite through this descriptor, not through the mapping: a store under write
         # load has its index pages cleaned by writeback all the time, and every store into a cleaned shared page
@@ -161,10 +162,10 @@ class AbstractIndex(Generic[_Entry]):
             return self._entries
 
     def max_entries(self) -> int:
-        """The number of slots the file has room for. Any thread."""
+        """The number of slots the file has room for (a :meth:`reserve` counts as done). Any thread."""
         with self._lock:
             self._load()
-            return self._length_bytes // self.ENTRY_BYTES
+            return self._capacity_bytes() // self.ENTRY_BYTES
 
     def length_bytes(self) -> int:
         """The length of the file, or the length it will be created at. Any thread."""
@@ -180,7 +181,7 @@ class AbstractIndex(Generic[_Entry]):
         """True when no slot is free for an append. Any thread; meaningful before an append on the writer thread."""
         with self._lock:
             self._load()
-            return self._entries >= self._length_bytes // self.ENTRY_BYTES
+            return self._entries >= self._capacity_bytes() // self.ENTRY_BYTES
 
     def relative_offset(self, offset: int) -> int:
         """``offset - base_offset``, or OffsetOverflow when that does not fit [0, 2**31 - 1]. Any thread."""
@@ -243,6 +244,7 @@ class AbstractIndex(Generic[_Entry]):
         with self._lock:
             self._load()
             self._check_writable(lambda: f"resize to {new_size_bytes} bytes")
+            self._reserved_bytes = 0
             rounded = _round_down(max(new_size_bytes, 0), self.ENTRY_BYTES)
             if rounded == self._length_bytes:
                 return False
@@ -261,6 +263,22 @@ class AbstractIndex(Generic[_Entry]):
                 self._entries = max_entries
                 self._refresh_last_entry()
             return True
+
+    def reserve(self, new_size_bytes: int) -> None:
+        """Give the index room for ``new_size_bytes`` (rounded down to whole entries) as :meth:`resize` would, but
+        grow the file only at its next write: until then it keeps its length, and :meth:`is_full` and
+        :meth:`max_entries` count the room as there. The loader reserves the active segment's full size: a clean
+        remount of 10,000 partitions truncates none of their 20,000 trimmed indexes, and a partition that takes no
+        append before it closes has nothing to trim again (Kafka resizes at load; once an append comes, the file is
+        the same). A :meth:`resize` or a trim replaces the reservation. Writer thread only."""
+        with self._lock:
+            self._load()
+            self._check_writable(lambda: f"reserve {new_size_bytes} bytes")
+            rounded = _round_down(max(new_size_bytes, 0), self.ENTRY_BYTES)
+            self._reserved_bytes = rounded if rounded > self._length_bytes else 0
+
+    def _capacity_bytes(self) -> int:
+        return max(self._length_bytes, self._reserved_bytes)
 
     def trim_to_valid_size(self) -> bool:
         """Cut the file down to its valid entries, as a segment does on roll; True if the length changed.
@@ -512,7 +530,7 @@ class AbstractIndex(Generic[_Entry]):
 
     def _check_free_slot(self, what: Callable[[], str], reserved_slots: int) -> None:
         """Raise IndexFull naming the file, the entry and the slot unless a slot is free beyond ``reserved_slots``."""
-        max_entries = self._length_bytes // self.ENTRY_BYTES
+        max_entries = self._capacity_bytes() // self.ENTRY_BYTES
         if self._entries >= max_entries - reserved_slots:
             kept = ", the last kept for the roll" if reserved_slots else ""
             raise IndexFull(
@@ -540,6 +558,8 @@ class AbstractIndex(Generic[_Entry]):
         """Write packed entries from ``slot`` on in one pwrite (a multi-batch append's entries together) and count
         them, creating the file on the first write."""
         self._failure.check()
+        if self._reserved_bytes > self._length_bytes:
+            self.resize(self._reserved_bytes)  # the room reserve() promised, made before the first entry lands
         if not self._on_disk:
             self._create(self._length_bytes)
         try:

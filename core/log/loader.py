@@ -140,8 +140,8 @@ def load_log(
         segments[0].log_file.create()  # so that the next load finds it, as Kafka's does (see LocalLog._new_segment)
         leo = log_start_offset
     active = segments[-1]
-    active.offset_index.resize(config.segment_index_bytes)
-    active.time_index.resize(config.segment_index_bytes)
+    active.offset_index.reserve(config.segment_index_bytes)  # grown by its first append (AbstractIndex.reserve)
+    active.time_index.reserve(config.segment_index_bytes)
     recovery = leo if had_clean_shutdown else min(recovery_point, leo)
     start = max(log_start_offset, segments[0].base_offset)
     epoch_cache.truncate_from_end(leo)

@@ -467,6 +467,44 @@ def test_resize_shrinks_and_grows_the_file(tmp_path: Path) -> None:
     assert (index.entries(), index.last_offset()) == (3, BASE_OFFSET + 2)
 
 
+def test_reserve_counts_the_room_and_grows_the_file_only_at_the_next_write(tmp_path: Path) -> None:
+    """What the loader does to the active segment's trimmed indexes after a clean shutdown (core/log/loader.py)."""
+    index = offset_index(tmp_path)
+    for i in range(3):
+        index.append(BASE_OFFSET + i, i)
+    index.close()
+    trimmed = 3 * OFFSET_INDEX_ENTRY_BYTES
+    reopened = OffsetIndex(index.path, BASE_OFFSET, MAX_ENTRIES * OFFSET_INDEX_ENTRY_BYTES)
+    reopened.reserve(MAX_ENTRIES * OFFSET_INDEX_ENTRY_BYTES + 3)  # rounded down to whole entries
+    assert reopened.path.stat().st_size == trimmed  # no truncate yet
+    assert (reopened.max_entries(), reopened.is_full(), reopened.length_bytes()) == (MAX_ENTRIES, False, trimmed)
+    assert reopened.lookup(BASE_OFFSET + 2) == (BASE_OFFSET + 2, 2)
+    reopened.close()  # nothing appended: nothing to grow, nothing to trim
+    assert reopened.path.stat().st_size == trimmed
+    reopened.reserve(MAX_ENTRIES * OFFSET_INDEX_ENTRY_BYTES)
+    reopened.append(BASE_OFFSET + 3, 3)  # the write grows the file first, as a resize would have
+    assert reopened.path.stat().st_size == MAX_ENTRIES * OFFSET_INDEX_ENTRY_BYTES
+    assert (reopened.entries(), reopened.lookup(BASE_OFFSET + 3)) == (4, (BASE_OFFSET + 3, 3))
+    reopened.reserve(2 * OFFSET_INDEX_ENTRY_BYTES)  # smaller than the file: no reservation, no change
+    assert reopened.max_entries() == MAX_ENTRIES
+    reopened.close()
+    assert reopened.path.read_bytes() == b"".join(
+        struct.pack(">ii", i, i) for i in range(4)
+    )  # trimmed to its entries, relative offsets and positions as Kafka writes them
+    full = offset_index(tmp_path, base_offset=BASE_OFFSET + 1000)
+    full.append(BASE_OFFSET + 1000, 0)
+    full.trim_to_valid_size()
+    full.reserve(2 * OFFSET_INDEX_ENTRY_BYTES)
+    full.append(BASE_OFFSET + 1001, 7)
+    assert full.is_full() and full.length_bytes() == 2 * OFFSET_INDEX_ENTRY_BYTES
+    with pytest.raises(IndexFull):  # the reservation was the room: no more
+        full.append(BASE_OFFSET + 1002, 9)
+    full.trim_to_valid_size()
+    full.reserve(4 * OFFSET_INDEX_ENTRY_BYTES)
+    assert full.resize(3 * OFFSET_INDEX_ENTRY_BYTES)  # a resize replaces the reservation
+    assert full.max_entries() == 3
+
+
 def test_reset_empties_and_restores_the_full_size(tmp_path: Path) -> None:
     index = time_index(tmp_path)
     append_time_entries(index, 3)

@@ -395,6 +395,42 @@ def test_clean_shutdown_marker_skips_recovery_even_from_recovery_point_zero(
     store.close()
 
 
+def test_a_clean_reopen_truncates_no_index_and_the_first_append_grows_the_active_ones(tmp_path: Path) -> None:
+    """The loader reserves the active segment's index room (AbstractIndex.reserve) instead of resizing: a clean
+    open and close with no append leave every index file as the last close trimmed it; the first append grows the
+    active indexes to segment.index.bytes, indexes its batch and rolls no segment."""
+    config = LogConfig(segment_bytes=10_000, index_interval_bytes=1, segment_index_bytes=SEGMENT_MAX_INDEX_BYTES)
+    log = open_log(tmp_path, config)
+    t0 = now_ms()
+    for i in range(30):
+        log.append_as_leader(singleton(b"v%d" % i, t0 + i), 0)
+    log.close()
+    sizes = {p.name: p.stat().st_size for p in sorted(tmp_path.glob("*.*index"))}
+    assert len(sizes) == 2 and all(0 < size < SEGMENT_MAX_INDEX_BYTES for size in sizes.values())  # trimmed
+    for _ in range(2):
+        log = open_log(tmp_path, config)
+        assert log.log_end_offset == 30
+        assert {p.name: p.stat().st_size for p in sorted(tmp_path.glob("*.*index"))} == sizes  # no truncate at load
+        log.close()
+        assert {p.name: p.stat().st_size for p in sorted(tmp_path.glob("*.*index"))} == sizes
+    log = open_log(tmp_path, config)
+    segments = len(log.segments)
+    active = log.segments[-1]
+    log.append_as_leader(singleton(b"after", t0 + 100), 0)  # the first after a load is not indexed (Kafka's rule)
+    assert active.offset_index.path.stat().st_size == sizes[active.offset_index.path.name]
+    log.append_as_leader(singleton(b"again", t0 + 101), 0)
+    assert len(log.segments) == segments
+    assert active.offset_index.path.stat().st_size == SEGMENT_MAX_INDEX_BYTES // 8 * 8
+    assert active.time_index.path.stat().st_size == SEGMENT_MAX_INDEX_BYTES // 12 * 12
+    assert active.offset_index.lookup(31).offset == 31
+    log.close()
+    log = open_log(tmp_path, config)
+    assert [r.value for r in stored_records(log)][-3:] == [b"v29", b"after", b"again"]
+    assert log.segments[-1].offset_index.lookup(31).offset == 31
+    assert log.segments[-1].time_index.lookup(t0 + 101).offset == 31
+    log.close()
+
+
 def test_log_ending_below_the_log_start_offset_restarts_empty_at_it(tmp_path: Path) -> None:
     """LogLoaderTest.testLogEndLessThanStartAfterReopen"""
     config = LogConfig()
