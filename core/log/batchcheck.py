@@ -41,7 +41,6 @@ Any thread.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 import threading
 import weakref
@@ -60,7 +59,7 @@ from logfs.core.format.batch import (
     MIN_DECLARED_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
 )
-from logfs.core.format.records import CEXT
+from logfs.core.format.records import CEXT, USE_CEXT
 from logfs.core.format.varint import INT32_MAX, INT64_MAX
 
 if TYPE_CHECKING:
@@ -221,9 +220,10 @@ def scan_python(
     return at, OK, 0, last
 
 
-# The compiled walk when built (LOGFS_NO_CEXT=1 selects the reference, as for the record walk).
+# The compiled walk when built, under the record walk's switch (records.USE_CEXT: LOGFS_NO_CEXT=1 selects the
+# reference), read in that one place.
 scan_compiled: Scan | None = CEXT.check_stored if CEXT is not None and hasattr(CEXT, "check_stored") else None
-scan: Scan = scan_compiled if scan_compiled is not None and not os.environ.get("LOGFS_NO_CEXT") else scan_python
+scan: Scan = scan_compiled if scan_compiled is not None and USE_CEXT else scan_python
 
 
 class ReadBounds(NamedTuple):
