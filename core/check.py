@@ -3,7 +3,7 @@
 :func:`check_store` reads everything and changes nothing: it takes the store's lock (so no mount owns it), validates
 every batch of every segment the way recovery would (size, magic, CRC-32C, offsets within the segment), checks that
 every offset index entry points at a batch boundary with a fitting offset and that the time index is sane, that the
-checkpoint files parse (the log cleaner's too, ``core/log/cleanercheck.py``), and it lists quarantine files left by
+checkpoint files parse (the log cleaner's too, ``core/log/cleaner/check.py``), and it lists quarantine files left by
 earlier recoveries and what an interrupted clean left. Each problem is a
 :class:`Finding`; ``damage=True`` ones make the command exit 1.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from logfs.core.checkpoint import OffsetCheckpointFile
 from logfs.core.config import StoreConfig
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
-from logfs.core.log.cleanercheck import cleaner_findings
+from logfs.core.log.cleaner.check import cleaner_findings
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex
 from logfs.core.log.loader import LoadEvent

@@ -40,7 +40,7 @@ from logfs.core.format.decode import decode_records
 from logfs.core.format.validate import validate_batch
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.batchcheck import BAD_EPOCH, BAD_OFFSETS, NO_OFFSET_BOUND, pack_epochs, scan_python
-from logfs.core.log.cleaner import CLEANER_CHECKPOINT
+from logfs.core.log.cleaner.logcleaner import CLEANER_CHECKPOINT
 from logfs.core.log.index import OffsetIndex, OffsetPosition, TimeIndex
 
 PAYLOAD_PREVIEW_BYTES = 200

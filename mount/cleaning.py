@@ -4,13 +4,13 @@ replica: LogCleaner.scala's ``CleanerThread``; docs/replication.md, "Compacted t
 
 Theory of operation (Kafka's ``CleanerThread.doWork``):
 
-* **Rounds in worker threads.** :meth:`CleanerTask.run` runs ``log.cleaner.threads`` loops (Kafka's cleaner
-  threads), each calling the core's ``LogCleaner.clean_once`` (core/log/cleaner.py: pick the dirtiest compacted log
-  past its dirty ratio, or past ``max.compaction.lag.ms``, clean it, swap the segments in) in a worker thread under
-  a CapacityLimiter of the cleaner's own (apart from the mount's read and write runners), so the trio thread never
-  blocks on the cleaner's reads, writes or fsyncs, and appends and reads of every partition go on meanwhile (the
-  core takes a log's lock only to read its producers and for each swap). After a pass that cleaned nothing a loop
-  sleeps ``log.cleaner.backoff.ms``; after one that cleaned, it looks again at once, as Kafka's thread does.
+* **Rounds in worker threads.** :meth:`CleanerTask.run` runs ``log.cleaner.threads`` loops (Kafka's cleaner threads),
+  each calling the core's ``LogCleaner.clean_once`` (core/log/cleaner/logcleaner.py: pick the dirtiest compacted log
+  past its dirty ratio, or past ``max.compaction.lag.ms``, clean it, swap the segments in) in a worker thread under a
+  CapacityLimiter of the cleaner's own (apart from the mount's read and write runners), so the trio thread never blocks
+  on the cleaner's reads, writes or fsyncs, and appends and reads of every partition go on meanwhile (the core takes a
+  log's lock only to read its producers and for each swap). After a pass that cleaned nothing a loop sleeps
+  ``log.cleaner.backoff.ms``; after one that cleaned, it looks again at once, as Kafka's thread does.
 * **Throttled** by ``log.cleaner.io.max.bytes.per.second``: the core's Throttler, shared by the loops, sleeps in the
   worker thread.
 * **Cancellable.** Cancelling the task (an unmount, a signal, the follower's shutdown) stops the rounds in progress
@@ -39,7 +39,7 @@ import trio
 
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.durable import now_ms
-from logfs.core.log.cleaner import CleanStats, LogCleaner, Throttler
+from logfs.core.log.cleaner.logcleaner import CleanStats, LogCleaner, Throttler
 from logfs.core.log.log import Log
 from logfs.core.store import Store
 

@@ -44,7 +44,7 @@ from logfs.core.config import LogConfig, StoreConfig
 from logfs.core.format.batch import Record, iter_batch_positions
 from logfs.core.format.decode import record_columns
 from logfs.core.format.encode import encode_batch
-from logfs.core.log.cleaner import LogCleaner
+from logfs.core.log.cleaner.logcleaner import LogCleaner
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log

@@ -1,7 +1,7 @@
 """Opening one partition directory as a :class:`~logfs.core.log.log.Log`, with Kafka's load passes (``LogLoader``).
 
 0. An interrupted swap of the log cleaner (``cleaner-swap.intent``) is undone or completed whole
-   (``core/log/cleanerswap.py``), before Kafka's passes, which then find none of its files.
+   (``core/log/cleaner/swap.py``), before Kafka's passes, which then find none of its files.
 1. Temp files: every ``*.deleted`` file goes; ``*.cleaned`` files go, and ``*.swap`` files at or above the lowest
    cleaned base (an interrupted split); other swaps are kept for pass 2.
 2. Swaps: the segments a swap replaces (its offset range) are deleted and the swap takes its name.
@@ -43,7 +43,7 @@ from logfs.core.checkpoint import LeaderEpochCheckpointFile
 from logfs.core.config import LogConfig
 from logfs.core.durable import fsync_dir
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, StorageError
-from logfs.core.log.cleanerswap import CLEANED_SUFFIX, INTENT_FILE, SWAP_SUFFIX, complete_interrupted_swap
+from logfs.core.log.cleaner.swap import CLEANED_SUFFIX, INTENT_FILE, SWAP_SUFFIX, complete_interrupted_swap
 from logfs.core.log.epoch import LeaderEpochFileCache
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.local import new_segment

@@ -456,7 +456,7 @@ class LocalLog:
         return self._segments.bases[0]
 
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], now: int | None = None) -> None:
-        """The log cleaner's swap (``core/log/cleanerswap.py`` holds the protocol): ``new`` takes the place of the
+        """The log cleaner's swap (``core/log/cleaner/swap.py`` holds the protocol): ``new`` takes the place of the
         consecutive non-active segments ``old`` in the snapshot, whose files are renamed ``.deleted`` and unlinked
         after ``file.delete.delay.ms`` (a reader that pinned one keeps reading it). Under the lock."""
         segments = list(self._segments.segments)

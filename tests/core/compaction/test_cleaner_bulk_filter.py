@@ -1,4 +1,4 @@
-"""The cleaner's chunk-at-once record rule (``BatchFilter.prepare`` over ``cleanerscan.walk_batches``, and the
+"""The cleaner's chunk-at-once record rule (``BatchFilter.prepare`` over ``scan.walk_batches``, and the
 retained batches built by slicing the kept records' bytes) equals its record-by-record reference (``BatchFilter``
 without ``prepare``, which decodes and re-encodes), on any batches and any offset map (hypothesis).
 
@@ -6,7 +6,7 @@ Equal means: the same batches dropped, kept whole or emptied; for a rebuilt batc
 timestamp, key, value, headers) and header fields, the base timestamp aside (the sliced batch keeps the original's,
 the re-encoded one takes its first kept record's: both give every record its timestamp); the same counts. Every
 sliced batch passes the full validation a stored batch gets (CRC included). The ``LOGFS_NO_CEXT=1`` pass runs the
-same tests over the pure-Python walk of ``cleanerscan.py``.
+same tests over the pure-Python walk of ``core/log/cleaner/scan.py``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from logfs.core.format.compression import Compression
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
 from logfs.core.format.validate import validate_batch
-from logfs.core.log.cleanerfilter import BatchFilter
-from logfs.core.log.cleanerscan import walk_batches
-from logfs.core.log.cleanertxn import CleanedTransactionMetadata
-from logfs.core.log.offsetmap import OffsetMap
+from logfs.core.log.cleaner.filtering import BatchFilter
+from logfs.core.log.cleaner.offsetmap import OffsetMap
+from logfs.core.log.cleaner.scan import walk_batches
+from logfs.core.log.cleaner.transactions import CleanedTransactionMetadata
 
 EXAMPLES = int(os.environ.get("LOGFS_CLEANER_BULK_EXAMPLES", "150"))
 NOW = 1_700_000_000_000

@@ -10,8 +10,8 @@ from compaction_log import append, clean, int_record, open_log
 from test_cleaner_scenarios import marker, txn_producer
 
 from logfs.core.check import check_store
-from logfs.core.log.cleaner import CLEANER_CHECKPOINT
-from logfs.core.log.cleanerswap import INTENT_FILE
+from logfs.core.log.cleaner.logcleaner import CLEANER_CHECKPOINT
+from logfs.core.log.cleaner.swap import INTENT_FILE
 from logfs.dump import DumpResult, dump_file
 
 

@@ -1,5 +1,5 @@
 """Crashes during a clean: the log afterwards reads exactly as before the round or exactly as after it, never a mix
-(``core/log/cleanerswap.py``: the intent file makes recovery complete or undo a swap whole).
+(``core/log/cleaner/swap.py``: the intent file makes recovery complete or undo a swap whole).
 
 Two ways: every file operation of a round is made to fail in turn in this process (the files are then as a crash at
 that point leaves them: a round writes and fsyncs its ``.cleaned`` segment before the swap begins), and a kill -9
@@ -28,7 +28,7 @@ from kafka.record import MemoryRecords
 
 from logfs.core.check import check_store
 from logfs.core.format.batch import Record
-from logfs.core.log.cleanerswap import INTENT_FILE
+from logfs.core.log.cleaner.swap import INTENT_FILE
 from logfs.core.log.log import Log
 
 HERE = Path(__file__).parent

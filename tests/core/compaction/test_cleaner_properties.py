@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
-from logfs.core.log.cleaner import LogCleaner
+from logfs.core.log.cleaner.logcleaner import LogCleaner
 from logfs.core.offsets import Isolation
 
 DAY_MS = 86_400_000

@@ -2,8 +2,9 @@
 
 Each test builds a log as Kafka's does (``LogCleanerTest.logConfig``: segment.bytes 1024, segment.index.bytes 1024,
 cleanup.policy compact; ``record(k, v)`` single-record batches), rolls so that what was appended is cleanable, and
-runs one round (``cleanerround.clean_log``, Kafka's ``cleaner.clean(LogToClean(…))``) from the first dirty offset
-the Kafka test gives, up to the active segment. ``makeCleaner(n)`` is an offset map of ``floor(n * 0.75)`` keys.
+runs one round (``clean_log`` of core/log/cleaner/clean.py, Kafka's ``cleaner.clean(LogToClean(…))``) from the
+first dirty offset the Kafka test gives, up to the active segment. ``makeCleaner(n)`` is an offset map of
+``floor(n * 0.75)`` keys.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from compaction_log import (
 
 from logfs.core.format.batch import Record
 from logfs.core.format.encode import encode_batch
-from logfs.core.log.cleanergroups import SegmentSizes, group_segments_by_size
-from logfs.core.log.cleanerround import CleanStats, build_offset_map
+from logfs.core.log.cleaner.clean import CleanStats, build_offset_map
+from logfs.core.log.cleaner.merge import SegmentSizes, group_segments_by_size
 from logfs.core.log.log import Log
 from logfs.core.txn.index import AbortedTxn
 

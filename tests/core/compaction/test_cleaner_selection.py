@@ -1,5 +1,5 @@
 """The log cleaner's choice of log and its checkpoint (Kafka's LogCleanerManagerTest; docs/compaction.md, "How a log is
-cleaned"), through :class:`~logfs.core.log.cleaner.LogCleaner` over a few logs."""
+cleaned"), through :class:`~logfs.core.log.cleaner.logcleaner.LogCleaner` over a few logs."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from test_cleaner_scenarios import marker, txn_producer
 
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.config import LogConfig, StoreConfig
-from logfs.core.log import cleanerround
-from logfs.core.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
+from logfs.core.log.cleaner import clean as cleanerround
+from logfs.core.log.cleaner.logcleaner import CLEANER_CHECKPOINT, LogCleaner
+from logfs.core.log.cleaner.throttler import PAUSE_S, Throttler
 from logfs.core.log.log import Log
-from logfs.core.log.throttler import PAUSE_S, Throttler
 
 HOUR_MS = 3_600_000
 
@@ -107,7 +107,7 @@ def test_grab_filthiest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
             raise RuntimeError("injected")
         return real_clean(log, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("logfs.core.log.cleaner.clean_log", failing_for_tp2)
+    monkeypatch.setattr("logfs.core.log.cleaner.logcleaner.clean_log", failing_for_tp2)
     assert cleaner.clean_once() is None  # tp2 chosen, failed: uncleanable
     assert list(cleaner.uncleanable_partitions()) == [TP2]
     assert cleaner.metrics().uncleanable_partitions_count == 1

@@ -135,9 +135,10 @@ def test_a_commit_outside_the_log_is_refused(store: Store) -> None:
 
 
 def test_the_cleaner_keeps_the_latest_commit_per_key_and_drops_deleted_commits(store: Store) -> None:
-    """Compaction (core/log/cleaner.py) of __consumer_offsets: old commits of a key go, the latest stays, a group
-    deleted by tombstones is gone once delete.retention.ms passed; a replay of the cleaned log gives the same state."""
-    from logfs.core.log.cleaner import LogCleaner
+    """Compaction (core/log/cleaner/logcleaner.py) of __consumer_offsets: old commits of a key go, the latest stays, a
+    group deleted by tombstones is gone once delete.retention.ms passed; a replay of the cleaned log gives the same
+    state."""
+    from logfs.core.log.cleaner.logcleaner import LogCleaner
 
     store.set_topic_overrides(
         OFFSETS_TOPIC, {"cleanup.policy": "compact", "segment.bytes": "1024", "delete.retention.ms": "0"}

@@ -24,12 +24,12 @@ from logfs.core.errors import StoreOffline
 from logfs.core.format.batch import Record, iter_batch_positions
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
-from logfs.core.log.cleaner import LogCleaner
-from logfs.core.log.cleanerround import clean_log
+from logfs.core.log.cleaner.clean import clean_log
+from logfs.core.log.cleaner.logcleaner import LogCleaner
+from logfs.core.log.cleaner.offsetmap import OffsetMap
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
-from logfs.core.log.offsetmap import OffsetMap
 from logfs.core.store import Store
 
 TS = 1_700_000_000_000

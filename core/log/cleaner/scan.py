@@ -32,7 +32,7 @@ from logfs.core.format.decode import record_columns
 from logfs.core.format.recordruns import RECORD_BODY_MIN_BYTES
 from logfs.core.format.records import CEXT, USE_CEXT
 from logfs.core.format.varint import VARINT_MAX_BYTES, decode_varint
-from logfs.core.log.offsetmap import SHORT_KEY_BYTES, key_id
+from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, key_id
 
 Int64s = npt.NDArray[np.int64]
 

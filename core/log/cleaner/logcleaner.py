@@ -29,11 +29,11 @@ offset is the smallest of its last stable offset (never above the HW), the activ
 segment base. Its dirty ratio is the cleanable bytes (segments from the one holding the first dirty offset to the
 uncleanable one) over those plus the clean bytes (segments below the first dirty offset). The dirtiest log whose ratio
 is above ``min.cleanable.dirty.ratio``, or that holds a segment older than ``max.compaction.lag.ms`` with cleanable
-bytes, is cleaned (``cleanerround.py``), and its checkpoint entry becomes the round's end offset.
+bytes, is cleaned (``clean.py``), and its checkpoint entry becomes the round's end offset.
 
 Files: ``cleaner-offset-checkpoint`` at the store root, in Kafka's checkpoint format (``core/checkpoint.py``),
 rewritten after every round with the entries of the partitions the store holds; ``….cleaned``, ``….swap`` and
-``cleaner-swap.intent`` in a partition directory during a swap (``cleanerswap.py``).
+``cleaner-swap.intent`` in a partition directory during a swap (``swap.py``).
 
 Errors: a round that finds the log changed under it is aborted (nothing swapped, no checkpoint), and the log is
 picked again later. A store that is offline (or goes offline during the round: every file operation of a round
@@ -59,12 +59,12 @@ from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.config import LONG_MAX, StoreConfig
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptCheckpoint, StorageError, StoreOffline
-from logfs.core.log.cleanerfilter import ProducerLast
-from logfs.core.log.cleanerround import CleaningAborted, CleanStats, clean_log
+from logfs.core.log.cleaner.clean import CleaningAborted, CleanStats, clean_log
+from logfs.core.log.cleaner.filtering import ProducerLast
+from logfs.core.log.cleaner.offsetmap import OffsetMap
+from logfs.core.log.cleaner.throttler import Throttler
 from logfs.core.log.log import Log
-from logfs.core.log.offsetmap import OffsetMap
 from logfs.core.log.segment import LogSegment
-from logfs.core.log.throttler import Throttler
 
 _log = logging.getLogger(__name__)
 

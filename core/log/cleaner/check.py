@@ -4,7 +4,7 @@
   cleaner would start over from each log's start, which is safe but means its progress was lost), and each entry
   names a partition the store holds (a note otherwise: the next round drops it);
 * a partition holding ``cleaner-swap.intent`` had a swap interrupted: a note, since the next load completes or
-  undoes it whole (``core/log/cleanerswap.py``);
+  undoes it whole (``core/log/cleaner/swap.py``);
 * ``.cleaned`` and ``.swap`` files are notes too: leftovers of an interrupted round, which the next load deletes
   or renames into place.
 
@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 from logfs.core.checkpoint import OffsetCheckpointFile
 from logfs.core.errors import CorruptCheckpoint
-from logfs.core.log.cleaner import CLEANER_CHECKPOINT
-from logfs.core.log.cleanerswap import CLEANED_SUFFIX, INTENT_FILE, SWAP_SUFFIX
+from logfs.core.log.cleaner.logcleaner import CLEANER_CHECKPOINT
+from logfs.core.log.cleaner.swap import CLEANED_SUFFIX, INTENT_FILE, SWAP_SUFFIX
 
 
 class CleanerFinding(NamedTuple):

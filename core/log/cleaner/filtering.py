@@ -9,7 +9,7 @@ For each batch, first the batch rule (Kafka's, in LogCleaner.scala), in order:
 2. keep at least an empty batch when it ends right below the round's uncleanable bound, so the last offset before
    it stays known;
 3. drop it whole (DELETE) when its records may all go: a data batch of an aborted transaction, or a transaction
-   marker whose delete horizon has passed and whose transaction has no batch left (``cleanertxn.py``);
+   marker whose delete horizon has passed and whose transaction has no batch left (``transactions.py``);
 4. otherwise filter its records and drop the batch when none is left (DELETE_EMPTY).
 
 Then each record (Kafka's ``Cleaner.shouldRetainRecord``): a record past the offset map's latest offset is kept; a
@@ -57,9 +57,9 @@ from logfs.core.format.batch import (
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import record_columns, records_from_columns
 from logfs.core.format.encode import encode_batch
-from logfs.core.log.cleanerscan import ChunkRecords, walk_batches, walkable
-from logfs.core.log.cleanertxn import CleanedTransactionMetadata
-from logfs.core.log.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
+from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
+from logfs.core.log.cleaner.scan import ChunkRecords, walk_batches, walkable
+from logfs.core.log.cleaner.transactions import CleanedTransactionMetadata
 
 ProducerLast = tuple[int, int]  # an active producer's (last data offset or -1, producer epoch)
 
@@ -90,7 +90,7 @@ class BatchFilter:
 
     def prepare(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """Decide the record rule for every record of the uncompressed data batches of one chunk at once
-        (``cleanerscan.py``: one walk, one key slice and one map lookup a record, then numpy), before
+        (``scan.py``: one walk, one key slice and one map lookup a record, then numpy), before
         :meth:`filter` applies the batch rules to each batch in order; the record rule depends on no batch rule.
         Batches not prepared (compressed, control) are filtered record by record."""
         walked = [(p, h) for p, h in batches if walkable(h)]

@@ -7,12 +7,12 @@ map of the dirty section, then a recopy of the log from its start, group by grou
    segment, jumps to the next segment's base - 1 (offsets removed earlier are skipped). When the map is full the round
    stops there: its end offset is the map's latest offset + 1, and the rest is cleaned by later rounds.
 2. **Recopy** (:func:`clean_log`, Kafka's ``Cleaner.cleanSegments``): every segment from the first through the one
-   holding the end offset - 1 is read again, in groups (``cleanergroups.py``). Each group becomes one ``.cleaned``
-   segment (``cleanerswap.create_cleaned_segment``): each source batch goes through the rules of ``cleanerfilter.py``
+   holding the end offset - 1 is read again, in groups (``merge.py``). Each group becomes one ``.cleaned``
+   segment (``swap.create_cleaned_segment``): each source batch goes through the rules of ``filtering.py``
    with the aborted transactions of its range and the producers' last batches as they were when the round began; the
    aborted transactions the new segment still holds data of go to its ``.txnindex``. The segment gets its final
    time-index entry, trimmed indexes, an fsync and the mtime of the group's last source segment, and is swapped in
-   (``cleanerswap.replace_segments``).
+   (``swap.replace_segments``).
 
 The round reads without the log's lock (the segments it reads are non-active and below the HW and the LSO, so
 nothing appends to them) and pins each segment while it reads it; only each swap takes the lock, briefly. A swap
@@ -34,16 +34,16 @@ import numpy as np
 from logfs.core.format.batch import BatchHeader, iter_batch_positions, read_header
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import record_columns, records_from_columns
-from logfs.core.log.cleanerfilter import BatchFilter, FilterCounts, ProducerLast
-from logfs.core.log.cleanergroups import SegmentSizes, group_segments_by_size
-from logfs.core.log.cleanerscan import walk_batches, walkable
-from logfs.core.log.cleanerswap import create_cleaned_segment, discard_cleaned_segment, replace_segments, set_mtime
-from logfs.core.log.cleanertxn import CleanedTransactionMetadata
+from logfs.core.log.cleaner.filtering import BatchFilter, FilterCounts, ProducerLast
+from logfs.core.log.cleaner.merge import SegmentSizes, group_segments_by_size
+from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
+from logfs.core.log.cleaner.scan import walk_batches, walkable
+from logfs.core.log.cleaner.swap import create_cleaned_segment, discard_cleaned_segment, replace_segments, set_mtime
+from logfs.core.log.cleaner.transactions import CleanedTransactionMetadata
 from logfs.core.log.log import Log
-from logfs.core.log.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
 from logfs.core.log.segment import LogSegment, SegmentPart
 
-# Kafka reads 256 KiB at a time; a chunk is walked in one call (cleanerscan.py), so a larger one costs fewer rounds
+# Kafka reads 256 KiB at a time; a chunk is walked in one call (scan.py), so a larger one costs fewer rounds
 # of Python, but the Python work of a chunk holds the GIL: 1 MiB keeps it to ~1 ms (see throttler.PAUSE_S).
 READ_CHUNK_BYTES = 1 << 20
 OFFSET_ENTRY_BYTES = 8
@@ -142,7 +142,7 @@ def _map_chunk(
     stats: CleanStats,
 ) -> tuple[bool, bool]:
     """The keys of one chunk's batches into the map: (the map filled, the chunk reached ``end``). The uncompressed
-    batches are walked together (``cleanerscan.py``) and put in one ``dict.update`` when the map has room for every
+    batches are walked together (``scan.py``) and put in one ``dict.update`` when the map has room for every
     record of the chunk; otherwise, and for compressed batches, batch by batch (:func:`_map_batch`), so the map
     stops at the very record Kafka's would."""
     owned = data if isinstance(data, bytes) else bytes(data)  # slices of bytes are bytes: hashable

@@ -12,7 +12,7 @@ batch in order, it answers for each batch whether it *can be discarded*:
 * a COMMIT marker: yes unless a batch of its producer's transaction was observed in this pass;
 * a control batch with no record (emptied by an earlier round): yes; a control record of another type: no.
 
-A discardable marker is not dropped at once: the cleaner gives it a delete horizon first (``cleanerfilter.py``).
+A discardable marker is not dropped at once: the cleaner gives it a delete horizon first (``filtering.py``).
 Because the cleaner never passes the last stable offset, every transaction it meets is decided.
 
 Threads: one round's; not shared.
