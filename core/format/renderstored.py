@@ -6,7 +6,7 @@ render whole chunks of a segment, so :func:`render_stored` takes every batch of 
 gives the reference's bytes (tests/core/format/test_render_stored.py holds it to that on generated batches of every
 kind). The work is split by seam:
 
-* ``storedgroups.stored_pieces`` finds every record of every uncompressed batch in the span with one set of numpy
+* ``storedpieces.stored_pieces`` finds every record of every uncompressed batch in the span with one set of numpy
   calls (``numpywalk.walk_stored``; a compressed batch is inflated and walked alone), the reference walker's checks
   vectorised; anything it does not handle (headers, a fault, varints wider than two bytes for lengths) goes to the
   reference, batch by batch, which gives the same bytes or the precise error.
@@ -39,9 +39,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.format.storedgroups import Group, Single, block_runs, cut, render_single, stored_pieces
-from logfs.core.format.storedjsonl import jsonl_group
+from logfs.core.format.storedjsonl import jsonl_walked
 from logfs.core.format.storedparts import Part, PlainBlock, assemble
+from logfs.core.format.storedpieces import Single, Walked, block_runs, cut, render_single, stored_pieces
 
 
 def render_stored(
@@ -66,16 +66,16 @@ def render_stored(
         i0, i1 = cut(piece.offsets, from_offset, until_offset)
         if i0 < i1:
             if jsonl:
-                jsonl_group(piece, i0, i1, topic, partition, parts)
+                jsonl_walked(piece, i0, i1, topic, partition, parts)
             else:
-                _plain_group(piece, i0, i1, parts)
+                _plain_walked(piece, i0, i1, parts)
     return assemble(parts)
 
 
 # --- plain ---
 
 
-def _plain_group(g: Group, i0: int, i1: int, parts: list[Part]) -> None:
+def _plain_walked(g: Walked, i0: int, i1: int, parts: list[Part]) -> None:
     arr = np.frombuffer(g.data, dtype=np.uint8)
     lay = g.layout
     for run, lo, hi, _ in block_runs(g, i0, i1):
@@ -86,7 +86,7 @@ def _plain_group(g: Group, i0: int, i1: int, parts: list[Part]) -> None:
             parts.append(PlainBlock(arr, int(lay.value_position[lo]), hi - lo, width, lay.run_step[run]))
 
 
-def _plain_joined(g: Group, lo: int, hi: int) -> bytes:
+def _plain_joined(g: Walked, lo: int, hi: int) -> bytes:
     starts = g.layout.value_position[lo:hi]
     ends = starts + np.maximum(g.layout.value_length[lo:hi], 0)
     data = g.data

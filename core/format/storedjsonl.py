@@ -1,4 +1,4 @@
-"""JSON lines of the walked groups of stored batches (docs/mount.md, "Reads"), byte for byte the reference's
+"""JSON lines of stored batches walked together (docs/mount.md, "Reads"), byte for byte the reference's
 (``render.jsonl_from_columns``).
 
 Three paths, fastest first:
@@ -9,7 +9,7 @@ Three paths, fastest first:
 * Other records, when the compiled walker is built (``records.USE_CEXT``): the compiled renderer, one C loop for all
   (escapes, base64, headers; :func:`jsonl_compiled`).
 * Else, records whose keys and values need no escape are formatted per record with bytes formatting, and anything
-  else is encoded field by field as the reference does (UTF-8 text, escapes, base64). Groups hold records with
+  else is encoded field by field as the reference does (UTF-8 text, escapes, base64). Walked batches hold records with
   headers only from the compiled walker.
 
 Any thread.
@@ -28,8 +28,8 @@ from logfs.core.format import records
 from logfs.core.format.batch import TimestampType
 from logfs.core.format.columns import IntArray
 from logfs.core.format.render import json_bytes
-from logfs.core.format.storedgroups import BLOCK_MIN_RECORDS, Group, block_runs, has_headers
 from logfs.core.format.storedparts import Part, Rows, strided
+from logfs.core.format.storedpieces import BLOCK_MIN_RECORDS, Walked, block_runs, has_headers
 
 # Printable ASCII that JSON writes as is (no escape): 0x20-0x7f less '"' and '\\'.
 _JSON_PLAIN_BYTES = bytes(b for b in range(0x20, 0x80) if b not in (0x22, 0x5C))
@@ -40,7 +40,7 @@ JSONL_MIDDLE = b',"timestamp":,"timestampType":0,"key":,"value":'
 JSONL_TAIL = b',"headers":[]}\n'
 
 
-def jsonl_group(g: Group, i0: int, i1: int, topic: str, partition: int, parts: list[Part]) -> None:
+def jsonl_walked(g: Walked, i0: int, i1: int, topic: str, partition: int, parts: list[Part]) -> None:
     """Append the JSON lines of records ``i0…i1-1`` of ``g`` to ``parts``: blocks as :class:`Rows` where they
     qualify (no headers), the records between them formatted one by one: by the compiled renderer when the compiled
     walker is in use (:func:`jsonl_compiled`), else in Python."""
@@ -61,7 +61,7 @@ def jsonl_group(g: Group, i0: int, i1: int, topic: str, partition: int, parts: l
         parts.append(between(g, pending, i1, lead))
 
 
-def jsonl_compiled(g: Group, i0: int, i1: int, lead: bytes) -> bytes:
+def jsonl_compiled(g: Walked, i0: int, i1: int, lead: bytes) -> bytes:
     """Records ``i0…i1-1`` of ``g`` as JSON lines by the compiled renderer (``core/format/_walk.c``): the
     per-record paths below in one C loop (escapes, base64, headers), byte for byte the reference's. ~0.3 µs for a
     500-byte record, where the bytes-formatting path takes ~1 µs and the field-by-field one ~3 µs; uniform blocks
@@ -71,7 +71,7 @@ def jsonl_compiled(g: Group, i0: int, i1: int, lead: bytes) -> bytes:
     return out
 
 
-def jsonl_sizes_compiled(g: Group, i0: int, i1: int, lead: bytes) -> IntArray:
+def jsonl_sizes_compiled(g: Walked, i0: int, i1: int, lead: bytes) -> IntArray:
     """The length of each JSON line :func:`jsonl_compiled` gives for records ``i0…i1-1`` of ``g``, counted by the
     compiled renderer without rendering (one loop shared with it, so byte-exact). A ``.jsonl`` file's size is due at
     its lookup (docs/mount.md, "Files, modes and caching"): counting costs a fraction of rendering the lines and finding
@@ -82,7 +82,7 @@ def jsonl_sizes_compiled(g: Group, i0: int, i1: int, lead: bytes) -> IntArray:
     return sizes
 
 
-def compiled_columns(g: Group, i0: int, i1: int) -> tuple[IntArray, ...]:
+def compiled_columns(g: Walked, i0: int, i1: int) -> tuple[IntArray, ...]:
     """The nine contiguous columns the compiled renderer reads for records ``i0…i1-1`` of ``g``."""
     lay = g.layout
     first = np.array(g.first, dtype=np.int64)
@@ -102,7 +102,7 @@ def jsonl_lead(topic: str, partition: int) -> bytes:
     return ('{"topic":' + encode_basestring(topic) + ',"partition":' + str(partition) + ',"offset":').encode()
 
 
-def json_plain(g: Group, lo: int, hi: int, step: int | None) -> bool:
+def json_plain(g: Walked, lo: int, hi: int, step: int | None) -> bool:
     """Is every key and value of records ``lo…hi-1`` its JSON string text in quotes? ``step``: they form one block
     of records that many bytes apart (checked through strided views, for plain ASCII only), else they are gathered
     and checked (:func:`_unescaped`)."""
@@ -152,7 +152,7 @@ def _plain_ascii(view: npt.NDArray[np.uint8]) -> bool:
 
 
 def _jsonl_block(
-    g: Group, j: int, step: int, lo: int, hi: int, lead: bytes, *, size_only: bool = False
+    g: Walked, j: int, step: int, lo: int, hi: int, lead: bytes, *, size_only: bool = False
 ) -> list[Rows] | int | None:
     """Records ``lo…hi-1`` of batch ``j`` (one layout, ``step`` bytes each) as rows of one matrix per digit width
     (or, ``size_only``, the size of those rows), or None when their keys or values need escaping or encoding, or a
@@ -226,7 +226,7 @@ def _rows(pieces: list[bytes | IntArray | npt.NDArray[np.uint8]], *widths: int) 
     return Rows(bytes(template), fills, n)
 
 
-def _jsonl_records(g: Group, lo: int, hi: int, lead: bytes) -> bytes:
+def _jsonl_records(g: Walked, lo: int, hi: int, lead: bytes) -> bytes:
     """Records ``lo…hi-1`` of ``g`` formatted one by one: bytes formatting when no key or value needs escaping or
     base64 (:func:`_unescaped`), else the reference's per-field encoding."""
     lay = g.layout
@@ -269,7 +269,7 @@ def _jsonl_records(g: Group, lo: int, hi: int, lead: bytes) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-def _batch_ranges(g: Group, i0: int, i1: int) -> Iterator[tuple[int, int, int]]:
+def _batch_ranges(g: Walked, i0: int, i1: int) -> Iterator[tuple[int, int, int]]:
     """``(batch number, lo, hi)`` of each batch's records within ``[i0, i1)``, in order."""
     for j in range(len(g.headers)):
         lo, hi = max(g.first[j], i0), min(g.first[j + 1], i1)

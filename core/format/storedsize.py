@@ -22,17 +22,17 @@ import numpy as np
 from logfs.core.format import records
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.columns import IntArray
-from logfs.core.format.storedgroups import Group, Single, block_runs, cut, has_headers, render_single, stored_pieces
 from logfs.core.format.storedjsonl import (
     JSONL_MIDDLE,
     JSONL_TAIL,
     POW10,
     json_plain,
-    jsonl_group,
     jsonl_lead,
     jsonl_sizes_compiled,
+    jsonl_walked,
 )
 from logfs.core.format.storedparts import Part, assemble
+from logfs.core.format.storedpieces import Single, Walked, block_runs, cut, has_headers, render_single, stored_pieces
 
 
 def stored_size(
@@ -80,7 +80,7 @@ def stored_sizes(
     return sizes
 
 
-def _record_sizes(g: Group, i0: int, i1: int, jsonl: bool, topic: str, partition: int) -> IntArray:
+def _record_sizes(g: Walked, i0: int, i1: int, jsonl: bool, topic: str, partition: int) -> IntArray:
     """The rendered size of each record ``i0…i1-1`` of ``g``."""
     lay = g.layout
     if not jsonl:
@@ -109,7 +109,7 @@ def _record_sizes(g: Group, i0: int, i1: int, jsonl: bool, topic: str, partition
     if records.USE_CEXT:
         return jsonl_sizes_compiled(g, i0, i1, lead)  # counted in C, nothing rendered
     parts: list[Part] = []
-    jsonl_group(g, i0, i1, topic, partition, parts)
+    jsonl_walked(g, i0, i1, topic, partition, parts)
     ends = np.flatnonzero(np.frombuffer(assemble(parts), dtype=np.uint8) == 0x0A)  # JSON lines hold no raw newline
     return np.diff(ends, prepend=-1)
 

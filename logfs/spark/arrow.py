@@ -4,8 +4,8 @@ An executor of the ``logfs`` source reads ``at/<start>-<end>.kafka`` (whole stor
 possibly holding records outside the range) in blocks of READ_BYTES, and turns the whole batches of each block into
 one ``pyarrow.RecordBatch``:
 
-* ``format.storedgroups.stored_pieces`` (what the mount's renderers walk with) decompresses and walks the block's
-  batches, in groups where it can (with the compiled walker, ``core/format/_walk.c``, one C walk for the whole
+* ``format.storedpieces.stored_pieces`` (what the mount's renderers walk with) decompresses and walks the block's
+  batches, several together where it can (with the compiled walker, ``core/format/_walk.c``, one C walk for the whole
   block, headers included), giving every record's offset and timestamp and the position and length of its key and
   value; control batches (transaction markers) and batches outside ``[start, end)`` are skipped, and records
   outside it are cut off;
@@ -49,7 +49,7 @@ from logfs.core.errors import CorruptRecord
 from logfs.core.format.batch import RECORDS_OFFSET, BatchHeader, TimestampType, iter_batch_positions
 from logfs.core.format.columns import RecordColumns
 from logfs.core.format.records import CEXT
-from logfs.core.format.storedgroups import Group, cut, has_headers, stored_pieces
+from logfs.core.format.storedpieces import Walked, cut, has_headers, stored_pieces
 from logfs.spark.offsets import OffsetRange
 
 READ_BYTES = 4 * 1024 * 1024  # stored bytes per read and per Arrow batch (~40,000 records of 100 bytes)
@@ -133,8 +133,8 @@ def decode_block(buf: bytes, rng: OffsetRange, schema: pa.Schema) -> tuple[pa.Re
         positions.append(position)
         used = position + size
     for piece in stored_pieces(buf, positions, rng.start, rng.end):
-        if isinstance(piece, Group):
-            _add_group(parts, piece, rng, want_headers)
+        if isinstance(piece, Walked):
+            _add_walked(parts, piece, rng, want_headers)
         else:
             _add_single(parts, buf, positions[piece.number], piece.header, piece.cols, rng, want_headers)
     if not parts.offset:
@@ -142,8 +142,8 @@ def decode_block(buf: bytes, rng: OffsetRange, schema: pa.Schema) -> tuple[pa.Re
     return _record_batch(parts, rng, schema), used
 
 
-def _add_group(parts: _Parts, g: Group, rng: OffsetRange, want_headers: bool) -> None:
-    """The records of a group of batches walked together (``storedgroups``) that lie in ``rng``."""
+def _add_walked(parts: _Parts, g: Walked, rng: OffsetRange, want_headers: bool) -> None:
+    """The records of batches walked together (``storedpieces``) that lie in ``rng``."""
     i0, i1 = cut(g.offsets, rng.start, rng.end)
     if i0 >= i1:
         return
@@ -180,7 +180,7 @@ def _add_single(
     rng: OffsetRange,
     want_headers: bool,
 ) -> None:
-    """The records of one batch walked alone (``storedgroups.Single``) that lie in ``rng``."""
+    """The records of one batch walked alone (``storedpieces.Single``) that lie in ``rng``."""
     if not len(cols):
         return
     offsets = header.base_offset + np.asarray(cols.offset_delta, dtype=np.int64)

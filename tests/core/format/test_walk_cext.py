@@ -28,8 +28,8 @@ from logfs.core.format.encode import encode_batch
 from logfs.core.format.records import CEXT_LISTS_MAX_RECORDS, walk_c, walk_python
 from logfs.core.format.render import render_jsonl, render_plain
 from logfs.core.format.renderstored import render_stored
-from logfs.core.format.storedgroups import Group, stored_pieces
 from logfs.core.format.storedjsonl import compiled_columns, jsonl_lead
+from logfs.core.format.storedpieces import Walked, stored_pieces
 from logfs.core.format.storedsize import stored_size, stored_sizes
 from logfs.core.format.varint import decode_varint, encode_varint
 
@@ -366,19 +366,19 @@ def test_jsonl_sizes_gives_each_line_length_and_refuses_bad_buffers() -> None:
     buf = bytearray(encode_batch(records_))
     assign_offset_and_epoch(buf, 0, 10**15, 0)
     data = bytes(buf)
-    (group,) = stored_pieces(data, [0], None, None)
-    assert isinstance(group, Group)
+    (walked,) = stored_pieces(data, [0], None, None)
+    assert isinstance(walked, Walked)
     lead = jsonl_lead("t", 0)
-    columns = compiled_columns(group, 0, 7)
-    lines = _walk.render_jsonl(group.data, lead, columns, 7).splitlines(keepends=True)
+    columns = compiled_columns(walked, 0, 7)
+    lines = _walk.render_jsonl(walked.data, lead, columns, 7).splitlines(keepends=True)
     sizes = np.full(7, -1, dtype=np.int64)
-    _walk.jsonl_sizes(group.data, lead, columns, 7, sizes)
+    _walk.jsonl_sizes(walked.data, lead, columns, 7, sizes)
     assert sizes.tolist() == [len(line) for line in lines]
     with pytest.raises(ValueError, match="shorter"):
-        _walk.jsonl_sizes(group.data, lead, columns, 7, np.empty(6, dtype=np.int64))
+        _walk.jsonl_sizes(walked.data, lead, columns, 7, np.empty(6, dtype=np.int64))
     with pytest.raises((BufferError, TypeError)):
-        _walk.jsonl_sizes(group.data, lead, columns, 7, bytes(56))
+        _walk.jsonl_sizes(walked.data, lead, columns, 7, bytes(56))
     moved = list(columns)
     moved[5] = columns[5] + len(data)  # value positions past the data
     with pytest.raises(ValueError, match="outside"):
-        _walk.jsonl_sizes(group.data, lead, tuple(moved), 7, sizes)
+        _walk.jsonl_sizes(walked.data, lead, tuple(moved), 7, sizes)

@@ -1,5 +1,5 @@
-"""The batches of a span of stored bytes walked for rendering: groups walked together, single batches left to the
-reference.
+"""The batches of a span of stored bytes walked for rendering: runs of batches walked together (a :class:`Walked`),
+single batches left to the reference.
 
 :func:`stored_pieces` reads every batch header of the span, skips what renders as nothing (control, empty, outside
 the offset range, covered by an :class:`~logfs.core.format.abortedbatches.AbortedBatches` filter) and walks the rest:
@@ -8,7 +8,7 @@ the compiled walker is built, ``numpywalk.walk_stored_c`` (one C walk for all, h
 inflated and walked alone. What the walker leaves (headers for numpy, any fault) becomes a
 :class:`Single`, which :func:`render_single` renders with the reference (``core/format/render.py``): the same bytes
 or the precise error. The plain, JSON-lines and sizing code (``renderstored``, ``storedjsonl``, ``storedsize``)
-read a :class:`Group` through :func:`cut` and :func:`block_runs`. Any thread.
+read a :class:`Walked` through :func:`cut` and :func:`block_runs`. Any thread.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from logfs.core.format.render import first_index, jsonl_from_columns, plain_from
 BLOCK_MIN_RECORDS = 8
 
 
-class Group(NamedTuple):
+class Walked(NamedTuple):
     """Consecutive batches walked together by ``numpywalk.walk_stored``: their headers, where each one's records
-    begin in the columns, and each record's absolute offset and timestamp (offsets ascend through the group)."""
+    begin in the columns, and each record's absolute offset and timestamp (offsets ascend through them)."""
 
     data: bytes
     headers: list[BatchHeader]
@@ -59,14 +59,14 @@ def stored_pieces(
     from_offset: int | None,
     until_offset: int | None,
     aborted: AbortedBatches | None = None,
-) -> list[Group | Single]:
-    """The batches at ``positions`` of ``buf`` that hold records to render, walked: fast groups where possible.
+) -> list[Walked | Single]:
+    """The batches at ``positions`` of ``buf`` that hold records to render, walked: together where possible.
     ``aborted``: the batches it covers hold none (read_committed)."""
-    pieces: list[Group | Single] = []
+    pieces: list[Walked | Single] = []
     pending: list[tuple[int, BatchHeader]] = []
     sections: list[tuple[int, int, int, int]] = []
     previous_last = None
-    # With the compiled walker, a span holding compressed batches is walked as one group: the records sections of
+    # With the compiled walker, a span holding compressed batches is walked in one piece: the records sections of
     # all its batches, inflated or not, laid end to end here (a copy of the uncompressed ones, ~2 µs per 16 KiB),
     # so that a producer's span of small batches costs one walk and one rendering instead of one per batch.
     joined: bytearray | None = None
@@ -105,7 +105,7 @@ def stored_pieces(
             pieces.append(Single(*record_columns(buf, at), index))  # raises the reference's error
             continue
         if previous_last is not None and header.base_offset <= previous_last:
-            flush()  # offsets must ascend through a group (they do in any log)
+            flush()  # offsets must ascend through batches walked together (they do in any log)
         previous_last = header.last_offset
         if header.compression != Compression.NONE:
             data = decompress(header.compression, memoryview(buf)[at + RECORDS_OFFSET : at + header.size])
@@ -130,16 +130,16 @@ def _walk_pending(
     data: bytes,
     batches: list[tuple[int, BatchHeader]],
     sections: list[tuple[int, int, int, int]],
-    pieces: list[Group | Single],
+    pieces: list[Walked | Single],
 ) -> None:
     layout = _walk_stored(data, sections)
     if layout is not None:
-        pieces.append(_group(data, list(batches), layout))
+        pieces.append(_walked(data, list(batches), layout))
         return
     for batch, section in zip(batches, sections, strict=True):
         single = _walk_stored(data, [section]) if len(batches) > 1 else None
         if single is not None:
-            pieces.append(_group(data, [batch], single))
+            pieces.append(_walked(data, [batch], single))
             continue
         start, end, count, lod = section
         _, cols = walk(data, start, end, count, lod, client=False)
@@ -155,13 +155,13 @@ def _walk_stored(data: bytes, sections: list[tuple[int, int, int, int]]) -> Stor
     return walk_stored(data, sections)
 
 
-def has_headers(g: Group, i0: int, i1: int) -> bool:
+def has_headers(g: Walked, i0: int, i1: int) -> bool:
     """Does any of the records ``[i0, i1)`` of ``g`` have a header? (Only a compiled walk takes such records.)"""
     counts = g.layout.header_count
     return counts is not None and bool(counts[i0:i1].any())
 
 
-def _group(data: bytes, batches: list[tuple[int, BatchHeader]], layout: StoredLayout) -> Group:
+def _walked(data: bytes, batches: list[tuple[int, BatchHeader]], layout: StoredLayout) -> Walked:
     headers = [h for _, h in batches]
     counts = np.array([h.records_count for h in headers], dtype=np.int64)
     first = [0]
@@ -176,7 +176,7 @@ def _group(data: bytes, batches: list[tuple[int, BatchHeader]], layout: StoredLa
         log_append = np.repeat(np.array(appended), counts)
         max_ts = np.repeat(np.array([h.max_timestamp for h in headers], dtype=np.int64), counts)
         timestamps = np.where(log_append, max_ts, timestamps)
-    return Group(data, headers, [i for i, _ in batches], first, layout, offsets, timestamps)
+    return Walked(data, headers, [i for i, _ in batches], first, layout, offsets, timestamps)
 
 
 def cut(offsets: IntArray, from_offset: int | None, until_offset: int | None) -> tuple[int, int]:
@@ -186,7 +186,7 @@ def cut(offsets: IntArray, from_offset: int | None, until_offset: int | None) ->
     return i0, max(i0, i1)
 
 
-def block_runs(g: Group, i0: int, i1: int) -> Iterator[tuple[int, int, int, int] | tuple[None, int, int, int]]:
+def block_runs(g: Walked, i0: int, i1: int) -> Iterator[tuple[int, int, int, int] | tuple[None, int, int, int]]:
     """The records ``[i0, i1)`` of ``g`` in order, as ``(run, lo, hi, batch)`` for each block (at least
     BLOCK_MIN_RECORDS records of one layout: size, key and value places and lengths) and ``(None, lo, hi, -1)`` for
     what lies between blocks."""
