@@ -4,7 +4,7 @@ One module per idea, as Kafka's cleaner is split into its parts:
 
 * ``logcleaner.py``: the cleaner itself: which log is the dirtiest (``LogCleanerManager``), one pass over it, the
   cleaner's gauges;
-* ``round.py``: one cleaning round of a log: the offset map of its dirty section, then each group of segments
+* ``clean.py``: one cleaning round of a log: the offset map of its dirty section, then each merge of segments
   filtered into one cleaned segment and swapped in;
 * ``merge.py``: which segments one round merges into one (``groupSegmentsBySize``);
 * ``offsetmap.py``: the key → last offset map (``SkimpyOffsetMap``);

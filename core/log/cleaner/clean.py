@@ -1,5 +1,5 @@
 """One cleaning round over one log (Kafka's ``Cleaner.doClean``; docs/compaction.md, "How a log is cleaned"): the offset
-map of the dirty section, then a recopy of the log from its start, group by group, each group swapped in as one segment.
+map of the dirty section, then a recopy of the log from its start, merge by merge, each merge swapped in as one segment.
 
 1. **Map** (:func:`build_offset_map`, Kafka's ``Cleaner.buildOffsetMap``): from the first dirty offset (the batch the
    offset index points at) up to the round's uncleanable bound, every keyed record of a batch that is not aborted data
@@ -7,11 +7,11 @@ map of the dirty section, then a recopy of the log from its start, group by grou
    segment, jumps to the next segment's base - 1 (offsets removed earlier are skipped). When the map is full the round
    stops there: its end offset is the map's latest offset + 1, and the rest is cleaned by later rounds.
 2. **Recopy** (:func:`clean_log`, Kafka's ``Cleaner.cleanSegments``): every segment from the first through the one
-   holding the end offset - 1 is read again, in groups (``merge.py``). Each group becomes one ``.cleaned``
+   holding the end offset - 1 is read again, in merges (``merge.py``). Each merge becomes one ``.cleaned``
    segment (``swap.create_cleaned_segment``): each source batch goes through the rules of ``filtering.py``
    with the aborted transactions of its range and the producers' last batches as they were when the round began; the
    aborted transactions the new segment still holds data of go to its ``.txnindex``. The segment gets its final
-   time-index entry, trimmed indexes, an fsync and the mtime of the group's last source segment, and is swapped in
+   time-index entry, trimmed indexes, an fsync and the mtime of the merge's last source segment, and is swapped in
    (``swap.replace_segments``).
 
 The round reads without the log's lock (the segments it reads are non-active and below the HW and the LSO, so
@@ -35,7 +35,7 @@ from logfs.core.format.batch import BatchHeader, iter_batch_positions, read_head
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import record_columns, records_from_columns
 from logfs.core.log.cleaner.filtering import BatchFilter, FilterCounts, ProducerLast
-from logfs.core.log.cleaner.merge import SegmentSizes, group_segments_by_size
+from logfs.core.log.cleaner.merge import SegmentSizes, plan_merges
 from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
 from logfs.core.log.cleaner.scan import walk_batches, walkable
 from logfs.core.log.cleaner.swap import create_cleaned_segment, discard_cleaned_segment, replace_segments, set_mtime
@@ -51,7 +51,7 @@ TIME_ENTRY_BYTES = 12
 
 
 class CleaningAborted(Exception):
-    """The log changed under the round (retention or a truncation); nothing was swapped for the current group."""
+    """The log changed under the round (retention or a truncation); nothing was swapped for the current merge."""
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class CleanStats:
     bytes_written: int = 0
     counts: FilterCounts = field(default_factory=FilterCounts)
     buffer_utilization: float = 0.0
-    groups: int = 0
+    merges: int = 0
     segments_before: int = 0
     segments_after: int = 0
     elapsed_s: float = 0.0
@@ -235,12 +235,12 @@ def clean_log(
         for s in recopy
     ]  # fmt: skip
     config = log.config
-    groups = group_segments_by_size(sizes, config.segment_bytes, config.segment_index_bytes, first_uncleanable)
-    stats.groups = len(groups)
-    for group in groups:
-        members = [recopy[i] for i in group]
+    merges = plan_merges(sizes, config.segment_bytes, config.segment_index_bytes, first_uncleanable)
+    stats.merges = len(merges)
+    for merge in merges:
+        members = [recopy[i] for i in merge]
         following = view.segments[view.segments.index(members[-1]) + 1]
-        _clean_group(log, members, following.base_offset, offset_map, now_ms, throttle, producers, stats,
+        _clean_merge(log, members, following.base_offset, offset_map, now_ms, throttle, producers, stats,
                      first_uncleanable)  # fmt: skip
     stats.segments_after = len(log.segment_snapshot.segments)
     stats.elapsed_s = time.monotonic() - started
@@ -257,10 +257,10 @@ def _append(cleaned: LogSegment, parts: list[SegmentPart]) -> None:
         done += run
 
 
-def _clean_group(
+def _clean_merge(
     log: Log,
     members: list[LogSegment],
-    group_end: int,
+    merge_end: int,
     offset_map: OffsetMap,
     now_ms: int,
     throttle: Throttle,
@@ -268,7 +268,7 @@ def _clean_group(
     stats: CleanStats,
     first_uncleanable: int,
 ) -> None:
-    """Recopy one group into a ``.cleaned`` segment and swap it in (module docstring, step 2)."""
+    """Recopy one merge into a ``.cleaned`` segment and swap it in (module docstring, step 2)."""
     cleaned = create_cleaned_segment(log.local, members[0].base_offset)
     try:
         transactions = CleanedTransactionMetadata(on_kept_abort=cleaned.append_aborted_txn)
@@ -277,7 +277,7 @@ def _clean_group(
             stats.counts,
         )  # fmt: skip
         for n, segment in enumerate(members):
-            upper = members[n + 1].base_offset if n + 1 < len(members) else group_end
+            upper = members[n + 1].base_offset if n + 1 < len(members) else merge_end
             transactions.add_aborted_transactions(log.collect_aborted_transactions(segment.base_offset, upper))
             with segment.pin():
                 for data, batches in _chunks(segment, 0, throttle):

@@ -75,7 +75,7 @@ class FilterCounts:
 
 @dataclass(slots=True)
 class BatchFilter:
-    """The rules of one group of segments in one round (see the module docstring)."""
+    """The rules of one merge of segments in one round (see the module docstring)."""
 
     offset_map: OffsetMap
     transactions: CleanedTransactionMetadata

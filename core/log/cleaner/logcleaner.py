@@ -167,7 +167,7 @@ class LogCleaner:
             return dict(self._uncleanable)
 
     def abort(self) -> None:
-        """Stop every round in progress at its next chunk: its ``.cleaned`` segment is deleted, nothing of the group
+        """Stop every round in progress at its next chunk: its ``.cleaned`` segment is deleted, nothing of the merge
         is swapped, the checkpoint stays (Kafka's LogCleaningAbortedException). A round starting later runs."""
         self._abort.set()
 

@@ -1,7 +1,7 @@
 """Putting a cleaned segment in place of the segments it replaces, crash-safe and whole (Kafka's
 ``LocalLog.replaceSegments``, with one addition; docs/compaction.md, "Crash safety: the swap, better than Kafka's").
 
-The cleaner writes a group's new segment as ``NNN.log.cleaned`` (and ``.index``, ``.timeindex``, ``.txnindex``
+The cleaner writes a merge's new segment as ``NNN.log.cleaned`` (and ``.index``, ``.timeindex``, ``.txnindex``
 ``.cleaned``: :func:`create_cleaned_segment`) and fsyncs it. Then, under the log's lock (:func:`replace_segments`):
 
 1. the **intent** file ``cleaner-swap.intent`` is written durably (``replace_file``: tmp, fsync, rename, fsync of
@@ -60,7 +60,7 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFI
 
 def create_cleaned_segment(local: LocalLog, base_offset: int) -> LogSegment:
     """An empty segment at ``base_offset`` whose files are ``….cleaned`` (leftovers of an earlier attempt deleted
-    first), with the log's config. Its ``.log`` exists (empty) from the start: a group that keeps nothing still
+    first), with the log's config. Its ``.log`` exists (empty) from the start: a merge that keeps nothing still
     becomes a segment, as in Kafka."""
     stem = local.directory / filename_prefix(base_offset)
     for suffix in SEGMENT_SUFFIXES:

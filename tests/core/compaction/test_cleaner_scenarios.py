@@ -34,7 +34,7 @@ from compaction_log import (
 from logfs.core.format.batch import Record
 from logfs.core.format.encode import encode_batch
 from logfs.core.log.cleaner.clean import CleanStats, build_offset_map
-from logfs.core.log.cleaner.merge import SegmentSizes, group_segments_by_size
+from logfs.core.log.cleaner.merge import SegmentSizes, plan_merges
 from logfs.core.log.log import Log
 from logfs.core.txn.index import AbortedTxn
 
@@ -359,22 +359,22 @@ def test_segment_grouping(limit: int | str | None, expected: list[int]) -> None:
         by_log, by_index = 3 * 300 + 1, big
     else:
         by_log, by_index = int(limit), big
-    groups = group_segments_by_size(segments, by_log, by_index, 100)
-    assert [len(g) for g in groups] == expected
+    merges = plan_merges(segments, by_log, by_index, 100)
+    assert [len(g) for g in merges] == expected
     if limit == 1:
-        assert [len(g) for g in group_segments_by_size(segments, big, 1, 100)] == [1] * 10
+        assert [len(g) for g in plan_merges(segments, big, 1, 100)] == [1] * 10
     if limit == "three":
-        assert [len(g) for g in group_segments_by_size(segments, big, 3 * 120 + 1, 100)] == [3, 3, 3, 1]
+        assert [len(g) for g in plan_merges(segments, big, 3 * 120 + 1, 100)] == [3, 3, 3, 1]
 
 
 def test_segment_grouping_with_sparse_offsets() -> None:
-    """S21's sparse variant: a group may span 2^31 - 1 offsets, not one more; an empty segment always joins."""
+    """S21's sparse variant: a merge may span 2^31 - 1 offsets, not one more; an empty segment always joins."""
     span = 2**31 - 1
-    assert len(group_segments_by_size([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 10, 0, 0)], 10**9, 10**9,
+    assert len(plan_merges([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 10, 0, 0)], 10**9, 10**9,
                                       span + 1)) == 1  # fmt: skip
-    assert len(group_segments_by_size([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 10, 0, 0)], 10**9, 10**9,
+    assert len(plan_merges([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 10, 0, 0)], 10**9, 10**9,
                                       span + 2)) == 2  # fmt: skip
-    assert len(group_segments_by_size([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 0, 0, 0)], 10**9, 10**9,
+    assert len(plan_merges([SegmentSizes(0, 10, 0, 0), SegmentSizes(1, 0, 0, 0)], 10**9, 10**9,
                                       span + 2)) == 1  # fmt: skip
 
 
