@@ -353,7 +353,7 @@ class Operations(pyfuse3.Operations):
             else:
                 entry = self.tree.entry(self.tree.stable_inode(child))
             try:
-                attr = await self.reader.attributes(entry, listing=True)
+                attr = await self.reader.attributes(entry)
             except MountRefusal:
                 self.tree.forget(entry.inode, 0)
                 continue  # gone since opendir (an hw/ file retention deleted, a deleted topic)

@@ -158,10 +158,8 @@ class Reader:
         a.entry_timeout = entry_timeout
         return a
 
-    async def attributes(self, entry: Entry, *, listing: bool = False) -> pyfuse3.EntryAttributes:
-        """The attributes of ``entry`` now (sizes exact); NoEntry when its topic or partition is gone. ``listing``:
-        asked by a readdir of the partition directory, whose ``hw/`` files are likely listed next
-        (:meth:`render_state`)."""
+    async def attributes(self, entry: Entry) -> pyfuse3.EntryAttributes:
+        """The attributes of ``entry`` now (sizes exact); NoEntry when its topic or partition is gone."""
         node, inode = entry.node, entry.inode
         kind = node.kind
         self.check_exists(node)
@@ -199,7 +197,7 @@ class Reader:
                 size, mtime_ns = held
             return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=timeout)
         if kind is Kind.STATE:
-            data = await self.render_state(node, warm_hw=listing)
+            data = await self.render_state(node)
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         if kind is Kind.CONFIG:
             data = self.render_config(node.topic)
@@ -299,8 +297,8 @@ class Reader:
         remembered with it: it reads the segment's time index, which is worker-thread work.
 
         The same file's other view (``hw/`` and ``committed/hw/``, the same segment) is sized in the same worker
-        call when its range starts there too and is not known: ``ls -R`` lists both, and the hop to a worker thread
-        costs about as much as the sizing (at 10,000 partitions, ~1 s of ``ls -R``'s ~30 s)."""
+        call when its range starts there too and is not known: ``ls -l`` or ``stat`` of both asks both, and the hop to
+        a worker thread costs about as much as the sizing."""
         start, end, closed = self.hw_file(node)
         log = self._log(node)
         key = (id(log), node.committed, start, end)  # id(log): a topic deleted and made again is another log
@@ -477,18 +475,16 @@ class Reader:
             doc = {"node_id": -1, "mount": "", "leader_epoch": -1}
         return json.dumps(doc).encode() + b"\n"
 
-    async def render_state(self, node: Node, *, warm_hw: bool = False) -> bytes:
-        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster.
-        ``warm_hw``: the same worker call also sizes the newest ``hw/`` and ``committed/hw/`` files not yet sized
-        (``ls -R`` lists a partition's ``state``, then both; one hop to a worker thread instead of two)."""
-        data = await self._render_state(node, warm_hw)
+    async def render_state(self, node: Node) -> bytes:
+        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster."""
+        data = await self._render_state(node)
         if self.cluster_state is None:
             return data
         doc = json.loads(data)
         doc.update(self.cluster_state())
         return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
-    async def _render_state(self, node: Node, warm_hw: bool) -> bytes:
+    async def _render_state(self, node: Node) -> bytes:
         """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
         as its fetches left it), or what a follower's last fetch told it."""
         log = self._log(node)
@@ -502,29 +498,7 @@ class Reader:
             job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
                                     leader_epoch=leader.leader_epoch, isr=leader.isr,
                                     replicas=leader.replicas_view())  # fmt: skip
-        warm = self._unsized_hw_files(node, log) if warm_hw else []
-        if not warm:
-            return cast(bytes, await self._read_thread(job))
-        data, sized = await self._read_thread(_state_and_hw_sizes, job, log, self.cache, [r for _, _, r in warm])
-        self._remember_hw_sizes([(key, segment, size) for (key, segment, _), size in zip(warm, sized, strict=False)
-                                 if size is not None])  # fmt: skip
-        return data
-
-    def _unsized_hw_files(self, node: Node, log: Log) -> list[tuple[HwKey, LogSegment | None, HwRange]]:
-        """The newest ``hw/`` and ``committed/hw/`` files of a partition whose size is not remembered."""
-        unsized = []
-        for committed in (False, True):
-            files = hw_files(log, committed)
-            if not files:
-                continue
-            name, start, end = files[-1]
-            key = (id(log), committed, start, end)
-            segment = log.segment_for(start)
-            known = self._hw_sizes.get(key)
-            if known is None or known[2] is not segment:
-                hw_node = Node(Kind.HW_FILE, node.topic, node.partition, name=name, committed=committed)
-                unsized.append((key, segment, (hw_node, start, end)))
-        return unsized
+        return cast(bytes, await self._read_thread(job))
 
     def _remember_hw_sizes(self, sized: list[tuple[HwKey, LogSegment | None, tuple[int, int | None]]]) -> None:
         if len(self._hw_sizes) + len(sized) > HW_SIZES_MAX:
@@ -601,25 +575,16 @@ def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, parti
     return render_state(log, topic, partition, cleaner=dirty, **kwargs)
 
 
-def _state_and_hw_sizes(
-    render: Callable[[], bytes], log: Log, cache: RenderCache, ranges: list[HwRange]
-) -> tuple[bytes, list[tuple[int, int | None] | None]]:
-    """``state``'s bytes and the :func:`_hw_sizes` of ``ranges``, none of them required. Worker thread."""
-    return render(), _hw_sizes(log, cache, ranges, required=0)
-
-
-def _hw_sizes(
-    log: Log, cache: RenderCache, ranges: list[HwRange], *, required: int = 1
-) -> list[tuple[int, int | None] | None]:
-    """(size, mtime) of each ``hw/`` file's ``[start, end)`` (:func:`_open_hw_view`). The first ``required`` raise
-    their error; the others are None where they cannot be sized now (they only fill the cache: that file's own
-    getattr says why). Worker thread."""
+def _hw_sizes(log: Log, cache: RenderCache, ranges: list[HwRange]) -> list[tuple[int, int | None] | None]:
+    """(size, mtime) of each ``hw/`` file's ``[start, end)`` (:func:`_open_hw_view`). The first raises its error;
+    the others are None where they cannot be sized now (they only fill the cache: that file's own getattr says
+    why). Worker thread."""
     sized: list[tuple[int, int | None] | None] = []
     for i, (node, start, end) in enumerate(ranges):
         try:
             view, mtime_ns = _open_hw_view(log, cache, node, start, end)
         except Exception:
-            if i < required:
+            if i == 0:
                 raise
             sized.append(None)
             continue
