@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import trio
 
 from logfs.core.durable import now_ms
+from logfs.core.format.framing import LineFramer
 from logfs.core.groups.groupconfig import GroupConfigs
 from logfs.core.groups.offsets import (
     GroupOffsets,
@@ -57,7 +58,6 @@ from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders, FollowStart
-from logfs.mount.framing import LineFramer
 from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.render.renderspan import Format

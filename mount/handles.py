@@ -26,9 +26,9 @@ from typing import Any
 
 import trio
 
-from logfs.core.log.segment import LogSegment
+from logfs.core.format.framing import BatchFramer, LineFramer
+from logfs.core.log.storedbatches import StoredBatches
 from logfs.mount.errors import BrokenFraming
-from logfs.mount.framing import BatchFramer, LineFramer
 from logfs.mount.nodes import Node
 from logfs.mount.render.rangeview import RangeView
 from logfs.mount.render.views import Format
@@ -60,7 +60,7 @@ class HwHandle(Handle):
     start: int = 0
     view: RangeView | None = None
     mtime_ns: int | None = None  # the segment's at open (getattr answers it once the file is gone from hw/)
-    segment: LogSegment | None = None  # a compacted topic's segment at open: the view grows only while it is that one
+    segment: StoredBatches | None = None  # a compacted topic's segment at open: the view grows only while it is it
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 

@@ -58,6 +58,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 import trio
 
+from logfs.core.format.framing import BatchFramer, LineFramer
 from logfs.core.format.lines import max_text_line_bytes
 from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.log.log import Log
@@ -78,7 +79,6 @@ from logfs.mount.errors import (
     WrongAccessMode,
 )
 from logfs.mount.follow import FollowReaders
-from logfs.mount.framing import BatchFramer, LineFramer
 from logfs.mount.groups import GROUP_DIR_KINDS, Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics

@@ -42,7 +42,7 @@ import pyfuse3
 
 from logfs.core.configtext import render_config
 from logfs.core.log.log import Log
-from logfs.core.log.segment import LogSegment
+from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.store import Store
 from logfs.mount.cleaning import CleanerTask
 from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMount
@@ -117,7 +117,7 @@ class Reader:
         self._read_thread = read_thread
         self._write_thread = write_thread
         # (id of the log, committed, start, end) → (size, mtime, segment) of that hw/ file (see _hw_attributes)
-        self._hw_sizes: dict[HwKey, tuple[int, int | None, LogSegment | None]] = {}
+        self._hw_sizes: dict[HwKey, tuple[int, int | None, StoredBatches | None]] = {}
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._mounted_ns = time.time_ns()
@@ -303,7 +303,7 @@ class Reader:
         log = self._log(node)
         key = (id(log), node.committed, start, end)  # id(log): a topic deleted and made again is another log
         known = self._hw_sizes.get(key)
-        segment = log.segment_for(start)  # the cleaner replaces a segment: the same range, other bytes
+        segment = log.stored_for(start)  # the cleaner replaces a segment: the same range, other bytes
         if known is None or known[2] is not segment:
             ranges = [(node, start, end)]
             twin = dataclasses.replace(node, committed=not node.committed)
@@ -342,7 +342,7 @@ class Reader:
         if kind is Kind.HW_FILE:
             start, end, _ = self.hw_file(node)
             log = self._log(node)
-            segment = log.segment_for(start)  # before the view: a clean meanwhile leaves the handle never growing
+            segment = log.stored_for(start)  # before the view: a clean meanwhile leaves the handle never growing
             view, mtime_ns = await self._read_thread(_open_hw_view, log, self.cache, node, start, end)
             if log.config.compact:  # the cleaner changes these bytes: the handle reads its own view, never the cache
                 handle = HwHandle(entry, start, view, mtime_ns=mtime_ns, segment=segment)
@@ -437,7 +437,7 @@ class Reader:
                     start, end, _ = self.hw_file(h.node)
                 except MountRefusal:
                     start, end = h.start, view.end_offset
-                same = h.segment is None or h.segment is self._log(h.node).segment_for(start)  # not cleaned since
+                same = h.segment is None or h.segment is self._log(h.node).stored_for(start)  # not cleaned since
                 if start == h.start and end > view.end_offset and same:
                     node = h.node
                     grown = await self._read_thread(open_range, self._log(node), self.cache, node.topic,
@@ -500,7 +500,7 @@ class Reader:
                                     replicas=leader.replicas_view())  # fmt: skip
         return cast(bytes, await self._read_thread(job))
 
-    def _remember_hw_sizes(self, sized: list[tuple[HwKey, LogSegment | None, tuple[int, int | None]]]) -> None:
+    def _remember_hw_sizes(self, sized: list[tuple[HwKey, StoredBatches | None, tuple[int, int | None]]]) -> None:
         if len(self._hw_sizes) + len(sized) > HW_SIZES_MAX:
             self._hw_sizes.clear()
         for key, segment, (size, mtime_ns) in sized:
@@ -600,8 +600,8 @@ def _open_hw_view(log: Log, cache: RenderCache, node: Node, start: int, end: int
     none: the mount time). Worker thread: both read the disk (the time index under its lock)."""
     view = open_range(log, cache, node.topic, node.partition, Format.JSONL, start, end, node.committed)
     try:
-        segment = log.segment_for(start)
-        ts = segment.max_timestamp_so_far if segment is not None else -1
+        stored = log.stored_for(start)
+        ts = stored.max_timestamp if stored is not None else -1
     except BaseException:
         view.close()
         raise

@@ -2,7 +2,7 @@
 
 ``Operations.write``, ``flush`` and ``fsync`` hand their WriteHandle to :class:`Writer`; this module does the rest:
 
-* Framing on the trio thread (``mount/framing.py``): a memcpy per request, in the order requests arrived (the
+* Framing on the trio thread (``core/format/framing.py``): a memcpy per request, in the order requests arrived (the
   handle's FIFO lock, taken by the caller before its first await).
 * Encoding and appending in one worker-thread call (:func:`append_batches`), one append at a time per partition
   (``PartitionState.append_lock``, waited on in trio, not in a worker thread; readers never take it). Everything a
@@ -38,6 +38,7 @@ from logfs.core.configtext import parse_config_lines
 from logfs.core.durable import now_ms
 from logfs.core.errors import InvalidJsonRecord, NoKeyOnCompactedTopic, RecordError, RecordTooLarge
 from logfs.core.format.batch import Record
+from logfs.core.format.framing import BatchFramer, LineFramer
 from logfs.core.format.lines import (
     encode_jsonl_lines,
     encode_jsonl_run,
@@ -61,7 +62,6 @@ from logfs.mount.errors import (
     ReadOnlyMount,
     UnfinishedBatch,
 )
-from logfs.mount.framing import BatchFramer, LineFramer
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics

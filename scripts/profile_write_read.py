@@ -2,7 +2,7 @@
 """Where the time of one 1 MiB ``batches`` write request and of one 1 MiB ``at/earliest`` read goes (issue 14).
 
 The write side replays what the mount does with a request, in this process and without FUSE: the framer
-(``mount/framing.py``), then ``LeaderPartition.append_records_to_leader`` of the whole batches it returns, with
+(``core/format/framing.py``), then ``LeaderPartition.append_records_to_leader`` of the whole batches it returns, with
 perf_counter wrappers put around the functions that make each step (validation's CRC, decompression and record
 walk; offset stamping; the roll check; the segment's write and its indexes; the epoch cache; the HW rule). Each
 wrapper costs ~0.3 µs a call, paid per batch (16 KiB batches: ~64 per request), not per record. The thread hand-off
@@ -40,7 +40,7 @@ CALLS: dict[str, int] = {}
 
 # (step, module, attribute path): the functions each step is made of, wrapped where they are looked up.
 WRITE_STEPS = [
-    ("framing (BatchFramer.feed: copy into the framing buffer, batch boundaries)", "logfs.mount.framing",
+    ("framing (BatchFramer.feed: copy into the framing buffer, batch boundaries)", "logfs.core.format.framing",
      "BatchFramer.feed"),
     ("append_records_to_leader (the whole worker-thread part)", "logfs.core.replication.replica",
      "LeaderPartition.append_records_to_leader"),
@@ -105,9 +105,9 @@ def wrap(step: str, module_name: str, path: str) -> bool:
 def profile_write(data: bytes, work: Path) -> tuple[int, dict[str, float], list[str]]:
     """Replay ``data`` in 1 MiB requests; (requests, seconds per step, the steps not found)."""
     from logfs.core.configtext import parse_store_config
+    from logfs.core.format.framing import BatchFramer
     from logfs.core.replication.replica import LeaderPartition
     from logfs.core.store import Store
-    from logfs.mount.framing import BatchFramer
 
     store = Store.open(work / "profile-store", parse_store_config(["segment.bytes=1073741824"]))
     store.create_topic("t", 1)

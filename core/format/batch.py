@@ -212,6 +212,14 @@ def batch_size_at(buf: bytes | bytearray | memoryview, position: int = 0) -> int
     return size
 
 
+def declared_batch_size(buf: bytes | bytearray | memoryview, position: int = 0) -> int | None:
+    """The size the batch at ``position`` declares, once its length field is there (recovery, and the write framing
+    of ``core/format/framing.py``, which refuses an oversized batch before its bytes arrive); None before that."""
+    if len(buf) - position < LOG_OVERHEAD:
+        return None
+    return int.from_bytes(buf[position + LENGTH_OFFSET : position + LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD
+
+
 def iter_batch_positions(buf: bytes | bytearray | memoryview, position: int = 0) -> Iterator[tuple[int, int]]:
     """``(position, size)`` of each whole batch from ``position`` on; stops silently at an incomplete tail."""
     while True:

@@ -10,8 +10,8 @@
   raises InvalidJsonRecord (EINVAL in ``mount/errno.py``) with a reason naming it. :func:`parse_json_lines` reads a
   write's lines, naming the bad line by its number and first bytes.
 
-Cutting a byte stream into lines across write requests is the mount's (``mount/framing.py``): it depends on how the
-kernel splits a write(2), these functions only on the lines.
+Cutting a byte stream into lines across write requests is ``core/format/framing.py``'s (one framer per write handle):
+it depends on how the kernel splits a write(2), these functions only on the lines.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class LineRun:
     """The complete lines of one write request, unsplit: ``head`` (the partial line kept from earlier requests)
     joined to ``data[:end]``, which ends with a newline (``data[end:]``, the partial line kept for later, holds
     none). Kept as one buffer so that :func:`encode_text_run` can encode the lines without a bytes object per line
-    (mount/framing.py makes it)."""
+    (core/format/framing.py makes it)."""
 
     head: bytes
     data: bytes

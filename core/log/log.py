@@ -56,9 +56,11 @@ from logfs.core.log.index import TimestampOffset
 from logfs.core.log.local import LocalLog
 from logfs.core.log.logfile import LogFile
 from logfs.core.log.producers import LogProducers
+from logfs.core.log.rangeread import RangeRead, open_range_read
 from logfs.core.log.retention import Rule, log_start_rule, retention_bytes_rule, retention_ms_rule
 from logfs.core.log.scan import RangeScan, Segments
 from logfs.core.log.segment import LogSegment
+from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import AppendInfo, FetchDataInfo, Isolation, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn
 from logfs.core.txn.producerentry import BatchMetadata
@@ -435,6 +437,35 @@ class Log:
             fetched = self.local.read(start_offset, max_bytes, bound, min_one_message, log_start)
             return self.local.add_aborted_transactions(fetched)
         return self.local.read(start_offset, max_bytes, bound, min_one_message, log_start)
+
+    def bound(self, isolation: Isolation) -> int:
+        """Where a read at ``isolation`` ends now: the log end offset, the HW, or the last stable offset (never above
+        the HW). Any thread."""
+        if isolation is Isolation.HIGH_WATERMARK:
+            return self.high_watermark
+        if isolation is Isolation.LOG_END:
+            return self.local.log_end_offset
+        return self.last_stable_offset
+
+    def read_range(
+        self,
+        start_offset: int,
+        end_offset: int | None = None,
+        isolation: Isolation = Isolation.HIGH_WATERMARK,
+        *,
+        pins: contextlib.ExitStack | None = None,
+    ) -> RangeRead:
+        """The checked stored batches of offsets ``[start_offset, end_offset)`` segment by segment, ``end_offset``
+        (None: no bound of the caller's) cut to the isolation bound; read_committed carries the aborted transactions.
+        OffsetOutOfRange when ``start_offset`` lies outside the log. The read every view renders: see
+        ``core/log/rangeread.py``. Any thread."""
+        return open_range_read(self, start_offset, end_offset, isolation, pins)
+
+    def stored_for(self, offset: int) -> StoredBatches | None:
+        """The stored batches of the segment holding ``offset`` (the floor by base offset), or None below the first.
+        One object per segment: a cache may key on it (a cleaned segment is a new one). Any thread."""
+        segment = self.local.snapshot.floor(offset)
+        return None if segment is None else segment.stored
 
     def scan(self, start_offset: int, end_offset: int, *, pins: contextlib.ExitStack | None = None) -> RangeScan:
         """The segments holding offsets ``[start_offset, end_offset)``, from the floor of ``start_offset``, as they

@@ -92,6 +92,7 @@ class LogFile:
         self._size = size_bytes if size_bytes is not None else self._stat_size(path)
         self._failure: LogDirFailureChannel = channel_for(path)
         self.verified = VerifiedRanges()  # byte ranges whose batches passed the read-side check (batchcheck.py)
+        self.generation = 0  # truncations that cut published bytes: readers' caches compare it (storedbatches.py)
 
     @staticmethod
     def _stat_size(path: Path) -> int:
@@ -270,11 +271,13 @@ class LogFile:
             raise StorageError(f"cannot truncate {self._path} of {self._size} bytes to {size_bytes} bytes")
         removed = self._size - size_bytes
         if removed:
+            self.generation += 1  # before the cut: an index built from here on is stale at its next check
             self.verified.clear()  # before the cut: a reader must not trust a verdict on bytes written again later
             with self._failure.guard(self._path, "truncate"), self._leased() as fd:
                 os.ftruncate(fd, size_bytes)
             self._size = size_bytes
             self.verified.clear()  # and after: a check that read the old bytes may have recorded them meanwhile
+            self.generation += 1  # and after: an index checked between the two may have indexed the old bytes
         return removed
 
     def flush(self) -> None:

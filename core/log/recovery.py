@@ -27,7 +27,7 @@ from typing import Protocol
 from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.format.batch import LENGTH_OFFSET, LOG_OVERHEAD, BatchHeader, batch_size_at
+from logfs.core.format.batch import BatchHeader, batch_size_at, declared_batch_size
 from logfs.core.format.validate import validate_batch
 from logfs.core.log.index import NO_TIMESTAMP, TimestampOffset
 from logfs.core.log.logfile import BatchPosition
@@ -279,11 +279,3 @@ def quarantine_path(path: Path) -> Path:
     while (target := path.with_name(f"{path.name}.{ms}{QUARANTINE_SUFFIX}")).exists():
         ms += 1
     return target
-
-
-def declared_batch_size(buf: bytes | bytearray | memoryview, position: int = 0) -> int | None:
-    """The size the batch at ``position`` declares, once its length field is there (the mount's write framing asks
-    it too, to refuse an oversized batch before its bytes arrive); None before that."""
-    if len(buf) - position < LOG_OVERHEAD:
-        return None
-    return int.from_bytes(buf[position + LENGTH_OFFSET : position + LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD

@@ -37,6 +37,7 @@ from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from logfs.core.log.logfile import BatchPosition, LogFile
+from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
 from logfs.core.txn.index import AbortedTxn, TransactionIndex
 
@@ -117,6 +118,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily from the time index
+        self.stored = StoredBatches(self)  # the checked batches readers above the log get (storedbatches.py)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self._base_offset}, size={self._log.size_bytes}, dir={str(self._dir)!r})"

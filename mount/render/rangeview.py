@@ -62,12 +62,11 @@ import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from logfs.core.errors import OffsetOutOfRange, StorageError
-from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.log.batchcheck import check_left_out, read_checked
+from logfs.core.errors import StorageError
 from logfs.core.log.log import Log
-from logfs.core.log.scan import RangeScan, StoredBatch, batch_at
-from logfs.core.log.segment import LogSegment
+from logfs.core.log.rangeread import RangeRead
+from logfs.core.log.storedbatches import StoredBatches
+from logfs.core.offsets import Isolation
 from logfs.mount.render.rendersize import READ_AHEAD_BYTES, RenderCache
 from logfs.mount.render.renderspan import Format, render_span
 from logfs.mount.render.segmentindex import RunSlice, SegmentIndex
@@ -76,7 +75,7 @@ from logfs.mount.render.segmentindex import RunSlice, SegmentIndex
 class _Raw(NamedTuple):
     """Stored bytes ``[lo, hi)`` of a segment's ``.log`` (``.kafka`` views)."""
 
-    segment: LogSegment
+    stored: StoredBatches
     lo: int
     hi: int
 
@@ -216,10 +215,7 @@ class RangeView:
         if isinstance(piece, _Raw):
             if cached_only:
                 raise _NotKept
-            data = read_checked(piece.segment, piece.lo, piece.hi, piece.lo + rel, want)  # CRC-checked (issue 16)
-            if len(data) != want:
-                raise StorageError(f"{piece.segment.log_path}: {want} bytes at {piece.lo + rel} are not there")
-            parts.append(data)
+            parts.append(piece.stored.read(piece.lo, piece.hi, piece.lo + rel, want))  # CRC-checked (issue 16)
         elif isinstance(piece, _Span):
             key = (piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset)
             kept = self._cache.get(key) if cached_only else None
@@ -268,7 +264,7 @@ class RangeView:
         while k2 < run.k1 and run.bounds[k2 + 1] - lo <= ahead_bytes and not self._cache.holds(_chunk_key(piece, k2)):
             k2 += 1
         rendered = render_span(
-            index.segment.log_file, lo, run.bounds[k2], self.fmt, self.topic, self.partition, aborted=index.aborted
+            index.stored, lo, run.bounds[k2], self.fmt, self.topic, self.partition, aborted=index.aborted
         )
         expected = run.cum[k2] - run.cum[k]
         if len(rendered) != expected:
@@ -278,7 +274,7 @@ class RangeView:
             a, b = run.cum[j] - run.cum[k], run.cum[j + 1] - run.cum[k]
             if a < b and whole[b - 1] != 0x0A:  # every chunk's rendering ends a line: the cut is where it was
                 raise StorageError(
-                    f"{index.segment.log_path}: the batches at byte {run.bounds[j]} no longer render as they did when "
+                    f"{index.stored.path}: the batches at byte {run.bounds[j]} no longer render as they did when "
                     "the view was opened (the segment was truncated under an open view)"
                 )
         for j in range(k + 1, k2):
@@ -290,7 +286,7 @@ class RangeView:
     def _rendered(
         self, index: SegmentIndex, token: int, lo: int, hi: int, from_offset: int | None, until_offset: int | None
     ) -> bytes | memoryview:
-        render = functools.partial(render_span, index.segment.log_file, lo, hi, self.fmt, self.topic, self.partition,
+        render = functools.partial(render_span, index.stored, lo, hi, self.fmt, self.topic, self.partition,
                                    from_offset, until_offset, index.aborted)  # fmt: skip
         return self._cache.rendered((token, lo, hi, from_offset, until_offset), render)
 
@@ -319,7 +315,7 @@ def _chunk_key(piece: _Chunks, k: int) -> tuple[object, ...]:
 
 def _changed(index: SegmentIndex, lo: int, expected: int, got: int) -> StorageError:
     return StorageError(
-        f"{index.segment.log_path}: the batches at byte {lo} render as {got} bytes where the view was opened with "
+        f"{index.stored.path}: the batches at byte {lo} render as {got} bytes where the view was opened with "
         f"{expected} (the segment was truncated under an open view)"
     )
 
@@ -331,101 +327,59 @@ def open_range(
     partition: int,
     fmt: Format,
     start_offset: int,
-    end_offset: int,
+    end_offset: int | None = None,
     committed: bool = False,
 ) -> RangeView:
-    """A view of offsets ``[start_offset, end_offset)`` of ``log`` in ``fmt``. Blocking disk I/O; any thread.
+    """A view of offsets ``[start_offset, end_offset)`` of ``log`` in ``fmt``, ``end_offset`` cut to the HW (under
+    ``committed``, the last stable offset; None: that bound). Blocking disk I/O; any thread.
 
-    ``start_offset`` below the log start or above the LEO → OffsetOutOfRange (the mount answers ENOENT); so is an
-    ``end_offset`` above the LEO (callers bound it by the HW, or the LSO). ``end_offset <= start_offset`` → an empty
-    view. Plain and JSON lines start exactly at ``start_offset`` even inside a batch and end before ``end_offset``
-    even inside one; control batches render as nothing. ``.kafka`` gives the whole stored batches that hold offsets
-    in the range (the first may hold records before it, the last records after it), control batches included.
+    ``start_offset`` below the log start or above the LEO → OffsetOutOfRange (the mount answers ENOENT); an end at
+    or below the start → an empty view. Plain and JSON lines start exactly at ``start_offset`` even inside a batch and
+    end before the end even inside one; control batches render as nothing. ``.kafka`` gives the whole stored batches
+    that hold offsets in the range (the first may hold records before it, the last records after it), control
+    batches included.
 
-    ``committed`` (read_committed, ``committed/``; ``end_offset`` must then be at most the LSO): the batches of
-    aborted transactions are left out too, and ``.kafka`` leaves out control batches and those of aborted
-    transactions (whole batches). Segments with no aborted transaction in the range render as without it.
+    ``committed`` (read_committed, ``committed/``): the batches of aborted transactions are left out too, and
+    ``.kafka`` leaves out control batches and those of aborted transactions (whole batches). Segments with no aborted
+    transaction in the range render as without it.
     """
-    log_start, leo = log.log_start_offset, log.log_end_offset
-    if start_offset < log_start or start_offset > leo:
-        raise OffsetOutOfRange(start_offset, log_start, leo)
-    if end_offset <= start_offset:
-        return RangeView(cache, topic, partition, fmt, start_offset, end_offset)
-    if end_offset > leo:
-        raise OffsetOutOfRange(end_offset, log_start, leo, what="range end")
+    isolation = Isolation.TXN_COMMITTED if committed else Isolation.HIGH_WATERMARK
     pins = contextlib.ExitStack()
     try:
-        # The pins outlive the scan: the view holds them until it is closed. Retention removing the start while we
-        # open is OffsetOutOfRange (the scan's rule).
-        with log.scan(start_offset, end_offset, pins=pins) as scan:
-            pieces = _plan(log, scan, cache, topic, partition, fmt, committed)
+        # The pins outlive the read: the view holds them until it is closed. Retention removing the start while we
+        # open is OffsetOutOfRange (the core's rule).
+        with log.read_range(start_offset, end_offset, isolation, pins=pins) as read:
+            pieces = _plan(read, cache, topic, partition, fmt)
     except BaseException:
         pins.close()
         raise
-    return RangeView(cache, topic, partition, fmt, start_offset, end_offset, pieces, pins)
+    if not pieces:
+        pins.close()
+    return RangeView(cache, topic, partition, fmt, start_offset, max(read.end, start_offset), pieces, pins)
 
 
-def _plan(
-    log: Log, scan: RangeScan, cache: RenderCache, topic: str, partition: int, fmt: Format, committed: bool = False
-) -> list[_Piece]:
-    """The pieces of the scan's ``[start, end)``, segment by segment (the scan pins each). ``committed``: see
-    open_range."""
-    start, end = scan.start, scan.end
+def _plan(read: RangeRead, cache: RenderCache, topic: str, partition: int, fmt: Format) -> list[_Piece]:
+    """The pieces of the read's parts, segment by segment (the read pins each)."""
     pieces: list[_Piece] = []
-    # One collection for the whole view, from its first segment's base (a committed index's filter must be right for
-    # every batch of its segment below the bound, not only from start on): a partition without aborted transactions
-    # finds none and renders as the HW views do. One filter serves every segment: holding more aborted transactions
-    # than a segment needs changes nothing (each one covers only its own producer's batches), holding all it needs is
-    # what matters.
-    aborted = None
-    for segment, nxt in scan:
-        if committed and aborted is None:
-            aborted = AbortedBatches(log.collect_aborted_transactions(segment.base_offset, end))
-        # The first batch: the one holding start (which may hold records before it), or the segment's first.
-        head: StoredBatch | None = None
-        if start > segment.base_offset:
-            head = batch_at(segment, start)
-            if head is None:
-                continue  # start lies after this segment's last batch
-            lo = head.position
-        else:
-            lo = 0
-        # The end: after the last batch with a base offset below end; `straddle` is that batch if it holds end.
-        straddle: StoredBatch | None = None
-        if nxt is not None and nxt <= end:
-            hi = segment.size_bytes  # a closed segment, wholly below end
-        else:
-            last = batch_at(segment, end - 1)
-            if last is None:
-                hi = segment.size_bytes  # not the active segment: it holds the LEO's batch
-            elif last.base_offset >= end:
-                check_left_out(log, segment, last.position, last.base_offset, last.last_offset)  # not damage
-                hi = last.position
-            else:
-                hi = last.position + last.size
-                straddle = last if last.last_offset >= end else None
-        if hi <= lo:
-            continue
-        filter_until = min(end, nxt) if nxt is not None else end
+    aborted = read.aborted  # read committed: one filter serves every segment (core/log/rangeread.py)
+    for part in read:
+        stored, lo, hi = part.stored, part.lo, part.hi
         if fmt is Format.KAFKA:
             if aborted is not None:  # control batches and aborted transactions' batches cut out
-                kept = cache.left_out(segment).kept(lo, hi, aborted, filter_until)
-                pieces.extend(_Raw(segment, a, b) for a, b in kept)
+                pieces.extend(_Raw(stored, a, b) for a, b in stored.kept_spans(lo, hi, aborted, part.filter_until))
             else:
-                pieces.append(_Raw(segment, lo, hi))
+                pieces.append(_Raw(stored, lo, hi))
             continue
-        from_offset = start if head is not None and head.base_offset < start else None
-        until_offset = end if straddle is not None else None
-        full_lo = lo + head.size if head is not None and from_offset is not None else lo
-        full_hi = straddle.position if straddle is not None else hi
-        if aborted is not None and aborted.touches(segment.base_offset, filter_until):
+        if aborted is not None and aborted.touches(stored.base_offset, part.filter_until):
             # Aborted transactions here: the committed index (their batches sized and rendered as nothing).
-            index = cache.segment_index(segment, fmt, topic, partition, committed=True)
-            cache.admit(index, aborted, filter_until)
+            index = cache.segment_index(stored, fmt, topic, partition, committed=True)
+            cache.admit(index, aborted, part.filter_until)
         else:
-            index = cache.segment_index(segment, fmt, topic, partition)
-        run = cache.cover(index, full_lo, full_hi, closed=nxt is not None) if full_lo < full_hi else None
+            index = cache.segment_index(stored, fmt, topic, partition)
+        full_lo, full_hi = part.full_lo, part.full_hi
+        run = cache.cover(index, full_lo, full_hi, closed=part.closed) if full_lo < full_hi else None
         token = index.token
+        from_offset, until_offset = part.from_offset, part.until_offset
         if run is None:
             size = index.piece_size(lo, hi, from_offset, until_offset)
             pieces.append(_Span(index, token, lo, hi, from_offset, until_offset, size))

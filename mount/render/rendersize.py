@@ -33,8 +33,8 @@ Rules:
   here for its next reads, and readers of the same data share them.
 * Sizes and renderings come from ``core/format/storedsize.py`` (``stored_sizes``, ``stored_size``) and
   ``core/format/renderstored.py`` (``render_stored``), which walk every batch of a buffer at once (vectorised) and
-  give the same bytes as rendering each batch alone; ``mount/render/renderspan.py`` reads the spans of a ``.log`` for
-  them.
+  give the same bytes as rendering each batch alone; ``mount/render/renderspan.py`` renders the checked batches the
+  core hands out for a span of a ``.log`` (``core/log/storedbatches.py``).
 
 Read-committed views (``committed/``). A segment whose batches include aborted transactions gets a second index, keyed
 apart (``committed=True``) with a token of its own, that sizes and renders those batches as nothing through an
@@ -45,22 +45,21 @@ filter covers only real batches of an aborted transaction, and the old filter al
 below the old bound, so the new one changes no entry below it: the index is extended, not rebuilt, like the active
 segment's (unless a truncation took away an ABORT marker the old filter knew: then it starts over). Segments without
 aborted transactions use the ordinary index: their committed views are the same bytes. ``.kafka`` views leave out whole
-batches instead (``mount/render/leftout.py``'s ``LeftOutBatches``: the byte spans of a segment's control batches and
-aborted batches, found by one walk of the batch headers).
+batches instead (the core's ``StoredBatches.kept_spans``, ``core/log/leftout.py``: the byte spans of a segment's
+control batches and aborted batches, found by one walk of the batch headers).
 
 Memory is bounded by ``max_entries`` chunks in all (one million: ~16 MB of arrays, covering ~64 GiB of stored
 batches), evicted a whole segment index at a time, least recently used first; evicting never disturbs an open view.
 
-Staleness. Positions in a ``.log`` only change when a segment is truncated (a follower's truncation to a leader's
-epoch end offset). Each segment index remembers the header of the last batch it indexed and checks it (one 21-byte
-pread) before each use: a truncation makes it start over. A view opened *before* a truncation that cuts below its
-end cannot keep its promise: its reads fail with StorageError (rendered sizes no longer match) rather than return
-different bytes.
+Staleness. Positions in a ``.log`` only change when a segment is truncated (a follower's truncation to a leader's epoch
+end offset). Each segment index remembers the segment's generation (``StoredBatches.generation``, a count of its
+truncations) and compares it before each use: a truncation makes it start over, without a read. A view opened *before* a
+truncation that cuts below its end cannot keep its promise: its reads fail with StorageError (rendered sizes no longer
+match) rather than return different bytes.
 
 Modules, one part each: this one holds the store-wide :class:`RenderCache` (the segment indexes, LRU by entries, and the
 rendered chunks, LRU by bytes) and the limits; ``mount/render/segmentindex.py`` the per-segment index and the run slices
-views read; ``mount/render/leftout.py`` the left-out spans of committed ``.kafka`` views; ``mount/render/renderspan.py``
-the rendering and sizing of a span of a ``.log``.
+views read; ``mount/render/renderspan.py`` the rendering and sizing of a span of a ``.log``.
 
 Threads: every function and method may be called from any thread. Building an index is serialised per segment (a
 second opener waits for the first instead of rendering the same batches); reads take no lock but the LRU's.
@@ -74,9 +73,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.log.segment import LogSegment
-from logfs.mount.render.leftout import LeftOutBatches
-from logfs.mount.render.renderspan import SCAN_READ_BYTES, Format
+from logfs.core.log.storedbatches import SCAN_READ_BYTES, StoredBatches
+from logfs.mount.render.renderspan import Format
 from logfs.mount.render.segmentindex import RunSlice, SegmentIndex
 
 # --- limits ---------------------------------------------------------------------------------------------------------
@@ -90,8 +88,6 @@ CHUNK_BYTES_DEFAULT = 64 * 1024
 MAX_ENTRIES_DEFAULT = 1_000_000
 # Rendered bytes of recently read chunks, shared by all views.
 RENDERED_BYTES_DEFAULT = 64 * 1024 * 1024
-# Segments whose left-out batches (committed .kafka views) are remembered.
-LEFT_OUT_SEGMENTS = 4096
 # Stored bytes a sequential reader's view renders in one call when a read misses the LRU: the chunks after the one
 # read are rendered with it and kept for the reads that follow (one walk of their records, not one a chunk).
 READ_AHEAD_BYTES = 1024 * 1024
@@ -132,7 +128,6 @@ class RenderCache:
         self.chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
         self._indexes: OrderedDict[tuple[int, Format, str, int, bool], SegmentIndex] = OrderedDict()
-        self._left_out: OrderedDict[int, LeftOutBatches] = OrderedDict()
         self._entries = 0
         self._rendered: OrderedDict[tuple[object, ...], bytes | memoryview] = OrderedDict()
         self._rendered_bytes = 0
@@ -141,19 +136,19 @@ class RenderCache:
         self._evictions = 0
 
     def segment_index(
-        self, segment: LogSegment, fmt: Format, topic: str, partition: int, committed: bool = False
+        self, stored: StoredBatches, fmt: Format, topic: str, partition: int, committed: bool = False
     ) -> SegmentIndex:
-        """The index of ``segment`` in ``fmt`` (JSON lines: for that topic and partition), created when missing;
-        ``committed``: the one that leaves aborted transactions out (see SegmentIndex)."""
-        key = self._key(segment, fmt, topic, partition, committed)
+        """The index of a segment's ``stored`` batches in ``fmt`` (JSON lines: for that topic and partition), created
+        when missing; ``committed``: the one that leaves aborted transactions out (see SegmentIndex)."""
+        key = self._key(stored, fmt, topic, partition, committed)
         with self._lock:
             index = self._indexes.get(key)
-            if index is not None and index.segment is segment:
+            if index is not None and index.stored is stored:
                 self._indexes.move_to_end(key)
                 return index
             if index is not None:
                 self._entries -= index.entries
-            index = SegmentIndex(segment, fmt, topic, partition, self.chunk_bytes, committed)
+            index = SegmentIndex(stored, fmt, topic, partition, self.chunk_bytes, committed)
             self._indexes[key] = index
             return index
 
@@ -161,20 +156,6 @@ class RenderCache:
         """``index.admit`` under its lock."""
         with index.lock:
             index.admit(aborted, until)
-
-    def left_out(self, segment: LogSegment) -> LeftOutBatches:
-        """The left-out batches of ``segment`` (committed ``.kafka`` views), created when missing; the least recently
-        used are forgotten beyond LEFT_OUT_SEGMENTS."""
-        key = id(segment)
-        with self._lock:
-            found = self._left_out.get(key)
-            if found is not None and found.segment is segment:
-                self._left_out.move_to_end(key)
-                return found
-            found = self._left_out[key] = LeftOutBatches(segment)
-            while len(self._left_out) > LEFT_OUT_SEGMENTS:
-                self._left_out.popitem(last=False)
-            return found
 
     def cover(self, index: SegmentIndex, lo: int, hi: int, *, closed: bool) -> RunSlice | None:
         """``index.cover`` under its lock, then the entry budget enforced (never evicting ``index`` itself)."""
@@ -188,7 +169,7 @@ class RenderCache:
 
     def _account(self, index: SegmentIndex, grown: int) -> None:
         with self._lock:
-            key = self._key(index.segment, index.fmt, index.topic, index.partition, index.committed)
+            key = self._key(index.stored, index.fmt, index.topic, index.partition, index.committed)
             if self._indexes.get(key) is index:
                 self._entries += grown  # (an index evicted meanwhile counts no more)
             while self._entries > self.max_entries and len(self._indexes) > 1:
@@ -202,12 +183,12 @@ class RenderCache:
 
     @staticmethod
     def _key(
-        segment: LogSegment, fmt: Format, topic: str, partition: int, committed: bool
+        stored: StoredBatches, fmt: Format, topic: str, partition: int, committed: bool
     ) -> tuple[int, Format, str, int, bool]:
         # Plain text does not name the topic and partition; JSON lines do in every line.
         if fmt is Format.JSONL:
-            return (id(segment), fmt, topic, partition, committed)
-        return (id(segment), fmt, "", -1, committed)
+            return (id(stored), fmt, topic, partition, committed)
+        return (id(stored), fmt, "", -1, committed)
 
     def rendered(self, key: tuple[object, ...], render: Callable[[], bytes | memoryview]) -> bytes | memoryview:
         """The bytes ``render()`` gives for ``key``, from the shared LRU or rendered now (outside the lock)."""

@@ -19,11 +19,9 @@ from typing import NamedTuple
 import numpy as np
 
 from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.format.batch import CRC_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD
 from logfs.core.format.storedsize import stored_sizes
-from logfs.core.log.logfile import LogFile
-from logfs.core.log.segment import LogSegment
-from logfs.mount.render.renderspan import Format, batches_by_buffer, span_size
+from logfs.core.log.storedbatches import StoredBatches
+from logfs.mount.render.renderspan import Format, span_size
 
 # Sizes of partial pieces (a view's first and last batch, an active segment's unindexed tail) kept per segment index.
 PIECE_SIZES_PER_SEGMENT = 256
@@ -60,12 +58,11 @@ class RunSlice(NamedTuple):
 class _Run:
     """Adjacent chunks of one segment: ``bounds`` (n + 1 positions) and ``cum`` (n + 1 prefix sums)."""
 
-    __slots__ = ("bounds", "cum", "tail")
+    __slots__ = ("bounds", "cum")
 
-    def __init__(self, bounds: array[int], cum: array[int], tail: tuple[int, bytes] | None = None) -> None:
+    def __init__(self, bounds: array[int], cum: array[int]) -> None:
         self.bounds = bounds
         self.cum = cum
-        self.tail = tail  # (position, signature) of the last batch indexed, for the staleness check
 
     @property
     def start(self) -> int:
@@ -80,13 +77,6 @@ class _Run:
         return len(self.bounds) - 1
 
 
-def batch_signature(log_file: LogFile, position: int) -> bytes:
-    """baseOffset, batchLength and CRC of the batch at ``position``: what its rendering depends on (the leader
-    epoch in between is not rendered)."""
-    head = log_file.read(position, CRC_OFFSET + 4)
-    return head[:LOG_OVERHEAD] + head[CRC_OFFSET:]
-
-
 class SegmentIndex:
     """The rendered-size index of one segment in one format (see ``mount/render/rendersize.py``). Any thread.
 
@@ -98,10 +88,10 @@ class SegmentIndex:
     """
 
     def __init__(
-        self, segment: LogSegment, fmt: Format, topic: str, partition: int, chunk_bytes: int, committed: bool = False
+        self, stored: StoredBatches, fmt: Format, topic: str, partition: int, chunk_bytes: int, committed: bool = False
     ) -> None:
         assert fmt is not Format.KAFKA
-        self.segment = segment  # a strong reference: the key's id() cannot be reused while this index lives
+        self.stored = stored  # a strong reference: the key's id() cannot be reused while this index lives
         self.fmt = fmt
         self.topic = topic
         self.partition = partition
@@ -110,6 +100,7 @@ class SegmentIndex:
         self.aborted: AbortedBatches | None = AbortedBatches(()) if committed else None
         self.aborted_until = -1  # the filter is right for the batches below this offset
         self.token = next(_tokens)  # names this index's renderings in the shared LRU; changes when it starts over
+        self._generation = stored.generation  # the segment's truncations when this index began (storedbatches.py)
         self.lock = threading.Lock()
         self._runs: list[_Run] = []
         self._piece_sizes: OrderedDict[tuple[int, int, int | None, int | None], int] = OrderedDict()
@@ -117,23 +108,17 @@ class SegmentIndex:
 
     def __repr__(self) -> str:
         return (
-            f"SegmentIndex({self.segment.base_offset}, {self.fmt.name}, runs={len(self._runs)}, chunks={self.entries})"
+            f"SegmentIndex({self.stored.base_offset}, {self.fmt.name}, runs={len(self._runs)}, chunks={self.entries})"
         )
 
     def validate(self) -> None:
-        """Start over when the segment was truncated below what is indexed. Caller holds ``lock``."""
-        if not self._runs:
-            return
-        last = self._runs[-1]
-        log_file = self.segment.log_file
-        ok = log_file.size_bytes >= last.end
-        if ok and last.tail is not None:
-            position, signature = last.tail
-            ok = batch_signature(log_file, position) == signature
-        if not ok:
+        """Start over when the segment was truncated since this index began (its generation moved: positions and
+        renderings may be stale). Caller holds ``lock``."""
+        if self.stored.generation != self._generation:
             self._start_over()
 
     def _start_over(self) -> None:
+        self._generation = self.stored.generation
         self._runs = []
         self._piece_sizes.clear()
         self.entries = 0
@@ -150,7 +135,7 @@ class SegmentIndex:
         assert self.committed and self.aborted is not None
         self.validate()
         if self.aborted_until >= 0 and not self.aborted.kept_in(
-            aborted, self.segment.base_offset, min(until, self.aborted_until)
+            aborted, self.stored.base_offset, min(until, self.aborted_until)
         ):
             self._start_over()
         if until > self.aborted_until:
@@ -165,9 +150,7 @@ class SegmentIndex:
                 self._piece_sizes.move_to_end(key)
                 return size
             token, aborted = self.token, self.aborted
-        size = span_size(
-            self.segment.log_file, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset, aborted
-        )
+        size = span_size(self.stored, lo, hi, self.fmt, self.topic, self.partition, from_offset, until_offset, aborted)
         with self.lock:
             if token != self.token:  # the segment was truncated meanwhile: do not keep what may be stale
                 return size
@@ -206,33 +189,29 @@ class SegmentIndex:
     def _extend(self, run: _Run, limit: int, *, closed: bool, abut: bool) -> None:
         """Append whole chunks from ``run.end`` up to ``limit``; the remainder too when it ends at the next run or
         at the end of a closed segment."""
-        log_file = self.segment.log_file
-        forced = abut or (closed and limit == log_file.size_bytes)  # the remainder up to limit is a chunk too
+        forced = abut or (closed and limit == self.stored.size_bytes)  # the remainder up to limit is a chunk too
         if not forced and limit - run.end < self.chunk_bytes:
             return  # not one whole chunk to add: render nothing
         chunk_start, rendered, added = run.end, 0, 0
-        for buf, at, size, position, batch_size in self._sized_batches(run.end, limit):
+        for end, batch_size in self._sized_batches(run.end, limit):
             rendered += batch_size
-            end = position + size
             if end - chunk_start >= self.chunk_bytes or (forced and end == limit):
                 run.bounds.append(end)
                 run.cum.append(run.cum[-1] + rendered)
-                run.tail = (position, buf[at : at + LOG_OVERHEAD] + buf[at + CRC_OFFSET : at + CRC_OFFSET + 4])
                 chunk_start, rendered = end, 0
                 added += 1
                 if not forced and limit - end < self.chunk_bytes:
                     break  # what is left cannot make a whole chunk: the view renders it as its tail
         self.entries += added
 
-    def _sized_batches(self, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int, int]]:
-        """``(buffer, at, size, position, rendered size)`` of each batch in ``[lo, hi)``: the batches of each read
-        are sized together (one walk of all their records)."""
+    def _sized_batches(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """``(end position, rendered size)`` of each batch in ``[lo, hi)``: the batches of each read are sized
+        together (one walk of all their records)."""
         jsonl = self.fmt is Format.JSONL
-        for buf, base, positions in batches_by_buffer(self.segment.log_file, lo, hi):
-            sizes = stored_sizes(buf, positions, jsonl, self.topic, self.partition, self.aborted)
-            for at, rendered in zip(positions, sizes, strict=True):
-                size = int.from_bytes(buf[at + LENGTH_OFFSET : at + LOG_OVERHEAD], "big") + LOG_OVERHEAD
-                yield buf, at, size, base + at, rendered
+        for buf, base, positions, sizes in self.stored.buffers(lo, hi):
+            rendered = stored_sizes(buf, positions, jsonl, self.topic, self.partition, self.aborted)
+            for at, size, batch_size in zip(positions, sizes, rendered, strict=True):
+                yield base + at + size, batch_size
 
     def _merge(self, i: int) -> _Run:
         """Join run ``i`` and the run after it (which starts where it ends) into new arrays."""
@@ -242,6 +221,6 @@ class SegmentIndex:
         cum.frombytes((np.frombuffer(b.cum.tobytes(), dtype=np.int64)[1:] + shift).tobytes())
         bounds = array("q", a.bounds)
         bounds.extend(b.bounds[1:])
-        merged = _Run(bounds, cum, b.tail if b.tail is not None else a.tail)
+        merged = _Run(bounds, cum)
         self._runs[i : i + 2] = [merged]
         return merged

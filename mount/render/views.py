@@ -10,15 +10,15 @@ The mount (``mount/reads.py``) resolves a name under ``<topic>/<partition>/`` an
 * ``follow/<name>``: :func:`render_follow_chunk` renders whole records from the reader's offset up to the HW.
 * ``state``: :func:`render_state`.
 
-Every read of records asks the core for its range (``Log.scan``, ``core/log/scan.py``): the floor segment, the pins,
-and the rule that turns a segment removed by retention under a reader into OffsetOutOfRange live there, once.
+Every read of records asks the core for its range (``Log.read_range``, ``core/log/rangeread.py``): the isolation
+bound, the aborted transactions, the batches at both ends, the checks of every batch, the pins, and the rule that
+turns a segment removed by retention under a reader into OffsetOutOfRange live there, once.
 
 Read committed (``committed/``; docs/mount.md, "Files, modes and caching"). ``hw_files(log, committed=True)`` and
 ``render_follow_chunk(..., committed=True)`` are bounded by the caller at the last stable offset (:func:`view_end`) and
 leave out the batches a read_committed consumer skips: control batches (which plain and JSON lines never show anyway)
-and transactional batches of aborted transactions (``core.format.abortedbatches.AbortedBatches``, from one
-``Log.collect_aborted_transactions`` call per chunk). Below the LSO every transaction is decided, so ``hw/`` files
-only grow.
+and transactional batches of aborted transactions (the range read's ``aborted`` filter, one per chunk). Below the LSO
+every transaction is decided, so ``hw/`` files only grow.
 
 Threads: every function may be called from any thread; :func:`resolve_start` (``@`` lookups) and
 :func:`render_follow_chunk` do blocking disk I/O (call them from a worker thread, never the trio thread).
@@ -31,22 +31,22 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from logfs.core.errors import OffsetOutOfRange
-from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.batch import read_header
 from logfs.core.log.log import Log
+from logfs.core.log.storedbatches import SCAN_READ_BYTES
 from logfs.core.logdirfailure import offline_state
+from logfs.core.offsets import Isolation
 from logfs.mount.names import hw_file_name, parse_time
 from logfs.mount.render.rendersize import RenderCache, RenderCacheStatistics
-from logfs.mount.render.renderspan import SCAN_READ_BYTES, Format, iter_stored_batches, render_batch
+from logfs.mount.render.renderspan import Format, render_batch
 
 # --- where a view starts and ends -----------------------------------------------------------------------------------
 
 
 def view_end(log: Log, committed: bool) -> int:
-    """Where the views of a partition end now: the HW, or under ``committed/`` the last stable offset (never above
-    the HW). Any thread."""
-    return log.last_stable_offset if committed else log.high_watermark
+    """Where the views of a partition end now: the HW, or under ``committed/`` the last stable offset (the core's
+    isolation bound, ``Log.bound``). Any thread."""
+    return log.bound(Isolation.TXN_COMMITTED if committed else Isolation.HIGH_WATERMARK)
 
 
 def resolve_start(log: Log, stem: str, committed: bool = False) -> int:
@@ -112,30 +112,21 @@ def render_follow_chunk(
     OffsetOutOfRange below the log start or above the LEO. Renderings go through the cache's shared LRU, so many
     followers at the same position render each batch once. Blocking disk I/O; any thread.
     """
-    log_start, leo = log.log_start_offset, log.log_end_offset
-    if offset < log_start or offset > leo:
-        raise OffsetOutOfRange(offset, log_start, leo)
-    end = min(end_offset, leo)
-    if offset >= end:
-        return b"", offset
+    isolation = Isolation.TXN_COMMITTED if committed else Isolation.HIGH_WATERMARK
     parts: list[bytes | memoryview] = []
     total = scanned = 0
     next_offset = offset
-    skip: AbortedBatches | None = None
-    if committed:
-        skip = AbortedBatches(log.collect_aborted_transactions(offset, end))
-        if not skip and fmt is not Format.KAFKA:
+    # Retention removing the segment under the reader: OffsetOutOfRange (the core's rule, core/log/rangeread.py).
+    with log.read_range(offset, end_offset, isolation) as read:
+        end = read.end
+        skip = read.aborted
+        if skip is not None and not skip and fmt is not Format.KAFKA:
             skip = None  # control batches render as nothing anyway: the HW path as it is
-    with log.scan(offset, end) as scan:  # retention removing the segment under the reader: OffsetOutOfRange
-        for segment, _ in scan:
-            found = segment.translate_offset(next_offset)
-            if found is None:
-                continue
-            index = None if fmt is Format.KAFKA else cache.segment_index(segment, fmt, topic, partition)
-            for buf, at, size, position in iter_stored_batches(segment.log_file, found.position, segment.size_bytes):
+        for part in read:
+            stored = part.stored
+            index = None if fmt is Format.KAFKA else cache.segment_index(stored, fmt, topic, partition)
+            for buf, at, size, position in stored.batches(part.lo, part.hi):
                 header = read_header(buf, at)
-                if header.base_offset >= end:
-                    return b"".join(parts), next_offset
                 data: bytes | memoryview
                 if skip is not None and skip.leaves_out(header):
                     data = b""
@@ -156,7 +147,7 @@ def render_follow_chunk(
                     parts.append(data)
                 total += len(data)
                 scanned += size
-                next_offset = scan.offset = after
+                next_offset = read.offset = after
                 if total >= max_bytes or scanned >= max(max_bytes, SCAN_READ_BYTES) or next_offset >= end:
                     return b"".join(parts), next_offset
     return b"".join(parts), next_offset

@@ -13,9 +13,9 @@ import pytest
 import trio
 
 from logfs.core import errors as core
+from logfs.core.format.framing import LineTooLong
 from logfs.mount import errno as mount_errno
 from logfs.mount import errors
-from logfs.mount.framing import LineTooLong
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -536,14 +536,16 @@ def test_offsets_outside_the_log_are_out_of_range_and_empty_ranges_are_empty(tmp
         for start in (19, 0, 91, 10**30):
             with pytest.raises(OffsetOutOfRange):
                 open_range(log, cache, TOPIC, 0, Format.PLAIN, start, 60)
-        with pytest.raises(OffsetOutOfRange):
-            open_range(log, cache, TOPIC, 0, Format.PLAIN, 20, 91)
         for fmt in Format:
-            for start, end in [(30, 30), (30, 10), (70, 60), (90, 60)]:  # 70 and 90: between the HW and the LEO
+            for start, end in [(30, 30), (30, 10), (70, 60), (90, 60), (70, 90)]:  # 70, 90: between the HW and the LEO
                 view = open_range(log, cache, TOPIC, 0, fmt, start, end)
                 assert view.size == 0 and view.read(0, 10) == b""
-        view = open_range(log, cache, TOPIC, 0, Format.PLAIN, 20, 90)  # past the HW is the caller's choice
-        assert view.read(0, 1000).count(b"\n") == 70
+        for end in (90, 91, 10**30, None):  # an end past the HW (or none) is cut to it: the core's isolation bound
+            view = open_range(log, cache, TOPIC, 0, Format.PLAIN, 20, end)
+            assert view.end_offset == 60 and view.read(0, 1000).count(b"\n") == 40
+            view.close()
+        view = open_range(log, cache, TOPIC, 0, Format.PLAIN, 20, 50)
+        assert view.read(0, 1000).count(b"\n") == 30
         view.close()
         view.close()  # idempotent
         assert view.closed
@@ -674,7 +676,11 @@ def test_follow_stops_exactly_at_its_end_inside_a_batch(tmp_path: Path) -> None:
         log = store.log(TOPIC, 0)
         log.append_as_leader(encode_values([b"%d" % i for i in range(10)], BASE_TS), 0)
         cache = RenderCache()
+        log.update_high_watermark(8)
         assert render_follow_chunk(log, cache, TOPIC, 0, Format.PLAIN, 2, 5, 1000) == (b"2\n3\n4\n", 5)
+        # An end past the HW is cut at it (the core's isolation bound), inside the batch too.
+        assert render_follow_chunk(log, cache, TOPIC, 0, Format.PLAIN, 5, 10, 1000) == (b"5\n6\n7\n", 8)
+        log.update_high_watermark(10)
         assert render_follow_chunk(log, cache, TOPIC, 0, Format.PLAIN, 5, 10, 1000) == (b"5\n6\n7\n8\n9\n", 10)
 
 

@@ -22,9 +22,8 @@ lines parsed) is the core's: ``core/format/lines.py``.
 from __future__ import annotations
 
 from logfs.core.errors import LogfsError, RecordTooLarge
-from logfs.core.format.batch import batch_size_at
+from logfs.core.format.batch import batch_size_at, declared_batch_size
 from logfs.core.format.lines import LineRun
-from logfs.core.log.recovery import declared_batch_size
 
 
 class LineTooLong(RecordTooLarge):

@@ -1,4 +1,4 @@
-"""The mount's write framing across requests (mount/framing.py), without a mount: lines and batches cut out of
+"""The mount's write framing across requests (core/format/framing.py), without a mount: lines and batches cut out of
 writes split anywhere. What the lines become, and the partitioner, are tested in tests/core/format/."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from logfs.core import errors as core
 from logfs.core.format.encode import encode_values
-from logfs.mount.framing import BatchFramer, LineFramer, LineTooLong
+from logfs.core.format.framing import BatchFramer, LineFramer, LineTooLong
 
 # --- framing --------------------------------------------------------------------------------------------------------
 

@@ -1,25 +1,20 @@
-"""The batches committed ``.kafka`` views leave out of a segment's stored bytes (control batches and those of aborted
-transactions), as byte spans found by one walk of the batch headers. Any thread (serialised by
-``LeftOutBatches.lock``).
+"""The batches a read_committed reader never sees in a segment's stored bytes (control batches and those of aborted
+transactions), as byte spans found by one walk of the batch headers: what committed ``.kafka`` views cut out
+(``StoredBatches.kept_spans``, ``core/log/storedbatches.py``). The aborted-transaction filter is the log's, so its
+application to stored bytes is too. Any thread (serialised by ``LeftOutBatches.lock``).
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from typing import TYPE_CHECKING
 
 from logfs.core.format.abortedbatches import AbortedBatches
-from logfs.core.format.batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_MASK,
-    CRC_OFFSET,
-    LOG_OVERHEAD,
-    TRANSACTIONAL_MASK,
-    read_header,
-)
-from logfs.core.log.segment import LogSegment
-from logfs.mount.render.renderspan import iter_stored_batches
-from logfs.mount.render.segmentindex import batch_signature
+from logfs.core.format.batch import ATTRIBUTES_OFFSET, CONTROL_MASK, TRANSACTIONAL_MASK, read_header
+
+if TYPE_CHECKING:
+    from logfs.core.log.storedbatches import StoredBatches
 
 _ATTRIBUTES_LOW = ATTRIBUTES_OFFSET + 1  # the low byte of the big-endian attributes, which holds both flags
 _TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
@@ -30,17 +25,17 @@ class LeftOutBatches:
     of aborted transactions): what ``committed/…/*.kafka`` views cut out of the stored bytes (aborted-ness is a
     property of a whole batch, so they leave out whole batches). Found by one walk of the batch headers up to where
     views have needed, extended as they need more; kept as sorted byte spans (one per left-out batch: a control
-    batch per transaction, so few). The filter rules are those of ``segmentindex.SegmentIndex``'s committed indexes.
-    Any thread (serialised by ``lock``).
+    batch per transaction, so few). The filter rules are those of the mount's committed rendered-size indexes
+    (``mount/render/segmentindex.py``). Any thread (serialised by ``lock``).
     """
 
-    def __init__(self, segment: LogSegment) -> None:
-        self.segment = segment  # a strong reference: the key's id() cannot be reused while this lives
+    def __init__(self, stored: StoredBatches) -> None:
+        self.stored = stored
         self.lock = threading.Lock()
         self.aborted = AbortedBatches(())
         self.aborted_until = -1
         self._scanned = 0  # batches below this byte position are walked
-        self._tail: tuple[int, bytes] | None = None  # (position, signature) of the last batch walked
+        self._generation = stored.generation  # the segment's truncations when the walk began
         self._starts: list[int] = []
         self._ends: list[int] = []
 
@@ -50,7 +45,7 @@ class LeftOutBatches:
         with self.lock:
             self._validate()
             if self.aborted_until >= 0 and not self.aborted.kept_in(
-                aborted, self.segment.base_offset, min(until, self.aborted_until)
+                aborted, self.stored.base_offset, min(until, self.aborted_until)
             ):
                 self._start_over()  # an ABORT marker was truncated away (see SegmentIndex.admit)
             if until > self.aborted_until:
@@ -70,30 +65,23 @@ class LeftOutBatches:
             return spans
 
     def _validate(self) -> None:
-        log_file = self.segment.log_file
-        ok = log_file.size_bytes >= self._scanned
-        if ok and self._tail is not None:
-            ok = batch_signature(log_file, self._tail[0]) == self._tail[1]
-        if not ok:  # truncated: walk again
+        if self.stored.generation != self._generation:  # truncated: walk again
             self._start_over()
 
     def _start_over(self) -> None:
-        self._scanned, self._tail = 0, None
+        self._scanned, self._generation = 0, self.stored.generation
         self._starts.clear()
         self._ends.clear()
         self.aborted_until = -1
 
     def _scan(self, hi: int) -> None:
         aborted = self.aborted
-        last: tuple[bytes, int, int, int] | None = None
-        for buf, at, size, position in iter_stored_batches(self.segment.log_file, self._scanned, hi):
+        scanned = self._scanned
+        for buf, at, size, position in self.stored.batches(self._scanned, hi):
             # Only a transactional batch can be left out (control batches are transactional too): one byte decides
             # for all the others, so a segment without transactions costs the walk alone.
             if buf[at + _ATTRIBUTES_LOW] & _TRANSACTIONAL_OR_CONTROL and aborted.leaves_out(read_header(buf, at)):
                 self._starts.append(position)
                 self._ends.append(position + size)
-            last = (buf, at, size, position)
-        if last is not None:
-            buf, at, size, position = last
-            self._tail = (position, buf[at : at + LOG_OVERHEAD] + buf[at + CRC_OFFSET : at + CRC_OFFSET + 4])
-            self._scanned = position + size
+            scanned = position + size
+        self._scanned = scanned
