@@ -1,5 +1,5 @@
 """logfs.core: the storage engine, no FUSE imports.
 
 Nothing under this package may import pyfuse3, trio, pyspark, ``logfs.mount`` or ``logfs.cli``
-(tests/test_layering.py enforces it).
+(tests/project/test_layering.py enforces it).
 """

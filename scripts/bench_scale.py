@@ -29,8 +29,8 @@ figure, its value at N, its value at the baseline, issue 24's target, and whethe
   descriptors (the most seen while it caught up) and its peak RSS; then acks=all appends (write(2) + fsync(2)) to
   one partition beside the N−1 idle ones (``--latency`` of them, or as many as ``--latency-timeout`` allows): p50
   and p99.
-* **zk**: a three-node cluster with ZooKeeper (tests/zkserver.py, tests/cluster/zkcluster.py), the topics made by
-  ``mkdir`` on the leader's mount, every partition's ISR full; the leader killed (SIGKILL): the time until an
+* **zk**: a three-node cluster with ZooKeeper (tests/helpers/zkserver.py, tests/cluster/zkcluster.py), the topics made
+  by ``mkdir`` on the leader's mount, every partition's ISR full; the leader killed (SIGKILL): the time until an
   acks=all append to the new leader returns, against the session timeout + 5 s.
 * **spark**: the ``logfs`` source's planning of a batch query with ``subscribePattern`` over every topic (the
   partitions it reads: ``df.rdd.getNumPartitions()``), best of three after a warm-up.
@@ -741,7 +741,7 @@ class ZkFigures:
 
 def measure_zk(work: Path, count: int, session_ms: int, timeout_s: float) -> ZkFigures:
     root = Path(__file__).resolve().parents[1]
-    for extra in (root / "tests", root / "tests" / "cluster"):
+    for extra in (root / "tests" / "helpers", root / "tests" / "cluster"):
         if str(extra) not in sys.path:
             sys.path.insert(0, str(extra))
     from zkcluster import Cluster, append_acked, wait_until

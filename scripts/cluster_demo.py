@@ -10,7 +10,7 @@ kills the leader with SIGKILL, shows the new leader ZooKeeper elected and the wr
 every acknowledged record is on the new leader (read back through its mount's ``at/earliest``), restarts the old
 leader as a follower, and stops everything. Exit 0 when every acknowledged record was found.
 
-The processes are the ones the failover tests use (tests/zkserver.py, tests/cluster/zkcluster.py and
+The processes are the ones the failover tests use (tests/helpers/zkserver.py, tests/cluster/zkcluster.py and
 tests/cluster/ackcheck.py), so what this shows is what the tests check.
 """
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "cluster")]
+sys.path[:0] = [str(ROOT / "tests" / "helpers"), str(ROOT / "tests" / "cluster")]
 
 from ackcheck import wait_acks, writing  # noqa: E402
 from zkcluster import Cluster, wait_until  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> int:
         proxies = ", ".join(f"node {n.node_id} {n.proxy.address}" for n in cluster.nodes.values())
         say(f"    (zookeeper.connect differs per node: each names a TCP proxy of its own ({proxies}), all forwarding "
             f"to ZooKeeper at {cluster.zk.connect}. The failover tests cut one node from ZooKeeper at its proxy "
-            f"(tests/tcpproxy.py); this demo never does, so they only pass bytes through. Your own nodes give "
+            f"(tests/helpers/tcpproxy.py); this demo never does, so they only pass bytes through. Your own nodes give "
             f"ZooKeeper's address itself: --config zookeeper.connect={cluster.zk.connect}.)")  # fmt: skip
         leader, info = cluster.wait_leader(30)
         say(f"[2/6] ZooKeeper elected node {leader.node_id} (leader epoch {info.leader_epoch}); every node says so:")

@@ -10,7 +10,8 @@ automatic failover against without it.
   ZooKeeper and into today's static cluster (a leader ``logfs mount`` with two ``logfs follow`` followers, the same
   replica count and ``min.insync.replicas``), both up at once, rounds alternating. Target: ≥ 95 % of without.
 
-The cluster helpers are the failover tests' (tests/zkserver.py, tests/cluster/zkcluster.py, tests/cluster/ackcheck.py).
+The cluster helpers are the failover tests' (tests/helpers/zkserver.py, tests/cluster/zkcluster.py,
+tests/cluster/ackcheck.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "cluster")]
+sys.path[:0] = [str(ROOT / "tests" / "helpers"), str(ROOT / "tests" / "cluster")]
 
 from ackcheck import append_acked  # noqa: E402
 from zkcluster import Cluster, ClusterError, wait_until  # noqa: E402

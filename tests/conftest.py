@@ -255,10 +255,10 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def zookeeper(tmp_path: Path) -> Iterator[Any]:
-    """A standalone ZooKeeper server (tests/zkserver.py: Debian's package, a free loopback port, tickTime 200 ms) for
-    one test; always stopped. No ZooKeeper installed fails the test (scripts/setup installs it). Here rather than in
-    tests/cluster/conftest.py: a second conftest.py would take the module name ``conftest`` that every test's ``from
-    conftest import …`` relies on."""
+    """A standalone ZooKeeper server (tests/helpers/zkserver.py: Debian's package, a free loopback port, tickTime
+    200 ms) for one test; always stopped. No ZooKeeper installed fails the test (scripts/setup installs it). Here rather
+    than in tests/cluster/conftest.py: a second conftest.py would take the module name ``conftest`` that every test's
+    ``from conftest import …`` relies on."""
     import zkserver
 
     server = zkserver.ZooKeeperServer(tmp_path / "zookeeper")

@@ -1,9 +1,9 @@
 """The ``logfs`` Spark data source and sink (PySpark >= 4.2): ``from logfs.spark import LogfsDataSource``.
 
 The package is split so that its pure parts import without Spark: ``options`` (the options, checked on the driver)
-and ``offsets`` (offset-range arithmetic) import neither pyspark nor pyarrow (tests/test_layering.py checks); ``mount``
-and ``arrow`` run on executors; ``sink`` and ``transactions`` write; ``schema`` holds the columns; ``source`` (the
-readers) and ``writer`` (the writers) are the thin glue that Spark calls.
+and ``offsets`` (offset-range arithmetic) import neither pyspark nor pyarrow (tests/project/test_layering.py checks);
+``mount`` and ``arrow`` run on executors; ``sink`` and ``transactions`` write; ``schema`` holds the columns; ``source``
+(the readers) and ``writer`` (the writers) are the thin glue that Spark calls.
 
 Why the names below are looked up lazily (PEP 562): importing ``logfs.spark.offsets`` runs this file first, and an
 eager ``from logfs.spark.source import …`` here would pull pyspark into every import of the pure modules.

@@ -1,5 +1,5 @@
-"""A node whose store goes offline (issue 16's storage faults: a failed write through tests/faultfs.py under that
-node's store) leaves the cluster (issue 17): a follower stops fetching and leaves the ISR recorded in ZooKeeper, a
+"""A node whose store goes offline (issue 16's storage faults: a failed write through tests/helpers/faultfs.py under
+that node's store) leaves the cluster (issue 17): a follower stops fetching and leaves the ISR recorded in ZooKeeper, a
 leader gives leadership up at once — another ISR member leads well before any session could expire — and every
 record acknowledged before is on the new leader."""
 

@@ -1,7 +1,7 @@
-"""Three real ``logfs mount`` processes and a real ZooKeeper (tests/zkserver.py): the election, ``.logfs/leader`` on
-every node, EROFS on followers, the znodes in Kafka's layout, a leader killed with -9 replaced within the session
-timeout + 1 s with every acknowledged record, and the old leader rejoining as a follower. The scenario list and the
-campaign are tests/cluster/test_failover_*.py."""
+"""Three real ``logfs mount`` processes and a real ZooKeeper (tests/helpers/zkserver.py): the election,
+``.logfs/leader`` on every node, EROFS on followers, the znodes in Kafka's layout, a leader killed with -9 replaced
+within the session timeout + 1 s with every acknowledged record, and the old leader rejoining as a follower. The
+scenario list and the campaign are tests/cluster/test_failover_*.py."""
 
 from __future__ import annotations
 

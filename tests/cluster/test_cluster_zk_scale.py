@@ -1,5 +1,5 @@
-"""ZooKeeper mode at scale (issue 24), against a real ZooKeeper (tests/zkserver.py): the controller's election goes in
-pipelined multis each within ``MULTI_MAX_BYTES`` and led by the check of ``/controller_epoch``, the leadership
+"""ZooKeeper mode at scale (issue 24), against a real ZooKeeper (tests/helpers/zkserver.py): the controller's election
+goes in pipelined multis each within ``MULTI_MAX_BYTES`` and led by the check of ``/controller_epoch``, the leadership
 last; a deposed controller's multis change nothing; an election left half-written is completed by the next
 controller; and a node leading every partition fails over within the session timeout + 5 s.
 

@@ -5,9 +5,9 @@ standalone ZooKeeper (tickTime 200 ms) and a session timeout of 1500 ms, acks=al
 the checker of tests/cluster/ackcheck.py at the end of each: every acknowledged record on the final leader exactly once,
 replicas byte-identical, no offset with two records, epochs only growing, one acknowledging node per epoch.
 
-Each node reaches ZooKeeper through its own TCP proxy (tests/tcpproxy.py), which the "cut from ZooKeeper" scenario
-cuts. Every process is stopped (paused ones resumed first) and every mount unmounted when the test ends, failed or
-not.
+Each node reaches ZooKeeper through its own TCP proxy (tests/helpers/tcpproxy.py), which the "cut from ZooKeeper"
+scenario cuts. Every process is stopped (paused ones resumed first) and every mount unmounted when the test ends, failed
+or not.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The failover tests' harness on its own: the standalone ZooKeeper server (tests/zkserver.py) and the cuttable TCP
-proxy (tests/tcpproxy.py), driven with a plain kazoo client, so that a failover test that fails points at the
-product and not at its tools."""
+"""The failover tests' harness on its own: the standalone ZooKeeper server (tests/helpers/zkserver.py) and the cuttable
+TCP proxy (tests/helpers/tcpproxy.py), driven with a plain kazoo client, so that a failover test that fails points at
+the product and not at its tools."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A cluster of ``logfs mount`` nodes with automatic failover through a real ZooKeeper (issue 17), for tests,
 scripts/cluster-demo and scripts/bench_replication.py.
 
-Every piece is a real process: a standalone ZooKeeper (tests/zkserver.py) and N ``logfs mount STORE MP --config
+Every piece is a real process: a standalone ZooKeeper (tests/helpers/zkserver.py) and N ``logfs mount STORE MP --config
 node.id=N --config zookeeper.connect=… --config replica.ids=1,2,3 …`` nodes, each with its own store and mount point
-under one directory. Each node reaches ZooKeeper through its own TCP proxy (tests/tcpproxy.py), so a test can cut
-one node from ZooKeeper while the others keep their sessions.
+under one directory. Each node reaches ZooKeeper through its own TCP proxy (tests/helpers/tcpproxy.py), so a test can
+cut one node from ZooKeeper while the others keep their sessions.
 
 The contract the helpers rely on is issue 17's: ``MP/.logfs/leader`` is ``{"node_id", "mount", "leader_epoch"}``
 (node_id -1 while there is no leader) on every node; the leader's mount takes writes, followers' mounts refuse them;

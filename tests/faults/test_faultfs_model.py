@@ -1,5 +1,5 @@
-"""The fault filesystem itself (tests/faultfs.py): a scheduled fault fires once at the n-th matching call, a failed
-fsync drops unsynced bytes, reads flip bits, and the power-cut model cuts files and drops unsynced names."""
+"""The fault filesystem itself (tests/helpers/faultfs.py): a scheduled fault fires once at the n-th matching call, a
+failed fsync drops unsynced bytes, reads flip bits, and the power-cut model cuts files and drops unsynced names."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Issue 23, point 3: a new store is durable from its first acknowledgement.
 
 ``Store.open`` made the store directory (or found it just made and empty) and never fsynced its parent, so a power
-cut after the first acknowledged writes lost the whole store. Through the power-cut model of tests/faultfs.py
+cut after the first acknowledged writes lost the whole store. Through the power-cut model of tests/helpers/faultfs.py
 (every name whose directory was not fsynced since is undone, every file cut back to its last fsync): a store whose
 directory a script made a moment before (``mkdir`` without an fsync), and one made with ``mkdir -p`` under
 directories that did not exist either, take acknowledged writes of every kind that makes a file or directory of

@@ -1,6 +1,6 @@
 """The power-cut campaign of issue 16: kill -9 of the mount under acknowledged writers, then the power-cut model of
-tests/faultfs.py (every file cut back to its size at its last fsync; every name created, renamed or unlinked in a
-directory not fsynced since undone), round after round on one store; the store must mount and keep every
+tests/helpers/faultfs.py (every file cut back to its size at its last fsync; every name created, renamed or unlinked in
+a directory not fsynced since undone), round after round on one store; the store must mount and keep every
 acknowledged record.
 
 One store lives through every round. A round starts faultfs and ``logfs mount`` on it (recovery of the cut the last

@@ -1,8 +1,8 @@
 """A follower whose store goes offline (issue 16): it stops fetching, says so once, leaves the leader's ISR, and its
 ``--mount`` keeps serving what it stored.
 
-The follower's store lives on the fault filesystem (tests/faultfs.py); the leader is a plain mount. Every ``pwrite``
-of a segment then fails with EIO: the follower's next append takes its store offline.
+The follower's store lives on the fault filesystem (tests/helpers/faultfs.py); the leader is a plain mount. Every
+``pwrite`` of a segment then fails with EIO: the follower's next append takes its store offline.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An offline store through a real mount (issue 16): the store lives on the fault-injecting filesystem
-(tests/faultfs.py); after a failed fsync the mount stays up, serves what is on disk, refuses every change with EIO,
-keeps its periodic work from writing or dying, and says so in ``state`` and ``.logfs/metrics``; a roll's new segment
-name is fsynced before the fsync that acknowledges it. tests/faults/ holds the per-file campaign."""
+(tests/helpers/faultfs.py); after a failed fsync the mount stays up, serves what is on disk, refuses every change with
+EIO, keeps its periodic work from writing or dying, and says so in ``state`` and ``.logfs/metrics``; a roll's new
+segment name is fsynced before the fsync that acknowledges it. tests/faults/ holds the per-file campaign."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The logs are built with the core (transactional batches of several producers, CO
 batches, small segments). The first oracle is the test's own model of which transactions it aborted: a batch is kept
 iff it is not a control batch and not a transactional batch between its producer's first offset and ABORT marker; its
 records are rendered by ``test_views``' oracle (``json.dumps``, not ``core/format/render.py``). The second is Kafka's
-consumer filter (``tests/consumer_filter.py``) over the stored bytes with the aborted transactions the model
+consumer filter (``tests/helpers/consumer_filter.py``) over the stored bytes with the aborted transactions the model
 knows: both must agree on the records. Random tests are seeded and print their seed.
 """
 

@@ -4,7 +4,7 @@ offsets the cleaner removed — no error, no missing row; ``failOnDataLoss`` is 
 compaction never moves. A range pinned across a gap (what a retried task reads after a clean) gets exactly the records
 in it.
 
-The store is written with the core before it is mounted (tests/compacted_store.py): a cleaned first segment with
+The store is written with the core before it is mounted (tests/helpers/compacted_store.py): a cleaned first segment with
 gaps, then an active segment."""
 
 from __future__ import annotations

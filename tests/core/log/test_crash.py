@@ -1,8 +1,8 @@
 """The crash suite: a writer killed with SIGKILL, its tail damaged, then ``Store.open`` (docs/storage.md, "Rules worth
 knowing").
 
-Each iteration runs ``tests/crash_writer.py`` in a child process: it appends seeded batches through the core as the
-leader, flushing every few batches and printing each flushed log end offset. The test kills it with SIGKILL a random
+Each iteration runs ``tests/helpers/crash_writer.py`` in a child process: it appends seeded batches through the core as
+the leader, flushing every few batches and printing each flushed log end offset. The test kills it with SIGKILL a random
 moment after a random number of flushes, then applies one damage to the part of the log that recovery scans (the
 segments from the one holding the checkpointed recovery point on), then reopens the store. Damages, one per
 iteration, in turn:
@@ -64,7 +64,7 @@ def _load_writer() -> ModuleType:
     return module
 
 
-WRITER = Path(__file__).resolve().parents[2] / "crash_writer.py"
+WRITER = Path(__file__).resolve().parents[2] / "helpers" / "crash_writer.py"
 writer = _load_writer()
 
 MASTER_SEED = int(os.environ.get("LOGFS_CRASH_SEED") or random.SystemRandom().randrange(2**32))

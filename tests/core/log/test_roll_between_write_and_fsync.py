@@ -4,8 +4,8 @@ The loss the issue reports (an acknowledged batch gone from the middle of a batc
 kept) is what an fsync that synced only the *active* segment would do: writer B writes a batch into segment N,
 writer A's append rolls the log to N+1, then B's fsync syncs N+1 and returns, N's tail still in the page cache; a
 power cut then keeps N+1 and cuts N. These tests hold the core to the opposite, under a power-cut model in the
-test process (the POSIX promise, as tests/faultfs.py keeps it for the mount): each ``.log`` keeps what it held when
-its last completed fsync began, and a segment whose name no completed directory fsync that began after its
+test process (the POSIX promise, as tests/helpers/faultfs.py keeps it for the mount): each ``.log`` keeps what it held
+when its last completed fsync began, and a segment whose name no completed directory fsync that began after its
 creation covers is gone. After the cut the store is opened and must hold every acknowledged record, in order:
 
 * B's write, A's rolling append, B's fsync (``flush_records``: fsync(2) through the mount) — and the same with the

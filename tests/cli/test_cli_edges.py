@@ -32,7 +32,7 @@ from conftest import (
 from logfs.cli import main
 
 BIN = Path(sys.executable).parent
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 SNIPPET_TIMEOUT_S = 120.0
 GIVE_UP_WITHIN_S = 20.0  # the mount process fails within a second; generous for a busy machine
 

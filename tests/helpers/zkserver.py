@@ -10,8 +10,8 @@ allowed (ZooKeeper clamps a client's timeout to [2, 20] ticks unless min/maxSess
 the "ZooKeeper killed and restarted" scenario needs: sessions survive a restart that is shorter than their timeout,
 because the server reloads them from its snapshot and transaction log.
 
-Also runnable by hand: ``python tests/zkserver.py DIR [PORT]`` starts a server in DIR, prints its connect string and
-runs until SIGTERM or SIGINT (scripts/cluster-demo and the benchmark import the module instead).
+Also runnable by hand: ``python tests/helpers/zkserver.py DIR [PORT]`` starts a server in DIR, prints its connect string
+and runs until SIGTERM or SIGINT (scripts/cluster-demo and the benchmark import the module instead).
 """
 
 from __future__ import annotations
@@ -213,9 +213,9 @@ class ZooKeeperServer:
 
 
 def main(argv: list[str]) -> int:
-    """``python tests/zkserver.py DIR [PORT]``: run a server until SIGINT/SIGTERM; prints its connect string."""
+    """``python tests/helpers/zkserver.py DIR [PORT]``: run a server until SIGINT/SIGTERM; prints its connect string."""
     if not argv or len(argv) > 2:
-        print("usage: python tests/zkserver.py DIR [PORT]", file=sys.stderr)
+        print("usage: python tests/helpers/zkserver.py DIR [PORT]", file=sys.stderr)
         return 2
     server = ZooKeeperServer(Path(argv[0]).absolute(), port=int(argv[1]) if len(argv) > 1 else None)
     server.start()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Import names that the storage core must never load: the FUSE stack, Spark, and the layers above it.
 CORE_FORBIDDEN_MODULES = ("pyfuse3", "trio", "pyspark", "pyarrow", "logfs.mount", "logfs.cli")
@@ -28,7 +28,7 @@ CORE_SUBPACKAGES = ("format", "log", "txn", "replication")
 
 
 def run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    # A neutral working directory: what is checked is the installed package (tests/test_packaging.py checks the
+    # A neutral working directory: what is checked is the installed package (tests/project/test_packaging.py checks the
     # source tree too).
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

@@ -1,5 +1,5 @@
-"""The bookkeeping of the fault filesystem (tests/faultfs.py): the schedule's rules, and the record the power-cut
-model keeps and applies (see tests/faultfs.py's docstring for both). Pure file and path work, no FUSE.
+"""The bookkeeping of the fault filesystem (tests/helpers/faultfs.py): the schedule's rules, and the record the
+power-cut model keeps and applies (see tests/helpers/faultfs.py's docstring for both). Pure file and path work, no FUSE.
 """
 
 from __future__ import annotations

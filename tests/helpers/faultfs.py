@@ -1,11 +1,11 @@
 """A fault-injecting passthrough filesystem for the storage-fault tests (issue 16), in the spirit of CORDS's errfs.
 
-Test-only: the product never imports it. ``python tests/faultfs.py SOURCE MOUNTPOINT --control FILE`` serves the
+Test-only: the product never imports it. ``python tests/helpers/faultfs.py SOURCE MOUNTPOINT --control FILE`` serves the
 directory ``SOURCE`` at ``MOUNTPOINT`` (pyfuse3 + trio, like mount/server.py) until unmounted; a logfs store then
 lives on ``MOUNTPOINT`` and every pwrite, fsync, pread, rename, ftruncate, create, mkdir, unlink and fsyncdir the
 store makes passes through here, where the schedule the test sets may fail it.
 
-The schedule. The test writes JSON to the control file (atomically: ``FaultFS`` in tests/faultstore.py does it);
+The schedule. The test writes JSON to the control file (atomically: ``FaultFS`` in tests/helpers/faultstore.py does it);
 the filesystem polls it every :data:`POLL_S` and answers in ``FILE.status`` with the same ``gen``::
 
     {"gen": 3, "rules": [{"op": "fsync", "path": "*/*.log", "nth": 2, "times": 1, "errno": "EIO",

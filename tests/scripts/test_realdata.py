@@ -17,7 +17,7 @@ from kafka.record.memory_records import MemoryRecords
 from logfs.core.errors import CorruptRecord
 from logfs.core.format.validate import validate_batch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "realdata.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "realdata.py"
 
 
 def _load() -> ModuleType:

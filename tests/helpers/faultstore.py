@@ -1,4 +1,5 @@
-"""A logfs store on the fault filesystem (tests/faultfs.py), for the storage-fault tests and campaigns (issue 16).
+"""A logfs store on the fault filesystem (tests/helpers/faultfs.py), for the storage-fault tests and campaigns
+(issue 16).
 
 :class:`FaultyStore` holds the three layers a test needs: ``src/`` (the "disk": a plain tmp directory), the faultfs
 mounted over it at ``ffs/`` and a ``logfs mount`` of ``ffs/store`` at ``mnt/``. A test schedules a fault
@@ -88,7 +89,7 @@ class FaultyStore:
         return self.mount
 
     def fault(self, op: str, path: str, **rule: Any) -> None:
-        """Schedule one fault (tests/faultfs.py's rule fields: nth, times, errno, drop, short, flip)."""
+        """Schedule one fault (tests/helpers/faultfs.py's rule fields: nth, times, errno, drop, short, flip)."""
         self.ffs.schedule([{"op": op, "path": path, **rule}])
 
     def fired(self) -> list[dict[str, Any]]:
