@@ -67,7 +67,6 @@ from logfs.cluster.zk import (
     ZooKeeper,
 )
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.config import StoreConfig
 from logfs.core.errors import LogfsError
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
@@ -78,6 +77,7 @@ from logfs.core.replication.promotion import (
 )
 from logfs.core.replication.replica import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import FetchResponse
 from logfs.mount.operations import Operations

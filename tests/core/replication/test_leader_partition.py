@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.errors import (
     LockBusy,
     NotEnoughReplicas,
@@ -53,6 +53,7 @@ from logfs.core.replication.replica import (
     shrink_check_interval_ms,
 )
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 
 LEADER, F1, F2 = 0, 1, 2
 LAG_MS = 30_000  # ReplicationConfigs.REPLICA_LAG_TIME_MAX_MS_DEFAULT, as PartitionTest uses it
