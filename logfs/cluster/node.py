@@ -68,6 +68,7 @@ from logfs.cluster.zk import (
 )
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.errors import LogfsError
+from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
     UnreadableReplicaState,
@@ -75,7 +76,6 @@ from logfs.core.replication.promotion import (
     read_replica_state,
     write_replica_state,
 )
-from logfs.core.replication.replica import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
 from logfs.follower.daemon import Follower

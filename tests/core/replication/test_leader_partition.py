@@ -35,6 +35,7 @@ from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
 from logfs.core.replication.fetch import OFFSET_OUT_OF_RANGE, accept_fetch, fetch_response, read_batches
+from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     REPLICA_STATE_FILE,
     PersistedReplicaState,
@@ -48,9 +49,7 @@ from logfs.core.replication.replica import (
     UNKNOWN_OFFSET,
     FetchValidation,
     LeaderPartition,
-    LeaderReplicas,
     ReplicaState,
-    shrink_check_interval_ms,
 )
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
