@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logfs.core.checkpoint import OffsetCheckpointFile
-from logfs.core.config import StoreConfig
 from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
 from logfs.core.log.cleaner.check import cleaner_findings
 from logfs.core.log.handles import HandleCache
@@ -37,16 +36,17 @@ from logfs.core.log.segment import (
     LogSegment,
     offset_from_filename,
 )
-from logfs.core.store import (
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
-    Store,
     lock_store,
-    parse_partition_dir,
     stored_node_id,
 )
+from logfs.core.topicnames import parse_partition_dir
 
 Progress = Callable[[int, int], None]
 

@@ -39,9 +39,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from logfs.core.config import BROKER_SYNONYMS, KAFKA_TOPIC_KEYS, LOG_KEYS, STORE_KEYS, LogConfig, StoreConfig
+from logfs.core.config import KAFKA_TOPIC_KEYS, LOG_KEYS, LogConfig
 from logfs.core.durable import replace_file
 from logfs.core.errors import ConfigError, DiskFull, StorageError
+from logfs.core.storeconfig import BROKER_SYNONYMS, STORE_KEYS, StoreConfig
 
 # The most a single ``<topic>/config`` write may carry. Every key with a long value is ~60 bytes, so 64 KiB is far
 # above any real write and still bounds the parse.

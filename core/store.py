@@ -13,19 +13,18 @@ Layout (docs/storage.md, "On disk")::
       .logfs-topic.<topic>.properties   topic config overrides: a plain file at the root, which a Kafka broker
                                         ignores (it parses every *directory* of a log dir as <topic>-<partition>
                                         and fails to start on any other, so logfs keeps no directory of its own);
-                                        a name too long for a file name is shortened (overrides_file_name)
+                                        a name too long for a file name is shortened
+                                        (overrides_file_name, core/topicnames.py)
 
 Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
 time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
 unclean shutdown each recovers from its recovery point. ``*-delete`` directories (a deletion that was interrupted)
 are removed.
 
-Periodic work. The core has no threads of its own: :meth:`Store.tick` runs what is due (retention every
-``log.retention.check.interval.ms``, unlinking ``.deleted`` files, ``flush.ms`` flushes, checkpoint writes every
-5 s for HWs and 60 s for the others) and the process that owns the store calls it from a worker thread. Only
-retention walks every log; the rest visits the logs that reported work (``core/dirtylogs.py``), and a checkpoint
-file is rewritten only when a value in it may have changed, so an idle store of 10,000 partitions costs a tick
-nothing (docs/storage.md, "Many partitions").
+Periodic work. The core has no threads of its own: :meth:`Store.tick` runs what is due (retention, deferred
+deletes, ``flush.ms`` flushes, checkpoint writes) and the process that owns the store calls it from a worker thread;
+the work and its state are core/storetasks.py's. The store directory's own files (the lock, meta.properties, the
+checkpoint files) are core/storedir.py's, and the names of topics and their directories core/topicnames.py's.
 
 Threads: every method may be called from any thread; topic creation and deletion are serialised by ``_lock``; each
 Log serialises its own writes.
@@ -34,102 +33,56 @@ Log serialises its own writes.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import threading
-import time
-import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
+from logfs.core.checkpoint import TopicPartition
 from logfs.core.collector import collector_paused
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.configtext import apply_overrides, load_topic_overrides, save_topic_overrides
-from logfs.core.dirtylogs import DirtyLogs
-from logfs.core.durable import PARALLEL_FSYNCS, PARALLEL_FSYNCS_FROM, fsync_dir, fsync_dirs, replace_file
-from logfs.core.durable import now_ms as wall_clock_ms
+from logfs.core.durable import fsync_dir, fsync_dirs, replace_file
 from logfs.core.errors import (
-    ConfigError,
-    CorruptCheckpoint,
     InvalidPartitions,
-    InvalidTopic,
-    StoreLocked,
     StoreOffline,
     TopicExists,
-    TopicNameTooLong,
     TopicNotEmpty,
     UnknownTopicOrPartition,
 )
-from logfs.core.log.changes import Change
 from logfs.core.log.handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
 from logfs.core.log.loader import EventSink, load_log
 from logfs.core.log.log import Log
 from logfs.core.logdirfailure import Failure, LogDirFailureChannel, register, unregister
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    check_meta_properties,
+    lock_store,
+    read_checkpoint,
+    sync_new_store_directory,
+)
+from logfs.core.storetasks import StoreTasks, flush_all
+from logfs.core.topicnames import (
+    DELETE_DIR_SUFFIX,
+    delete_dir_name,
+    overrides_file_name,
+    parse_partition_dir,
+    partition_dir_name,
+    validate_topic_name,
+)
 from logfs.core.txn.coordinator import TransactionCoordinator
 from logfs.core.txn.producerids import ProducerIdAllocator
 
 _log = logging.getLogger(__name__)
-
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"
-META_PROPERTIES = "meta.properties"
-TOPIC_OVERRIDES_PREFIX = ".logfs-topic."
-TOPIC_OVERRIDES_SUFFIX = ".properties"
-MAX_FILE_NAME_BYTES = 255  # NAME_MAX of Linux file systems
-DELETE_DIR_SUFFIX = "-delete"
-
-# Kafka's checkpoint intervals: replica.high.watermark.checkpoint.interval.ms and
-# log.flush.offset.checkpoint.interval.ms / log.flush.start.offset.checkpoint.interval.ms.
-HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
-OFFSET_CHECKPOINT_INTERVAL_MS = 60_000
-# How often tick() looks for .deleted files whose file.delete.delay.ms has passed.
-DELETE_EXPIRED_INTERVAL_MS = 1_000
-
-TOPIC_NAME_MAX_CHARS = 249
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]+")
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)$")
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic rules (``Topic.validate``), plus no leading ``.`` (reserved for logfs's own names)."""
-    if not name:
-        raise InvalidTopic("a topic name cannot be empty")
-    if len(name) > TOPIC_NAME_MAX_CHARS:
-        raise TopicNameTooLong(f"topic name of {len(name)} characters exceeds {TOPIC_NAME_MAX_CHARS}")
-    if name in (".", ".."):
-        raise InvalidTopic(f"topic name {name!r} is not allowed")
-    if not _TOPIC_CHARS.fullmatch(name):
-        raise InvalidTopic(f"topic name {name!r} has characters outside [A-Za-z0-9._-]")
-    if name.startswith("."):
-        raise InvalidTopic(f"topic name {name!r} starts with '.', which logfs reserves")
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def parse_partition_dir(name: str) -> TopicPartition | None:
-    """``<topic>-<partition>`` → TopicPartition, or None for any other name (the topic may contain ``-``)."""
-    m = _PARTITION_DIR.match(name)
-    if m is None:
-        return None
-    try:
-        validate_topic_name(m["topic"])
-    except InvalidTopic:
-        return None
-    return TopicPartition(m["topic"], int(m["partition"]))
 
 
 @dataclass(frozen=True)
@@ -140,16 +93,6 @@ class NewTopic:
     name: str
     partitions: int | None = None
     overrides: dict[str, str] | None = None
-
-
-@dataclass
-class _Due:
-    """The next time each periodic job runs (ms since the epoch)."""
-
-    retention: int = 0
-    delete_expired: int = 0
-    hw_checkpoint: int = 0
-    offset_checkpoint: int = 0
 
 
 class Store:
@@ -177,7 +120,6 @@ class Store:
         # the root before Store.open writes or loads a file, so that every file of the store finds it.
         self.failure: LogDirFailureChannel = failure
         self._lock = threading.RLock()
-        self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         # The same logs by topic, so that a lookup of one topic costs what that topic has, never O(partitions):
         # the mount asks it on every lookup and getattr (kept in step with _logs by _add_log and _drop_log).
@@ -186,15 +128,8 @@ class Store:
         # is the same without walking it (logfs/cluster/isr.py's sync of the ISRs it recorded).
         self.topology_version = 0
         self._overrides: dict[str, dict[str, str]] = {}
-        self._due = _Due()
-        # The logs the tick must visit, as they report themselves (core/dirtylogs.py): an idle log costs the tick
-        # nothing. The checkpoint versions are the change counter's value at each file's last write (-1: write once
-        # after the open, which recovery may have changed).
-        self._dirty: DirtyLogs[Log] = DirtyLogs()
-        self._hw_written = -1
-        self._offsets_written = -1
-        self._tick_lock = threading.Lock()
-        self.tick_visits = 0  # how many logs the last tick looked at (tests/core/test_store_scale.py counts them)
+        # The periodic work and its state (core/storetasks.py), over this registry of logs.
+        self.tasks = StoreTasks(path, config, self._logs)
         self._closed = False
         # Idempotent producers' ids and the transaction coordinator: files in the store root, opened after the logs
         # (see open); the mount writes the markers, the store only owns the files.
@@ -220,9 +155,9 @@ class Store:
         lock_fd = lock_store(root)
         failure = register(root)  # a fresh, online channel: before the first write of a store file
         try:
-            fresh = _check_meta_properties(root, config.node_id) or created
+            fresh = check_meta_properties(root, config.node_id) or created
             if fresh:
-                _sync_new_store_directory(root, failure)
+                sync_new_store_directory(root, failure)
             marker = root / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             if clean:
@@ -253,9 +188,9 @@ class Store:
         return store
 
     def _load_all(self) -> None:
-        recovery = _read_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
-        starts = _read_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
-        hws = _read_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT)
+        recovery = read_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
+        starts = read_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
+        hws = read_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT)
         # One listing of the root, from the directory entries' types (no stat each), tells the partition
         # directories and which topics have an overrides file: a topic without one is not looked up on disk.
         with os.scandir(self.path) as it:
@@ -311,14 +246,14 @@ class Store:
         return topic in self._by_topic
 
     def _add_log(self, tp: TopicPartition, log: Log) -> None:
-        log.on_change = functools.partial(self._dirty.changed, log)
+        log.on_change = functools.partial(self.tasks.dirty.changed, log)
         self._logs[tp] = log
         self._by_topic.setdefault(tp.topic, {})[tp.partition] = log
         self.topology_version += 1
 
     def _drop_log(self, tp: TopicPartition) -> Log:
         log = self._logs.pop(tp)
-        self._dirty.forget(log)
+        self.tasks.dirty.forget(log)
         logs = self._by_topic[tp.topic]
         del logs[tp.partition]
         if not logs:
@@ -411,14 +346,14 @@ class Store:
             for tp in tps:
                 log = self._drop_log(tp)
                 log.close()
-                doomed = log.directory.with_name(_delete_dir_name(tp))
+                doomed = log.directory.with_name(delete_dir_name(tp))
                 with self.failure.guard(log.directory, "rename"):
                     os.rename(log.directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
             self._overrides_path(topic).unlink(missing_ok=True)
             self._overrides.pop(topic, None)
             fsync_dir(self.path)
-            self._write_checkpoints(hw=True, offsets=True)
+            self.tasks.write_checkpoints(hw=True, offsets=True)
 
     # --- configs ---------------------------------------------------------------------------------------------------
 
@@ -448,7 +383,7 @@ class Store:
             logs = list(self._by_topic.get(topic, {}).values())
             for log in logs:
                 log.config = effective
-            self._dirty.requeue_all_flushes(logs)  # flush.ms may have changed: a queued due time may be wrong
+            self.tasks.dirty.requeue_all_flushes(logs)  # flush.ms may have changed: a queued due time may be wrong
 
     # --- records and periodic work ---------------------------------------------------------------------------------
 
@@ -458,7 +393,7 @@ class Store:
         log = self.log(topic, partition)
         log.maybe_increment_log_start_offset(offset)
         log.delete_old_segments()
-        self._write_checkpoints(hw=False, offsets=True)
+        self.tasks.write_checkpoints(hw=False, offsets=True)
 
     def tick(self, now_ms: int | None = None) -> None:
         """Run the periodic jobs that are due (see the module docstring). Blocking: call from a worker thread.
@@ -468,91 +403,9 @@ class Store:
         if self.offline is not None:
             return  # reads go on; only a restart on a healthy disk brings the store back
         try:
-            self._tick(now_ms)
+            self.tasks.run_due(now_ms)
         except StoreOffline:
             pass  # this tick took the store offline: logged once, at ERROR, where it failed
-
-    def _tick(self, now_ms: int | None) -> None:
-        with self._tick_lock:  # one tick at a time: the flush queue and the due times have one owner
-            self.tick_visits = 0
-            now = wall_clock_ms() if now_ms is None else now_ms
-            due = self._due
-            if now >= due.retention:  # minutes apart: the one job that walks every log (cheap per log)
-                logs = list(self._logs.values())
-                for log in logs:
-                    log.delete_old_segments(now)
-                    log.remove_expired_producers(now)  # idle for producer.id.expiration.ms (a day): forgotten
-                self.tick_visits += len(logs)
-                due.retention = now + self.config.log_retention_check_interval_ms
-            if now >= due.delete_expired:
-                for log in self._dirty.take_deletes():
-                    self.tick_visits += 1
-                    log.delete_expired_files(now)
-                    if log.local.has_pending_deletes:
-                        self._dirty.changed(log, Change.DELETE)  # not due yet: look again next time
-                due.delete_expired = now + DELETE_EXPIRED_INTERVAL_MS
-            for log in [*self._dirty.take_flushes(), *self._dirty.due_flushes(now)]:
-                self.tick_visits += 1
-                self._flush_if_due(log, now)
-            write_hw = now >= due.hw_checkpoint
-            write_offsets = now >= due.offset_checkpoint
-            if write_hw or write_offsets:
-                self._write_checkpoints(hw=write_hw, offsets=write_offsets, only_if_changed=True)
-                if write_hw:
-                    due.hw_checkpoint = now + HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
-                if write_offsets:
-                    due.offset_checkpoint = now + OFFSET_CHECKPOINT_INTERVAL_MS
-
-    def _flush_if_due(self, log: Log, now: int) -> None:
-        """Flush what rolls left, and the records once ``flush.ms`` has passed; queue the log for when it will
-        have passed otherwise. A log that has nothing unflushed left is dropped: its next append reports it again."""
-        if self._dirty_log_is_gone(log):
-            return
-        log.flush_rolled()
-        if not log.unflushed_records:
-            return
-        flush_ms = log.config.flush_ms
-        if log.ms_since_last_flush(now) >= flush_ms:
-            log.flush()
-            if not log.unflushed_records:
-                return
-        self._dirty.schedule_flush(log, log.local.last_flush_ms + flush_ms)
-
-    def _dirty_log_is_gone(self, log: Log) -> bool:
-        """A log reported before its topic was deleted (its partition is gone or is another log now)."""
-        tp = parse_partition_dir(log.directory.name)
-        return tp is None or self._logs.get(tp) is not log
-
-    def _write_checkpoints(self, *, hw: bool, offsets: bool, only_if_changed: bool = False) -> None:
-        """Write the HW and (``offsets``) the recovery point and log start checkpoints; ``only_if_changed``: skip a
-        file when no log reported a change of its values since its last write (the tick's periodic writes: at
-        10,000 partitions an unchanged file is ~300 KB rewritten and fsynced for nothing)."""
-        with self._checkpoint_lock:  # tick and delete_records run on different threads; one .tmp per file
-            version = self._dirty.version  # read before the values: a change after this is written next time
-            if only_if_changed:
-                hw = hw and version != self._hw_written
-                offsets = offsets and version != self._offsets_written
-            if not (hw or offsets):
-                return
-            self._write_checkpoints_locked(hw=hw, offsets=offsets)
-            if hw:
-                self._hw_written = version
-            if offsets:
-                self._offsets_written = version
-
-    def _write_checkpoints_locked(self, *, hw: bool, offsets: bool) -> None:
-        items = list(self._logs.items())
-        if hw:
-            OffsetCheckpointFile(self.path / HIGH_WATERMARK_CHECKPOINT).write(
-                {tp: log.high_watermark for tp, log in items}
-            )
-        if offsets:
-            OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: log.recovery_point for tp, log in items}
-            )
-            OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: log.log_start_offset for tp, log in items if log.log_start_offset > log.segments[0].base_offset}
-            )
 
     # --- closing ---------------------------------------------------------------------------------------------------
 
@@ -572,10 +425,10 @@ class Store:
             try:
                 if self.transactions is not None:
                     self.transactions.close()
-                _flush_all([log for log in self._logs.values() if log.local.needs_flush])
+                flush_all([log for log in self._logs.values() if log.local.needs_flush])
                 for log in self._logs.values():
                     log.close()
-                self._write_checkpoints(hw=True, offsets=True)
+                self.tasks.write_checkpoints(hw=True, offsets=True)
                 replace_file(self.path / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": 0}).encode())
             except StoreOffline:
                 self.abandon()  # the failure is logged; no marker: the next open recovers
@@ -606,126 +459,3 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _flush_all(logs: list[Log]) -> None:
-    """Flush ``logs`` several at once before a clean close (each flush is a few fsyncs that wait for journal
-    commits, which the file system merges when they overlap: 10,000 partitions written since their last flush are
-    50,000 fsyncs, one after another the longest part of an unmount). The threads are this call's own, all joined
-    before it returns; the first failure (StoreOffline) is raised."""
-    if len(logs) < PARALLEL_FSYNCS_FROM:
-        for log in logs:
-            log.flush()
-        return
-    with ThreadPoolExecutor(min(PARALLEL_FSYNCS, len(logs)), thread_name_prefix="logfs-flush") as pool:
-        for done in [pool.submit(log.flush) for log in logs]:
-            done.result()
-
-
-def lock_store(root: Path) -> int:
-    """Take the store's exclusive lock (flock on ``.lock``, which then holds our pid); the descriptor holds it.
-
-    StoreLocked, naming the holder's pid, when another process has it.
-    """
-    if not root.is_dir():
-        raise FileNotFoundError(f"no store at {root}")
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = None
-        with contextlib.suppress(OSError, ValueError):
-            holder = int(os.pread(fd, 32, 0).decode().strip())
-        os.close(fd)
-        raise StoreLocked(str(root), holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _delete_dir_name(tp: TopicPartition) -> str:
-    """Kafka's name for a partition directory on its way out: ``<topic>-<p>.<uuid>-delete``, the topic cut short so
-    that the name fits a file name (a topic may have 249 characters)."""
-    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-    return tp.topic[: MAX_FILE_NAME_BYTES - len(suffix)] + suffix
-
-
-def overrides_file_name(topic: str) -> str:
-    """``.logfs-topic.<topic>.properties``; for a name too long to fit a file name with the ``.tmp`` of its atomic
-    replacement, the topic's first characters, ``~`` (which no topic name holds) and a digest of the whole name."""
-    name = f"{TOPIC_OVERRIDES_PREFIX}{topic}{TOPIC_OVERRIDES_SUFFIX}"
-    if len(name.encode()) + len(".tmp") <= MAX_FILE_NAME_BYTES:
-        return name
-    digest = hashlib.sha256(topic.encode()).hexdigest()[:32]
-    return f"{TOPIC_OVERRIDES_PREFIX}{topic[:150]}~{digest}{TOPIC_OVERRIDES_SUFFIX}"
-
-
-def _sync_new_store_directory(root: Path, failure: LogDirFailureChannel) -> None:
-    """Make a new store's own name durable: fsync the directory holding the store directory, and every directory
-    above it on the same file system (Kafka's LogManager flushes the parent of a log directory it creates).
-
-    Every file of the store is fsynced into the store directory (``durable.replace_file``, ``_create_partition``),
-    but nothing else makes the store directory's entry in its parent durable: a power cut after the first
-    acknowledged writes to a new store lost all of them (issue 23). A directory found empty is as fragile as one
-    made here — a script's ``mkdir -p a/b/store`` a moment before leaves ``a`` and ``b`` unsynced too, and which
-    ancestors it made cannot be told afterwards — so every ancestor up to the file system's root is synced, once per
-    new store. An ancestor that cannot be opened (no read permission) is skipped; any other failure fails the open.
-    Blocking: Store.open runs before the mount's trio loop starts."""
-    real = root.resolve()
-    device = os.stat(real).st_dev
-    for directory in real.parents:
-        if os.stat(directory).st_dev != device:
-            break  # a mount point: the directory above belongs to another file system, which nothing here changed
-        try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except PermissionError:
-            _log.debug("cannot open %s to fsync it: skipped", directory)
-            continue
-        with failure.guard(directory, "fsync"):
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
-def _check_meta_properties(root: Path, node_id: int) -> bool:
-    """Write meta.properties on first use; refuse a different node.id later (Kafka's format). True when it wrote
-    the file (the store is new)."""
-    path = root / META_PROPERTIES
-    if path.exists():
-        stored = stored_node_id(root)
-        if stored != node_id:
-            raise ConfigError(f"store {root} belongs to node.id={stored}; refusing node.id={node_id}")
-        return False
-    cluster = uuid.uuid4().hex
-    directory = uuid.uuid4().hex
-    text = (
-        f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
-        f"cluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
-    )
-    replace_file(path, text.encode())
-    return True
-
-
-def stored_node_id(root: Path) -> int:
-    """The node.id in the store's meta.properties (0 when the file or the key is absent)."""
-    try:
-        text = (root / META_PROPERTIES).read_text()
-    except FileNotFoundError:
-        return 0
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.startswith("#") and key.strip() == "node.id":
-            try:
-                return int(value.strip())
-            except ValueError:
-                raise ConfigError(f"{root / META_PROPERTIES}: node.id={value.strip()!r} is not a number") from None
-    return 0
-
-
-def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    try:
-        return OffsetCheckpointFile(path).read()
-    except CorruptCheckpoint as exc:
-        _log.warning("%s is damaged (%s): treating it as empty, as Kafka does", path, exc)
-        return {}

@@ -62,8 +62,8 @@ from logfs.core.format.framing import BatchFramer, LineFramer
 from logfs.core.format.lines import max_text_line_bytes
 from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.log.log import Log
+from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
-from logfs.core.replication.replica import LeaderReplicas
 from logfs.core.store import Store
 from logfs.mount.direntry import listed_only
 from logfs.mount.errno import errno_name, handler

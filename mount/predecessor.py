@@ -23,7 +23,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from logfs.core.store import LOCK_FILE
+from logfs.core.storedir import LOCK_FILE
 
 FUSECTL = Path("/sys/fs/fuse/connections")
 

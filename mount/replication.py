@@ -44,13 +44,8 @@ import trio
 
 from logfs.core.errors import LockBusy, ReplicationTimeout, UnknownReplica
 from logfs.core.replication.fetch import accept_fetch, fetch_response
-from logfs.core.replication.replica import (
-    FetchValidation,
-    LeaderPartition,
-    LeaderReplicas,
-    ReplicaChange,
-    shrink_check_interval_ms,
-)
+from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
+from logfs.core.replication.replica import FetchValidation, LeaderPartition, ReplicaChange
 from logfs.mount.errors import NoEntry
 from logfs.mount.handles import Partitions
 from logfs.mount.names import parse_fetch_name

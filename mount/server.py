@@ -50,10 +50,10 @@ import pyfuse3
 import trio
 
 from logfs.core.collector import freeze_loaded
-from logfs.core.config import StoreConfig
 from logfs.core.errors import StorageError
 from logfs.core.replication.promotion import start_leader_epoch
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.mount.cleaning import CleanerTask
 from logfs.mount.operations import Operations
 from logfs.mount.predecessor import stuck_predecessor_message

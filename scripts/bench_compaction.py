@@ -40,7 +40,7 @@ from typing import Any, cast
 from benchutil import mount, print_rows, requests_of, unmount
 
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.format.batch import Record, iter_batch_positions
 from logfs.core.format.decode import record_columns
 from logfs.core.format.encode import encode_batch
@@ -48,6 +48,7 @@ from logfs.core.log.cleaner.logcleaner import LogCleaner
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
+from logfs.core.storeconfig import StoreConfig
 
 RECORD_BYTES = 1024
 BATCH_RECORDS = 16

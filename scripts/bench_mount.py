@@ -38,9 +38,9 @@ from pathlib import Path
 import realdata
 from benchutil import mount, requests_of, timed, unmount
 
-from logfs.core.config import StoreConfig
 from logfs.core.configtext import parse_store_config
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.mount.render.rangeview import open_range
 from logfs.mount.render.rendersize import RenderCache
 from logfs.mount.render.renderspan import Format

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 
 from logfs.core.errors import CorruptIndex, InvalidOffset, OffsetOverflow, TimestampOutOfOrder
 from logfs.core.format.varint import INT32_MAX, INT64_MAX, INT64_MIN
-from logfs.core.log.indexfile import (
+from logfs.core.log.indexentry import (
     _KEY,
     _OFFSET_ENTRY,
     _TIME_ENTRY,
@@ -66,10 +66,10 @@ from logfs.core.log.indexfile import (
     SEGMENT_INDEX_BYTES_DEFAULT,
     TIME_INDEX_ENTRY_BYTES,
     WARM_SECTION_BYTES,
-    AbstractIndex,
     OffsetPosition,
     TimestampOffset,
 )
+from logfs.core.log.indexfile import AbstractIndex
 
 __all__ = [
     "NO_TIMESTAMP",

@@ -1,8 +1,10 @@
 """The machinery the offset index and the time index share: a preallocated, memory-mapped file of fixed-size
-entries, searched by binary search with a warm section, truncated, resized and trimmed (Kafka's AbstractIndex).
+entries, counted, truncated, resized and trimmed (Kafka's AbstractIndex).
 
-The entry layouts, what an entry means and the rules for each index are in ``core/log/index.py``; this module knows
-slots, files and mappings. See that module's docstring for lazy files, bounded descriptors and threads.
+The entry layouts are in ``core/log/indexentry.py``, the search over the entries (a binary search with a warm
+section) in ``core/log/indexsearch.py``; what an entry means and the rules for each index are in
+``core/log/index.py``. This module knows slots, files and mappings. See that module's docstring for lazy files,
+bounded descriptors and threads.
 
 Failures (issue 16): a writable index's writes, resizes, fsyncs, renames, creates and deletes go through the store's
 failure channel (``core/logdirfailure.py``): refused once the store is offline, and an OSError takes it offline.
@@ -12,55 +14,17 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
 from logfs.core.errors import ConfigError, CorruptIndex, IndexFull, OffsetOverflow, StorageError
 from logfs.core.format.varint import INT32_MAX
+from logfs.core.log.indexentry import SEGMENT_INDEX_BYTES_DEFAULT, OffsetPosition, TimestampOffset
+from logfs.core.log.indexsearch import IndexSearch
 from logfs.core.logdirfailure import channel_for
 
-OFFSET_INDEX_ENTRY_BYTES = 8
-TIME_INDEX_ENTRY_BYTES = 12
-SEGMENT_INDEX_BYTES_DEFAULT = 10 * 1024 * 1024  # segment.index.bytes
-NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP: what a time index lookup below its first entry answers
-
-# A lookup searches the last WARM_SECTION_BYTES of an index first (1024 offset entries, 682 time entries). Appends
-# and almost every lookup (in-sync followers, tailing consumers) touch the end of the index, so a plain binary search
-# would keep faulting in the pages of its first probes (index pages 0, n/2, 3n/4 ...), which change as the index
-# grows and are cold by then: Kafka measured ~1 s produce latency from such faults. 8192 bytes is at most 3 pages of
-# 4 KiB, and each warm lookup touches all of them, so they stay in the page cache; with the default density it
-# covers ~4 MB (offset index) or ~2.7 MB (time index) of log. The result is the same as a plain binary search.
-WARM_SECTION_BYTES = 8192
-
-_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-
-assert _OFFSET_ENTRY.size == OFFSET_INDEX_ENTRY_BYTES and _TIME_ENTRY.size == TIME_INDEX_ENTRY_BYTES
-assert SEGMENT_INDEX_BYTES_DEFAULT // OFFSET_INDEX_ENTRY_BYTES == 1_310_720  # Kafka's AbstractIndex
-assert SEGMENT_INDEX_BYTES_DEFAULT // TIME_INDEX_ENTRY_BYTES == 873_813
-assert WARM_SECTION_BYTES // OFFSET_INDEX_ENTRY_BYTES == 1024 and WARM_SECTION_BYTES // TIME_INDEX_ENTRY_BYTES == 682
-
-
-class OffsetPosition(NamedTuple):
-    """An offset index entry: the append whose last offset is ``offset`` starts at byte ``position`` of the log."""
-
-    offset: int
-    position: int
-
-
-class TimestampOffset(NamedTuple):
-    """A time index entry: ``timestamp`` is the largest timestamp seen up to ``offset``."""
-
-    timestamp: int
-    offset: int
-
-
-# Both entry types are (key, value) pairs: offset index (offset, position), time index (timestamp, offset).
-_KEY = 0
-_VALUE = 1
 _Entry = TypeVar("_Entry", OffsetPosition, TimestampOffset)
 
 
@@ -69,18 +33,14 @@ def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
-class AbstractIndex(Generic[_Entry]):
-    """What the offset index and the time index share: the file, its mapping, slots, search, truncation, resizing.
+class AbstractIndex(IndexSearch, Generic[_Entry]):
+    """What the offset index and the time index share: the file, its mapping, slots, truncation, resizing; the
+    search is :class:`IndexSearch`'s.
 
     ``max_index_bytes`` is ``segment.index.bytes``; a new file gets that many bytes rounded down to whole entries.
     ``writable=False`` opens an existing file read-only (``logfs dump``, ``logfs check``): every change is refused
     with a StorageError, and an absent file reads as empty instead of being created.
     """
-
-    ENTRY_BYTES: ClassVar[int]
-    _ENTRY: ClassVar[struct.Struct]
-    _OFFSET_FIELD: ClassVar[int]  # which field of an entry is its offset (truncate_to searches it)
-    _warm_entries: ClassVar[int]
 
     def __init__(
         self,
@@ -389,59 +349,6 @@ class AbstractIndex(Generic[_Entry]):
             except OSError as exc:
                 raise _storage_error("delete", self._path, exc) from exc
             return True
-
-    # --- search ------------------------------------------------------------------------------------------------------
-
-    def _largest_lower_bound_slot(self, buffer: mmap.mmap, target: int, field: int) -> int:
-        """The slot of the largest entry whose ``field`` is at or below ``target``; -1 if there is none."""
-        return self._slot_for(buffer, target, field, smallest_upper_bound=False)
-
-    def _smallest_upper_bound_slot(self, buffer: mmap.mmap, target: int, field: int) -> int:
-        """The slot of the smallest entry whose ``field`` is at or above ``target``; -1 if there is none."""
-        return self._slot_for(buffer, target, field, smallest_upper_bound=True)
-
-    def _slot_for(self, buffer: mmap.mmap, target: int, field: int, *, smallest_upper_bound: bool) -> int:
-        """Kafka's indexSlotRangeFor: search the warm section first (see WARM_SECTION_BYTES), then the rest."""
-        entries = self._entries
-        if entries == 0:
-            return -1
-        first_hot = max(0, entries - 1 - self._warm_entries)
-        if self._field_at(buffer, first_hot, field) < target:
-            return self._binary_search(buffer, target, field, smallest_upper_bound, first_hot, entries - 1)
-        if self._field_at(buffer, 0, field) > target:
-            return 0 if smallest_upper_bound else -1
-        return self._binary_search(buffer, target, field, smallest_upper_bound, 0, first_hot)
-
-    def _field_at(self, buffer: mmap.mmap, slot: int, field: int) -> int:
-        """One field of the entry in ``slot``, absolute for the offset field: no entry tuple is built, which makes
-        a lookup's ~14 probes ~2x cheaper than parsing whole entries."""
-        value: int = self._ENTRY.unpack_from(buffer, slot * self.ENTRY_BYTES)[field]
-        return value + self._base_offset if field == self._OFFSET_FIELD else value
-
-    def _binary_search(
-        self, buffer: mmap.mmap, target: int, field: int, smallest_upper_bound: bool, low: int, high: int
-    ) -> int:
-        # The probe loop compares raw fields (the target made relative instead of every probe made absolute) with
-        # a bound unpack and no method call: ~0.25 µs a probe instead of ~0.6 (a lookup makes ~11-14 probes).
-        unpack = self._ENTRY.unpack_from
-        entry_bytes = self.ENTRY_BYTES
-        raw_target = target - self._base_offset if field == self._OFFSET_FIELD else target
-        while low < high:
-            middle = (low + high + 1) >> 1
-            found = unpack(buffer, middle * entry_bytes)[field]
-            if found > raw_target:
-                high = middle - 1
-            elif found < raw_target:
-                low = middle
-            else:
-                return middle
-        if not smallest_upper_bound:
-            return low
-        # Kafka returns low + 1 here even when the entry at low equals the target, which happens when the range
-        # narrows to it without probing it; that is still a valid bound but not the smallest, so check it.
-        if self._field_at(buffer, low, field) == target:
-            return low
-        return -1 if low == self._entries - 1 else low + 1
 
     # --- the file and its mapping (every caller holds the lock) -------------------------------------------------------
 

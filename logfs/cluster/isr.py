@@ -22,7 +22,7 @@ from logfs.cluster.rules import PartitionState
 from logfs.cluster.zk import Fenced, Superseded, Versioned, ZkUnavailable, ZooKeeper
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.replication.replica import LeaderReplicas
+from logfs.core.replication.leaderreplicas import LeaderReplicas
 
 _log = logging.getLogger(__name__)
 

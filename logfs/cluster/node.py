@@ -67,8 +67,8 @@ from logfs.cluster.zk import (
     ZooKeeper,
 )
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.config import StoreConfig
 from logfs.core.errors import LogfsError
+from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
     UnreadableReplicaState,
@@ -76,8 +76,8 @@ from logfs.core.replication.promotion import (
     read_replica_state,
     write_replica_state,
 )
-from logfs.core.replication.replica import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import FetchResponse
 from logfs.mount.operations import Operations

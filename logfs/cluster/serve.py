@@ -17,8 +17,8 @@ import trio
 
 from logfs.cluster.node import ClusterNode
 from logfs.core.collector import freeze_loaded
-from logfs.core.config import StoreConfig
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.mount.operations import Operations
 from logfs.mount.server import clear_stale_mount, raise_open_file_limit, run_mount, standard_tasks
 

@@ -85,7 +85,6 @@ from typing import Any, TypeVar
 import trio
 
 from logfs.core.collector import freeze_loaded
-from logfs.core.config import StoreConfig
 from logfs.core.errors import LogfsError, StoreOffline
 from logfs.core.log.log import Log
 from logfs.core.replication.promotion import (
@@ -95,6 +94,7 @@ from logfs.core.replication.promotion import (
     write_replica_state,
 )
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, create_topics, ensure_topic, list_leader
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
 from logfs.follower.inflight import LeaderCalls

@@ -353,9 +353,9 @@ def test_a_shrink_of_every_partition_is_recorded_in_a_few_requests(tmp_path: Pat
     """A follower that stops fetching leaves the ISR of every partition at once: the leader records the shrinks in
     one batch (ZooKeeper counts the requests), then makes them; every recorded ISR is the smaller one."""
     from logfs.cluster.isr import IsrRecorder
-    from logfs.core.config import StoreConfig
-    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.replication.leaderreplicas import LeaderReplicas
     from logfs.core.store import Store
+    from logfs.core.storeconfig import StoreConfig
 
     partitions = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "250"))
     lag_ms = 200 + partitions  # the leader takes every partition well within it (the first shrink finds nothing)
@@ -391,9 +391,9 @@ def test_an_idle_leaders_isr_sync_walks_no_partition(tmp_path: Path, zookeeper: 
     """The leader's ISR sync runs ten times a second: once everything is recorded it walks no partition until a
     partition is created or deleted or an ISR changes (then it walks and records that, once)."""
     from logfs.cluster.isr import IsrRecorder
-    from logfs.core.config import StoreConfig
-    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.replication.leaderreplicas import LeaderReplicas
     from logfs.core.store import Store
+    from logfs.core.storeconfig import StoreConfig
 
     store = Store.open(tmp_path / "store", StoreConfig(replica_ids=(0, 1)))
     try:
@@ -441,9 +441,9 @@ def test_a_leader_records_the_deletion_only_of_a_topic_it_held(tmp_path: Path, z
     not a deletion (recording one deleted the topic on every replica, seen at 10,000 partitions when a loaded leader
     lost its session while topics were being created). A topic it held and then deleted is recorded."""
     from logfs.cluster.isr import IsrRecorder
-    from logfs.core.config import StoreConfig
-    from logfs.core.replication.replica import LeaderReplicas
+    from logfs.core.replication.leaderreplicas import LeaderReplicas
     from logfs.core.store import Store
+    from logfs.core.storeconfig import StoreConfig
 
     store = Store.open(tmp_path / "store", StoreConfig(replica_ids=(0, 1)))
     try:

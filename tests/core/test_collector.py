@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from logfs.core.collector import collector_paused, freeze_loaded
-from logfs.core.config import StoreConfig
 from logfs.core.store import NewTopic, Store
+from logfs.core.storeconfig import StoreConfig
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logfs.core import config, configtext
-from logfs.core.config import BROKER_SYNONYMS, KAFKA_TOPIC_KEYS, LOG_KEYS, STORE_KEYS, LogConfig, StoreConfig
+from logfs.core.config import KAFKA_TOPIC_KEYS, LOG_KEYS, LogConfig
 from logfs.core.configtext import (
     apply_overrides,
     load_topic_overrides,
@@ -22,6 +22,7 @@ from logfs.core.configtext import (
 )
 from logfs.core.errors import ConfigError, DiskFull
 from logfs.core.format.batch import TimestampType
+from logfs.core.storeconfig import BROKER_SYNONYMS, STORE_KEYS, StoreConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,7 +25,8 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log import loader
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import LogSegment
-from logfs.core.store import HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, NewTopic, Store
+from logfs.core.store import NewTopic, Store
+from logfs.core.storedir import HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 
 PARTITIONS = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "1000"))
 TOPICS = max(1, PARTITIONS // 5)
@@ -74,18 +75,18 @@ def test_a_tick_visits_only_the_logs_with_work(tmp_path: Path) -> None:
             append_one(log, b"x")
         now = int(time.time() * 1000)
         store.tick(now)  # the first tick runs retention (every log, minutes apart) and takes every appended log
-        assert store.tick_visits >= len(logs)
+        assert store.tasks.tick_visits >= len(logs)
         store.tick(now + 1_000)
-        assert store.tick_visits == 0  # idle: flush.ms never comes, nothing to delete, no log looked at
+        assert store.tasks.tick_visits == 0  # idle: flush.ms never comes, nothing to delete, no log looked at
         for log in logs[:3]:
             append_one(log, b"y")  # already unflushed: no new report
         append_one(logs[0], b"z")
         logs[5].flush()
         append_one(logs[5], b"w")  # flushed, then appended: it reports itself again
         store.tick(now + 2_000)
-        assert store.tick_visits == 1
+        assert store.tasks.tick_visits == 1
         store.tick(now + 3_000)
-        assert store.tick_visits == 0
+        assert store.tasks.tick_visits == 0
     finally:
         store.abandon()  # a close would flush every log: a thousand fsyncs this test is not about
 
@@ -125,7 +126,7 @@ def test_a_tick_flushes_by_flush_ms_from_its_queue(tmp_path: Path) -> None:
         store.tick(now + 1_000)
         assert log.recovery_point == 0  # flush.ms has not passed: queued, not flushed
         store.tick(now + 2_000)
-        assert store.tick_visits == 0  # waiting in the queue costs the tick nothing
+        assert store.tasks.tick_visits == 0  # waiting in the queue costs the tick nothing
         store.tick(now + 10_000)
         assert log.recovery_point == 1
         assert log.unflushed_records == 0

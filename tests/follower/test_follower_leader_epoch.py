@@ -12,10 +12,11 @@ from pathlib import Path
 import trio
 from conftest import finish_mount, start_mount
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import (
     FENCED_LEADER_EPOCH,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
@@ -28,6 +28,7 @@ from logfs.core.log.loader import load_log
 from logfs.core.log.log import Isolation, Log
 from logfs.core.replication.promotion import PersistedReplicaState
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.follower.fetch import (
     DivergingEpoch,
     FetchProtocolError,

@@ -19,12 +19,13 @@ import random
 import sys
 import time
 
-from logfs.core.config import StoreConfig
 from logfs.core.configtext import parse_store_config
 from logfs.core.format.batch import assign_offset_and_epoch
 from logfs.core.format.compression import Compression
 from logfs.core.format.encode import encode_values
-from logfs.core.store import OFFSET_CHECKPOINT_INTERVAL_MS, Store
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storetasks import OFFSET_CHECKPOINT_INTERVAL_MS
 
 TOPIC = "crash"
 BASE_TIMESTAMP_MS = 1_700_000_000_000  # record timestamps: BASE + 10 ms per batch, CREATE_TIME

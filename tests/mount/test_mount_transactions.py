@@ -24,11 +24,11 @@ import trio
 from conftest import Mount, errno_of, finish_mount, start_mount, state, write_all
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from logfs.core.config import StoreConfig
 from logfs.core.format.batch import iter_batch_positions, read_header
 from logfs.core.format.control import ControlType
 from logfs.core.format.encode import encode_end_txn_marker
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 from logfs.mount.operations import Operations
 
 TXNS = ".logfs/transactions"

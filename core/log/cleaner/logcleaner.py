@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LONG_MAX, StoreConfig
+from logfs.core.config import LONG_MAX
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptCheckpoint, StorageError, StoreOffline
 from logfs.core.log.cleaner.clean import CleaningAborted, CleanStats, clean_log
@@ -65,6 +65,7 @@ from logfs.core.log.cleaner.offsetmap import OffsetMap
 from logfs.core.log.cleaner.throttler import Throttler
 from logfs.core.log.log import Log
 from logfs.core.log.segment import LogSegment
+from logfs.core.storeconfig import StoreConfig
 
 _log = logging.getLogger(__name__)
 

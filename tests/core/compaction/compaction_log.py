@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.format.batch import BatchHeader, Record, iter_batch_positions, read_header
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
@@ -19,6 +19,7 @@ from logfs.core.log.cleaner.offsetmap import OffsetMap
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
+from logfs.core.storeconfig import StoreConfig
 
 TP = TopicPartition("topic", 0)
 LARGE_TIMESTAMP = 2**63 - 1 - 86_400_000 - 1  # LogCleanerTest's largeTimestamp

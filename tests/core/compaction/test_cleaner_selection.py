@@ -13,11 +13,12 @@ from compaction_log import OneLogStore, append, compact_config, int_record, now_
 from test_cleaner_scenarios import marker, txn_producer
 
 from logfs.core.checkpoint import TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.log.cleaner import clean as cleanerround
 from logfs.core.log.cleaner.logcleaner import CLEANER_CHECKPOINT, LogCleaner
 from logfs.core.log.cleaner.throttler import PAUSE_S, Throttler
 from logfs.core.log.log import Log
+from logfs.core.storeconfig import StoreConfig
 
 HOUR_MS = 3_600_000
 

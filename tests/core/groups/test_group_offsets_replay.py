@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import StoreConfig
 from logfs.core.errors import InvalidOffsetCommit
 from logfs.core.format.batch import iter_batch_positions
 from logfs.core.format.decode import decode_records
@@ -24,6 +23,7 @@ from logfs.core.groups.records import OFFSETS_TOPIC, decode_key, decode_value, p
 from logfs.core.log.log import Log
 from logfs.core.replication.fetch import read_batches
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 
 PARTITIONS = 3
 

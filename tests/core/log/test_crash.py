@@ -53,7 +53,8 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log.loader import LoadEvent
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import QUARANTINE_SUFFIX
-from logfs.core.store import HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, Store
+from logfs.core.store import Store
+from logfs.core.storedir import HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 
 
 def _load_writer() -> ModuleType:

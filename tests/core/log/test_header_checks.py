@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.errors import CorruptStoredBatch
 from logfs.core.format.batch import Record
 from logfs.core.format.encode import encode_batch
 from logfs.core.log.batchcheck import NO_OFFSET_BOUND, check_batches, check_span, read_checked
 from logfs.core.log.log import Log
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 
 CONFIG = StoreConfig(topic_defaults=LogConfig(segment_bytes=1 << 20, index_interval_bytes=200))
 

@@ -94,7 +94,7 @@ def test_concurrent_checkpoint_writes_do_not_fail(tmp_path: Path) -> None:
             try:
                 for _ in range(200):
                     store.tick(now_ms=2**62)  # every periodic job is due: checkpoints each time
-                    store._due.hw_checkpoint = store._due.offset_checkpoint = 0
+                    store.tasks._due.hw_checkpoint = store.tasks._due.offset_checkpoint = 0
             except BaseException as exc:
                 errors.append(exc)
 

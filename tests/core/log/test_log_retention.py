@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.errors import OffsetOutOfRange
 from logfs.core.format.batch import Record, iter_batch_positions
 from logfs.core.format.decode import decode_records
@@ -25,7 +25,9 @@ from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
 from logfs.core.offsets import LogOffsetMetadata
-from logfs.core.store import LOG_START_OFFSET_CHECKPOINT, Store
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import LOG_START_OFFSET_CHECKPOINT
 
 NO_TIMESTAMP = -1
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from logfs.core.checkpoint import LeaderEpochCheckpointFile, OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
@@ -35,7 +35,9 @@ from logfs.core.log.loader import LoadEvent, load_log
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.recovery import recover_segment
 from logfs.core.log.segment import QUARANTINE_SUFFIX, LogSegment
-from logfs.core.store import RECOVERY_POINT_CHECKPOINT, Store
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import RECOVERY_POINT_CHECKPOINT
 
 NO_TIMESTAMP = -1
 SEGMENT_INDEX_INTERVAL_BYTES = 10  # LogSegmentTest.createSegment's default

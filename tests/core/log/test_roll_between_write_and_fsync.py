@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from kafka.record import MemoryRecords
 
-from logfs.core.config import StoreConfig
 from logfs.core.format.encode import encode_values
 from logfs.core.log import local as local_module
 from logfs.core.log.local import LocalLog
@@ -37,6 +36,7 @@ from logfs.core.log.segment import LogSegment
 from logfs.core.offsets import Isolation
 from logfs.core.replication.replica import LeaderPartition
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 
 TS = 1_700_000_000_000
 HOLD_S = 10.0

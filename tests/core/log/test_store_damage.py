@@ -25,7 +25,7 @@ import pytest
 
 import logfs.core.log.recovery as recovery_module
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.configtext import parse_store_config
 from logfs.core.errors import ConfigError, StoreLocked
 from logfs.core.format.batch import RECORDS_OFFSET, iter_batch_positions, read_header
@@ -34,12 +34,13 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log.loader import LoadEvent
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import QUARANTINE_SUFFIX
-from logfs.core.store import (
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
-    Store,
 )
 
 TOPIC = "topic"

@@ -26,14 +26,16 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.format.batch import Header, Record, iter_batch_positions
 from logfs.core.format.compression import Compression
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch
 from logfs.core.log.loader import LoadEvent
 from logfs.core.log.log import Isolation, Log
-from logfs.core.store import CLEAN_SHUTDOWN_FILE, Store
+from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
+from logfs.core.storedir import CLEAN_SHUTDOWN_FILE
 
 TOPIC = "interop"
 CONFIG = StoreConfig(topic_defaults=LogConfig(segment_bytes=4096, index_interval_bytes=256))

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from logfs.core import store as store_module
-from logfs.core.store import META_PROPERTIES, Store
+from logfs.core import storedir
+from logfs.core.store import Store
+from logfs.core.storedir import META_PROPERTIES
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         real(fd)
         done.append(os.readlink(f"/proc/self/fd/{fd}"))
 
-    monkeypatch.setattr(store_module.os, "fsync", recording)
+    monkeypatch.setattr(storedir.os, "fsync", recording)
     return done
 
 

@@ -26,7 +26,8 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log import local as local_module
 from logfs.core.log.batchcheck import VerifiedRanges, check_span, read_checked
 from logfs.core.logdirfailure import channel_for, offline_state
-from logfs.core.store import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT, Store
+from logfs.core.store import Store
+from logfs.core.storedir import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT
 from logfs.core.txn.producerids import ProducerIdAllocator
 
 TS = 1_700_000_000_000

@@ -12,7 +12,8 @@ import pytest
 
 from logfs.core.configtext import parse_store_config
 from logfs.core.format.encode import encode_values
-from logfs.core.store import MAX_FILE_NAME_BYTES, Store, overrides_file_name
+from logfs.core.store import Store
+from logfs.core.topicnames import MAX_FILE_NAME_BYTES, overrides_file_name
 
 
 @pytest.mark.parametrize("length", [1, 200, 213, 214, 227, 228, 232, 249])

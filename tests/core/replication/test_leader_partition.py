@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from logfs.core.config import LogConfig, StoreConfig
+from logfs.core.config import LogConfig
 from logfs.core.errors import (
     LockBusy,
     NotEnoughReplicas,
@@ -35,6 +35,7 @@ from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
 from logfs.core.replication.fetch import OFFSET_OUT_OF_RANGE, accept_fetch, fetch_response, read_batches
+from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     REPLICA_STATE_FILE,
     PersistedReplicaState,
@@ -48,11 +49,10 @@ from logfs.core.replication.replica import (
     UNKNOWN_OFFSET,
     FetchValidation,
     LeaderPartition,
-    LeaderReplicas,
     ReplicaState,
-    shrink_check_interval_ms,
 )
 from logfs.core.store import Store
+from logfs.core.storeconfig import StoreConfig
 
 LEADER, F1, F2 = 0, 1, 2
 LAG_MS = 30_000  # ReplicationConfigs.REPLICA_LAG_TIME_MAX_MS_DEFAULT, as PartitionTest uses it
