@@ -91,7 +91,7 @@ def test_parts_cut_the_first_and_last_batch_at_the_range_and_span_whole_batches_
         for part in parts:  # the whole batches between the cut ones hold only offsets inside the range
             for buf, at, _, _ in part.stored.batches(part.full_lo, part.full_hi):
                 header = read_header(buf, at)
-                assert 4 <= header.base_offset and header.last_offset < 80
+                assert header.base_offset >= 4 and header.last_offset < 80
         with log.read_range(3, 81, Isolation.HIGH_WATERMARK) as read:  # batch boundaries: nothing to cut
             parts = list(read)
         assert parts[0].from_offset is None and parts[-1].until_offset is None
