@@ -458,7 +458,7 @@ class ClusterNode:
                             on_topic_deleted=self.ops.topic_deleted, leader_epoch=seen.leader_epoch,
                             on_epoch_refused=self._epoch_refused)  # fmt: skip
         self._follower = follower
-        self.ops.set_role(None, follower.partition_view)
+        self.ops.set_role(None, follower.replica_state.partition_view)
         self.role = ROLE_FOLLOWER
         _log.info("node %d follows node %d at %s in leader epoch %d", self.node_id, seen.leader, seen.mount,
                      seen.leader_epoch)  # fmt: skip
