@@ -326,7 +326,7 @@ def follow(
         raise click.UsageError(str(exc)) from None
     if any(pair.partition("=")[0].strip() == "node.id" for pair in config_pairs):
         raise click.UsageError("--replica-id is this store's node.id: give it once, not as --config node.id")
-    from logfs.follower.daemon import follow as run_follower  # trio (and pyfuse3 with --mount) only for this command
+    from logfs.follower.command import follow as run_follower  # trio (and pyfuse3 with --mount) only for this command
 
     try:
         code = run_follower(leader_mount, store, replica_id, config, mountpoint)

@@ -58,10 +58,8 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 import trio
 
-from logfs.core.format.framing import BatchFramer, LineFramer
-from logfs.core.format.lines import max_text_line_bytes
+from logfs.core.format.framing import LineFramer
 from logfs.core.groups.records import OFFSETS_TOPIC
-from logfs.core.log.log import Log
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.store import Store
@@ -84,6 +82,7 @@ from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name, parse_partition_name
 from logfs.mount.nodes import GROUP_KINDS, Kind, Node, parent_of
+from logfs.mount.openwrite import open_write_handle
 from logfs.mount.reads import Reader, ReplicaView
 from logfs.mount.refusals import refusal_target
 from logfs.mount.render.rangeview import RangeView
@@ -92,7 +91,7 @@ from logfs.mount.replication import FETCH_TASKS_PER_FOLLOWER, LeaderReplication
 from logfs.mount.session import FetchSession, SessionHandle
 from logfs.mount.transactions import Transactions
 from logfs.mount.tree import Entry, Tree
-from logfs.mount.writes import TEXT_KINDS, Writer, max_batch_bytes
+from logfs.mount.writes import Writer
 
 _log = logging.getLogger(__name__)
 
@@ -484,7 +483,8 @@ class Operations(pyfuse3.Operations):
             self._refuse_if_read_only()
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
-            return self._open_write(entry, flags, access)
+            h = open_write_handle(self.store, self.transactions, self.reader, entry, flags, access)
+            return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         h, info = await self.reader.open(entry, ctx.pid)
         info.fh = self._new_fh(h)
         return info
@@ -499,38 +499,6 @@ class Operations(pyfuse3.Operations):
         session = FetchSession(self.replication, lambda: self.replication, entry.node.replica, self.partitions,
                                self._read_thread)  # fmt: skip
         return pyfuse3.FileInfo(fh=self._new_fh(SessionHandle(entry, session)), direct_io=True, nonseekable=True)
-
-    def _open_write(self, entry: Entry, flags: int, access: int) -> pyfuse3.FileInfo:
-        kind = entry.node.kind
-        if kind is Kind.BATCHES:
-            framer: LineFramer | BatchFramer = BatchFramer(max_batch_bytes(self._log(entry.node)))
-        else:
-            limit = self._max_line_bytes(entry.node)
-            framer = LineFramer(limit, measure_every_line=kind in (Kind.APPEND_JSONL, Kind.TOPIC_APPEND_JSONL))
-        h = WriteHandle(entry, framer, read_write=access == os.O_RDWR, sync=bool(flags & os.O_DSYNC))
-        if entry.node.txn:  # writes land in the transaction's epoch of now: a later epoch fences them (ESTALE)
-            assert self.transactions is not None
-            h.txn = (entry.node.txn, self.transactions.epoch_of(entry.node.txn))
-        if kind is Kind.CONFIG and h.read_write:
-            h.responses += self.reader.render_config(entry.node.topic)
-        return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
-
-    def _max_line_bytes(self, node: Node) -> int:
-        """The longest line a write file takes (longer: EFBIG, decided by the framer before anything is parsed).
-        ``append``: exactly the longest value a batch of one record holds within max.message.bytes (or
-        segment.bytes), so a line is refused the same way whichever request completes it. ``append.jsonl``: twice
-        that limit of JSON text, room for a value at the limit as base64 (4/3) or with escapes; the record each line
-        makes is then held to the limit exactly by the encoder. Command lines: 1 MiB."""
-        if node.kind in (Kind.APPEND, Kind.APPEND_JSONL):
-            limit = max_batch_bytes(self._log(node))
-        elif node.kind in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL):
-            limit = max_batch_bytes(self.store.log(node.topic, self.store.partitions(node.topic)[0]))
-        else:
-            return 1024 * 1024  # config and .logfs/ command lines
-        return max_text_line_bytes(limit) if node.kind in TEXT_KINDS else 2 * limit
-
-    def _log(self, node: Node) -> Log:
-        return self.store.log(node.topic, node.partition)
 
     @handler
     async def flush(self, fh: int) -> None:

@@ -19,7 +19,9 @@ import logging
 import threading
 
 from logfs.cluster.rules import PartitionState
-from logfs.cluster.zk import Fenced, Superseded, Versioned, ZkUnavailable, ZooKeeper
+from logfs.cluster.zk import ZooKeeper
+from logfs.cluster.zkerrors import Fenced, Superseded, ZkUnavailable
+from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.replication.leaderreplicas import LeaderReplicas

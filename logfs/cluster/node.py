@@ -6,10 +6,9 @@ Theory of operation.
 
 * **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over (``logfs/cluster/zk.py``) and,
   after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in a worker thread: register if not
-  registered; become the controller when there is none (Kafka's multi on ``/controller_epoch``); as controller,
-  elect when the leader is not live or restarted (``rules.needs_election``, ``rules.elect``) and write every
-  partition state, then the leadership (``ZooKeeper.write_election``: bounded multis, each checking
-  ``/controller_epoch``, the leadership last); then read the leadership (watched) and act on it.
+  registered; take the controller's part (``logfs/cluster/controller.py``: become the controller when there is none;
+  as controller, elect when needed and write every partition state, then the leadership); then read the leadership
+  (watched) and act on it.
 * **Acting** (``rules.decide``): a newer epoch naming this node → lead: stop fetching, take every partition in that
   epoch with the ISR ZooKeeper records (``LeaderReplicas``), record the epoch in the store's replica state, and serve
   writes and fetches (``Operations.set_role``). Naming another node → follow it: its advertised mount is tailed by
@@ -41,31 +40,12 @@ from typing import Any, TypeVar
 
 import trio
 
+from logfs.cluster.controller import Controller
 from logfs.cluster.isr import IsrRecorder
-from logfs.cluster.rules import (
-    NO_LEADER,
-    NO_LEADERSHIP,
-    Action,
-    Broker,
-    Leader,
-    Leadership,
-    dead_removed,
-    decide,
-    elect,
-    isr_after_election,
-    needs_election,
-    plan_election,
-)
-from logfs.cluster.zk import (
-    SESSION_CONNECTED,
-    SESSION_EXPIRED,
-    Conflict,
-    Fenced,
-    StillRegistered,
-    Versioned,
-    ZkUnavailable,
-    ZooKeeper,
-)
+from logfs.cluster.rules import NO_LEADER, NO_LEADERSHIP, Action, Broker, Leadership, decide
+from logfs.cluster.zk import SESSION_CONNECTED, SESSION_EXPIRED, ZooKeeper
+from logfs.cluster.zkerrors import StillRegistered, ZkUnavailable
+from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.errors import LogfsError
 from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
@@ -112,9 +92,7 @@ class ClusterNode:
         self.leadership = NO_LEADERSHIP  # the leadership this node last acted on
         self.acted_epoch = -1
         self.broker_epoch = -1  # czxid of this node's registration; -1 while unregistered
-        self.controller: int | None = None
-        self._controller_epoch: tuple[int, int] | None = None  # (epoch, znode version) while this node is controller
-        self._isr_clean: object = None  # what the controller last found with no dead replica in any ISR
+        self.controller = Controller(self.zk, self.node_id, config)  # logfs/cluster/controller.py
         self._recorder: IsrRecorder | None = None
         self._follower: Follower | None = None
         self._role_scope: trio.CancelScope | None = None
@@ -132,7 +110,8 @@ class ClusterNode:
 
     def state_fields(self) -> dict[str, Any]:
         """What ``state`` gains: the session (connected, suspended or expired) and the controller's id (-1: none)."""
-        return {"zookeeper_session": self.zk.session, "controller": -1 if self.controller is None else self.controller}
+        current = self.controller.current
+        return {"zookeeper_session": self.zk.session, "controller": -1 if current is None else current}
 
     def render_metrics(self) -> str:
         """``.logfs/metrics`` lines: this node's role, the leader and its epoch, the session, the controller."""
@@ -145,7 +124,7 @@ class ClusterNode:
             ("logfs_cluster_leader_epoch", "gauge", "The leader epoch this node acted on last.",
              [("", self.leadership.leader_epoch)]),
             ("logfs_cluster_controller", "gauge", "The controller's node id (-1: none known).",
-             [("", -1 if self.controller is None else self.controller)]),
+             [("", -1 if self.controller.current is None else self.controller.current)]),
             ("logfs_zookeeper_session", "gauge", "1 for the ZooKeeper session's state.",
              [(f'{{state="{s}"}}', int(s == self.zk.session)) for s in ("connected", "suspended", "expired")]),
         ):  # fmt: skip
@@ -183,8 +162,7 @@ class ClusterNode:
                     if SESSION_EXPIRED in words and not self._left:
                         _log.warning("node %d: ZooKeeper session expired", self.node_id)
                         self.broker_epoch = -1
-                        self.controller = None
-                        self._controller_epoch = None
+                        self.controller.forget()
                         if self.role == ROLE_LEADER:
                             await self._fence("its ZooKeeper session expired")
                     try:
@@ -234,7 +212,7 @@ class ClusterNode:
             if self.broker_epoch < 0 and self.zk.session == SESSION_CONNECTED:
                 self.broker_epoch = await self._zk(self.zk.register, self._broker())
                 _log.info("node %d registered in ZooKeeper (broker epoch %d)", self.node_id, self.broker_epoch)
-            await self._zk(self._control)
+            await self._zk(self.controller.control, self.broker_epoch >= 0)
             self._live = set(await self._zk(self.zk.live_brokers)) if self.broker_epoch >= 0 else set()
             leadership, _ = await self._zk(self.zk.leadership)
             await self._apply_deletions()
@@ -256,111 +234,6 @@ class ClusterNode:
             persisted = None
         seen = max(latest_partition_epoch(self.store), -1 if persisted is None else persisted.highest_epoch)
         return Broker(self.node_id, self.advertised, seen)
-
-    def _control(self) -> None:
-        """Worker thread: become the controller when there is none; as controller, elect when needed."""
-        controller = self.zk.controller()
-        if controller is None and self.broker_epoch >= 0:
-            won = self.zk.try_become_controller(self.node_id)
-            if won is not None:
-                self._controller_epoch = won
-                _log.info("node %d is the controller (controller epoch %d)", self.node_id, won[0])
-            controller = self.zk.controller()
-        self.controller = controller
-        if controller != self.node_id:
-            self._controller_epoch = None
-            return
-        if self._controller_epoch is None:  # /controller names this node from a session we lost track of
-            return
-        live = self.zk.live_brokers()
-        current, version = self.zk.leadership(watch=False)
-        epochs = {node: epoch for node, (epoch, _) in live.items()}
-        if not needs_election(current, epochs, self.config.replica_ids):
-            self._remove_dead_replicas(current, version, epochs, live)
-            return
-        states = self.zk.partition_states()
-        election = elect(self.config.replica_ids, epochs, [v.state.isr for v in states.values()],
-                         unclean=self.config.unclean_leader_election_enable)  # fmt: skip
-        if election.leader == NO_LEADER and current.leader == NO_LEADER:
-            return  # nobody may lead, and the record says so already
-        leader_mount = live[election.leader][1].mount if election.leader in live else ""
-        try:
-            epoch = self._write_leadership(current, version, states, live, election.leader, leader_mount,
-                                           lambda isr: isr_after_election(isr, election, epochs))  # fmt: skip
-        except Conflict as exc:  # a state changed since it was read: read again at the next reconcile
-            _log.info("node %d: %s; electing again", self.node_id, exc)
-            self.zk.nudge()
-            return
-        except Fenced as exc:
-            _log.warning("node %d resigns as controller: %s", self.node_id, exc)
-            self._controller_epoch = None
-            return
-        how = "" if election.clean else " (unclean: outside the ISR; records may be lost)"
-        who = f"node {election.leader}" if election.leader != NO_LEADER else "no leader"
-        (_log.info if election.clean and election.leader != NO_LEADER else _log.warning)(
-            "controller %d elected %s in leader epoch %d%s", self.node_id, who, epoch, how
-        )
-
-    def _write_leadership(
-        self,
-        current: Leadership,
-        version: int,
-        states: dict[tuple[str, int], Versioned],
-        live: dict[int, tuple[int, Broker]],
-        leader: int,
-        mount: str,
-        isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
-    ) -> int:
-        """Worker thread, as controller: the leadership of ``leader`` in the next epoch, and every partition's state
-        with the ISR ``isr_of`` its current one (``rules.plan_election``), written as ``ZooKeeper.write_election``
-        says: the states in pipelined multis, the leadership last; the epoch. Fenced or Conflict when refused."""
-        assert self._controller_epoch is not None
-        controller_epoch, epoch_version = self._controller_epoch
-        broker_epoch = live[leader][0] if leader in live else -1
-        leadership, new_states = plan_election(
-            current, {key: (v.state, v.version) for key, v in states.items()},
-            [b.highest_epoch for _, b in live.values()], Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
-        )  # fmt: skip
-        before = self.zk.multis.largest
-        multis = self.zk.write_election(epoch_version, leadership, version, new_states)
-        _log.info("controller %d wrote leader epoch %d: %d partition states in %d multis (largest %d bytes)",
-                  self.node_id, leadership.leader_epoch, len(new_states), multis,
-                  max(before, self.zk.multis.largest))  # fmt: skip
-        return leadership.leader_epoch
-
-    def _remove_dead_replicas(
-        self, current: Leadership, version: int, epochs: dict[int, int], live: dict[int, tuple[int, Broker]]
-    ) -> None:
-        """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
-        doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too). Also completes an election of this same leader that
-        a previous controller left half-written (docs/replication.md, "Elections at scale").
-
-        Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
-        since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
-        timer): an ISR gains a member only by the leader's join rule, which takes a node that is fetching."""
-        if current.leader == NO_LEADER or self._controller_epoch is None:
-            return
-        looked = (frozenset(epochs.items()), version, self._controller_epoch)
-        if looked == self._isr_clean:
-            return
-        states = self.zk.partition_states()
-        shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
-        # states in an epoch above the leadership's: an election (of this same leader) left half-written by a
-        # controller that died or was deposed before its leadership multi; written again here, it is completed
-        half_written = any(v.state.leader_epoch > current.leader_epoch for v in states.values())
-        if not half_written and all(isr == states[key].state.isr for key, isr in shrunk.items()):
-            self._isr_clean = looked
-            return
-        try:
-            epoch = self._write_leadership(current, version, states, live, current.leader, current.mount,
-                                           lambda isr: dead_removed(isr, epochs))  # fmt: skip
-        except (Fenced, Conflict) as exc:
-            _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
-            return
-        dead = sorted({r for v in states.values() for r in v.state.isr if r not in epochs})
-        _log.info("controller %d removed dead node(s) %s from the ISR: leader %d, leader epoch %d", self.node_id,
-                  dead, current.leader, epoch)  # fmt: skip
 
     async def _apply_deletions(self) -> None:
         """Delete here every topic ZooKeeper records as deleted, and say so there."""
@@ -458,7 +331,7 @@ class ClusterNode:
                             on_topic_deleted=self.ops.topic_deleted, leader_epoch=seen.leader_epoch,
                             on_epoch_refused=self._epoch_refused)  # fmt: skip
         self._follower = follower
-        self.ops.set_role(None, follower.partition_view)
+        self.ops.set_role(None, follower.replica_state.partition_view)
         self.role = ROLE_FOLLOWER
         _log.info("node %d follows node %d at %s in leader epoch %d", self.node_id, seen.leader, seen.mount,
                      seen.leader_epoch)  # fmt: skip
@@ -556,4 +429,3 @@ async def _guarded(task: Callable[[], Awaitable[None]]) -> None:
         await task()
     except Exception:
         _log.exception("a cluster task failed")
-

@@ -1,20 +1,8 @@
 """The only module that talks to ZooKeeper (kazoo): the cluster's znodes, read and written with Kafka's layout and
 conditional writes, and kazoo's events handed to trio.
 
-Znodes (under the chroot of ``zookeeper.connect``; docs/replication.md, "The znodes"):
-
-* ``/brokers/ids/<id>`` — ephemeral, one per live node (``rules.Broker``: its advertised mount and the highest epoch
-  its store saw). Its czxid is the node's *broker epoch*: a restarted node registers with a larger one.
-* ``/controller`` — ephemeral, ``{"version":1,"brokerid":…,"timestamp":"…"}``; ``/controller_epoch`` — persistent,
-  decimal text. A node becomes controller with Kafka's multi: create ``/controller`` and set ``/controller_epoch``
-  to E+1 expecting its version; every later controller write carries a check of that version, so a deposed
-  controller can change nothing.
-* ``/brokers/topics/<t>/partitions/<p>/state`` — Kafka's partition state JSON (``rules.PartitionState``).
-* ``/logfs/leadership`` — who leads every partition in which epoch (``rules.Leadership``): the one znode every node
-  watches and acts on. One leader leads every partition, so it is one small record (about 150 bytes) whatever the
-  number of partitions; it never approaches ``jute.maxbuffer``.
-* ``/admin/delete_topics/<t>`` — a topic deleted on the leader, until every replica has deleted it (its data: the
-  ids that did, JSON).
+The znodes and their layout: ``logfs/cluster/znodes.py``; what a call answers besides its result (ZkUnavailable,
+Fenced, …): ``logfs/cluster/zkerrors.py``.
 
 At scale (10,000 partitions; docs/replication.md, "Elections at scale"): nothing here is one request per
 partition in series. An election writes the state znodes in multis of at most ``MULTI_MAX_OPS`` writes and
@@ -76,6 +64,18 @@ from logfs.cluster.rules import (
     controller_data,
     controller_id,
 )
+from logfs.cluster.zkerrors import Conflict, Fenced, StillRegistered, Superseded, ZkUnavailable
+from logfs.cluster.znodes import (
+    BROKERS,
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    DELETE_TOPICS,
+    LEADERSHIP,
+    TOPICS,
+    Versioned,
+    split_connect,
+    state_path,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -92,41 +92,11 @@ PIPELINE_DEPTH = 512
 # behind many large multis waits for all of them; a few keep the connection busy without starving it.
 MULTI_DEPTH = 4
 
-BROKERS = "/brokers/ids"
-TOPICS = "/brokers/topics"
-CONTROLLER = "/controller"
-CONTROLLER_EPOCH = "/controller_epoch"
-LEADERSHIP = "/logfs/leadership"
-DELETE_TOPICS = "/admin/delete_topics"
-
 # Events handed to trio (words on the channel).
 SESSION_CONNECTED = "connected"
 SESSION_SUSPENDED = "suspended"
 SESSION_EXPIRED = "expired"
 CHANGED = "changed"  # a watched znode or child list changed: read again
-
-
-class ZkUnavailable(Exception):
-    """ZooKeeper did not answer (connection lost, session expired, timeout): nothing was decided."""
-
-
-class StillRegistered(Exception):
-    """``/brokers/ids/<id>`` belongs to an earlier session of this node (killed before it expired): wait it out."""
-
-
-class Superseded(Exception):
-    """A conditional write was refused because the controller wrote a newer epoch naming this same leader (it
-    removed a dead replica): not a fence; the node adopts the epoch."""
-
-
-class Fenced(Exception):
-    """A conditional write was refused: someone else changed the znode (a newer controller or leader)."""
-
-
-class Conflict(Exception):
-    """A controller multi was refused by a partition state's version, not by ``/controller_epoch``: the state changed
-    since the controller read it (the leader recorded an ISR). The controller is still the controller: it reads the
-    states again and tries again."""
 
 
 @dataclass(slots=True)
@@ -140,14 +110,6 @@ class MultiLog:
     def record(self, size: int) -> None:
         self.sent += 1
         self.largest = max(self.largest, size)
-
-
-@dataclass(frozen=True, slots=True)
-class Versioned:
-    """A partition state and its znode version (Kafka's zkVersion, the expected version of the next write)."""
-
-    state: PartitionState
-    version: int
 
 
 GET_DATA, GET_CHILDREN = 4, 8  # ZooKeeper's OpCode.getData and OpCode.getChildren
@@ -191,16 +153,6 @@ class MultiRead(namedtuple("MultiRead", "operations")):
                 out.append(EXCEPTIONS[err]())
             header, offset = MultiHeader.deserialize(data, offset)
         return out
-
-
-def split_connect(connect: str) -> tuple[str, str]:
-    """``"h1:1,h2:2/chroot"`` → ``("h1:1,h2:2", "/chroot")`` (``""`` for no chroot)."""
-    hosts, slash, chroot = connect.partition("/")
-    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
-
-
-def state_path(topic: str, partition: int) -> str:
-    return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
 class ZooKeeper:

@@ -1,19 +1,14 @@
-"""``logfs follow LEADER_MOUNT STORE --replica-id N [--mount MOUNTPOINT]``: the follower daemon
-(docs/replication.md, "The follower: `logfs follow`").
-
-It replicates every topic and partition of a leader into its own store by reading files of the leader's mount
-only (``logfs/follower/fetch.py`` reads the fetch files; docs/replication.md has the protocol), with Kafka's follower
-rules (Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``).
+"""The follower daemon (docs/replication.md, "The follower: `logfs follow`"): :class:`Follower` replicates every topic
+and partition of a leader into its own store by reading files of the leader's mount only
+(``logfs/follower/fetch.py`` reads the fetch files; docs/replication.md has the protocol), with Kafka's follower
+rules (Kafka's ``ReplicaFetcherThread`` and ``AbstractFetcherThread``). ``logfs follow`` runs it
+(``logfs/follower/command.py``); so does a cluster node that follows (``logfs/cluster/node.py``).
 
 Theory of operation.
 
-* **The fetch session** (``logfs/follower/session.py``; docs/replication.md, "Fetch sessions"): one task fetches
-  every partition through one session file of the leader's mount: it writes the partitions to (re)fetch (all of
-  them when the session opens; then those whose entry carried batches, an error or a diverging epoch, at their new
-  LEO; a refused epoch, a stale answer or a failed apply after ``SESSION_RETRY_S``), reads one answer in one worker
-  thread, records what it says of the leader (one replica state write per answer, not per partition) and applies
-  its entries in one worker call (:func:`apply_fetch` each). Threads do not grow with partitions. A leader without
-  sessions (ENOENT at the open, its mount up) makes the follower fall back to the tasks below.
+* **The fetch session** (``logfs/follower/sessionfetch.py``): one task fetches every partition through one session
+  file of the leader's mount and applies each answer in one worker call. Threads do not grow with partitions. A
+  leader without sessions (ENOENT at the open, its mount up) makes the follower fall back to the tasks below.
 * **Tasks** (without a session). One trio nursery: a discovery task, one fetch task per partition, the store's
   periodic work (``Store.tick`` every second: retention, deferred deletes, checkpoints) and, with ``--mount``,
   the read-only FUSE mount of the store (``logfs.mount.server.run_mount``). Every blocking call runs in a worker
@@ -26,11 +21,9 @@ Theory of operation.
   news (the replica state file) first, then applies it in a worker. A fetch blocked in the leader's mount is
   abandoned on cancellation, so applies pass the partition's :class:`ApplyGate`, which the follower closes before
   it deletes the topic or closes the store.
-* **Discovery** (every ``DISCOVER_INTERVAL_S``, ``logfs/follower/discovery.py``): list the leader's root and each
-  ``<topic>/``; create what is missing here (topics, partitions), copy each topic's ``config`` into this store's
-  topic overrides when it changed, start a fetch task per new partition, and delete a topic here that the leader
-  deleted (one seen on the leader during this run that its root no longer lists, while ``.logfs`` is still there:
-  the leader is up and the topic is gone).
+* **Discovery** (``logfs/follower/discoveryloop.py``, with ``logfs/follower/discovery.py``'s listings): the
+  leader's topics, partitions and configs made here, a fetch started per new partition, and a topic the leader
+  deleted deleted here (:meth:`Follower._delete_topic`).
 * **A fetch** (``logfs/follower/replica.py``'s :func:`apply_fetch`, one partition at a time): from this log's LEO
   with its latest epoch. Then, in Kafka's order: OFFSET_OUT_OF_RANGE → truncate to the leader's LEO when it is below
   ours, or truncate fully and start at the leader's log start when that is above our LEO; a diverging epoch →
@@ -42,21 +35,18 @@ Theory of operation.
 * **Resuming.** Nothing is kept but the store: a restarted follower fetches from its own LEO (recovered after a
   crash); the leader's epochs tell it what to truncate.
 * **A leader that is gone** (its mount dead — ENOTCONN —, unmounted, or an sshfs that lost its server): every fetch
-  and listing retries with backoff (``BACKOFF_*``); the first failure and the recovery are logged once.
-* **The replica state** (``.logfs-replica-state.json`` at the store's root; replaced atomically, fsynced, whenever
-  it changes): the highest leader epoch seen, and the ISR, so that ``logfs mount`` of this store (a promotion)
-  takes an epoch above every epoch ever used and refuses a store that was out of the ISR without ``--unclean``.
-  With several partitions, ``isr`` is the intersection of the last ISR seen for each, so ``in_isr`` is true only
-  when this replica was in the ISR of every partition.
+  and listing retries with backoff (``logfs/follower/retry.py``); the first failure and the recovery are logged once.
+* **The replica state** (``.logfs-replica-state.json`` at the store's root; ``logfs/follower/replicastate.py``):
+  the highest leader epoch seen, and the ISR, so that ``logfs mount`` of this store (a promotion) takes an epoch
+  above every epoch ever used and refuses a store that was out of the ISR without ``--unclean``.
 * **The log cleaner** (``logfs.mount.cleaning.CleanerTask``, the same task as ``logfs mount`` runs): compacted
   topics are cleaned by this replica on its own, as Kafka's replicas do. It appends what the leader's log holds,
   cleaned or not (gaps, and segments the leader's cleaner grouped: the leader's ``segment_bases`` are where it
   rolls), so a caught-up follower of a compacted topic agrees with the leader on offsets and on the latest record
   per key, not on bytes (docs/replication.md, "Compacted topics").
-* **Shutdown** on SIGINT/SIGTERM (or an unmount of ``--mount``): the tasks are cancelled (a fetch blocked in the
-  leader's mount is abandoned), the mount is unmounted, the abandoned calls into the leader's mount are waited for
-  (up to ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one), the store
-  closed cleanly; exit 0.
+* **Shutdown** (``logfs/follower/command.py``): the tasks are cancelled (a fetch blocked in the leader's mount is
+  abandoned), then the abandoned calls into the leader's mount are waited for (:meth:`Follower.drain_leader_calls`,
+  up to ``SHUTDOWN_DRAIN_S``; ``logfs/follower/inflight.py`` says why an exit must not withdraw one).
 * **The store offline** (an I/O error of its disk, issue 16; :meth:`Follower.store_offline`): fetching stops (the
   leader drops this replica from its ISR), one ERROR says so, ``--mount`` keeps serving reads; exit 1 at shutdown.
 
@@ -70,51 +60,29 @@ Threads: the trio thread runs :class:`Follower`; :func:`apply_fetch` and the sto
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import functools
 import logging
 import os
-import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
-from logfs.core.collector import freeze_loaded
-from logfs.core.errors import LogfsError, StoreOffline
+from logfs.core.errors import LogfsError
 from logfs.core.log.log import Log
-from logfs.core.replication.promotion import (
-    PersistedReplicaState,
-    UnreadableReplicaState,
-    read_replica_state,
-    write_replica_state,
-)
 from logfs.core.store import Store
-from logfs.core.storeconfig import StoreConfig
-from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR, create_topics, ensure_topic, list_leader
+from logfs.follower.discovery import LEADER_DOWN, LOGFS_DIR
+from logfs.follower.discoveryloop import DiscoveryLoop
 from logfs.follower.fetch import NO_EPOCH, FetchProtocolError, FetchReader, FetchResponse, fetch_path
 from logfs.follower.inflight import LeaderCalls
-from logfs.follower.replica import (
-    Applied,
-    ApplyFailed,
-    ApplyGate,
-    aggregate_replica_state,
-    apply_fetch,
-    fetch_and_apply,
-)
-from logfs.follower.session import (
-    PartitionFetch,
-    SessionAnswer,
-    SessionClient,
-    SessionUnreadable,
-    has_sessions_marker,
-    session_path,
-)
-from logfs.mount.cleaning import CleanerTask
+from logfs.follower.replica import Applied, ApplyFailed, ApplyGate, apply_fetch, fetch_and_apply
+from logfs.follower.replicastate import PartitionView, ReplicaState
+from logfs.follower.retry import BACKOFF_MAX_S, Backoff, describe
+from logfs.follower.sessionfetch import SessionFetcher
 
 _log = logging.getLogger(__name__)
 
@@ -127,44 +95,13 @@ FETCH_THREADS = 16  # fetch lookups blocked at once (each may long-poll 500 ms i
 # __consumer_offsets and 16 threads: acks=all of a busy partition took 2.5 s at p50 instead of 3 ms).
 FETCH_THREADS_MAX = 256
 DISK_THREADS = 4  # appends, truncations and topic changes at once (one per partition at a time)
-DISCOVER_INTERVAL_S = 1.0  # how often the leader's topics, partitions and configs are listed
-DISCOVER_SLICE_MIN = 64  # known topics whose partitions and config a round looks at again, at least; and at least
-DISCOVER_FULL_ROUNDS = 10  # every known topic once in this many rounds (new topics and deletions: every round)
 TICK_INTERVAL_S = 1.0  # Store.tick: retention, deferred deletes, flush.ms, checkpoints (as the mount's)
-BACKOFF_INITIAL_S = 0.05  # first retry after a failed fetch; doubles up to
-BACKOFF_MAX_S = 1.0  # (Kafka's replica.fetch.backoff.ms is 1 s)
 EMPTY_FETCH_PAUSE_S = 0.01  # a fetch that returned nothing at once (no long poll) waits this long before the next
-SESSION_RETRY_S = 1.0  # a partition the session answered with nothing to do (a refused epoch, a stale answer, a
-# failed apply) is written again after this (Kafka's replica.fetch.backoff.ms)
 # At shutdown, how long to wait for the calls into the leader's mount still running (a long poll ends within 500 ms;
 # a hung leader mount's never do, and then the exit waits on them anyway)
 SHUTDOWN_DRAIN_S = 2.0
-# A close of the session's file on a leader's mount that does not answer is abandoned after this: short, because a
-# cluster node taking over from a paused leader closes it on its way to leading (the failover waits for it)
-SESSION_CLOSE_WAIT_S = 0.1
 
 TP = tuple[str, int]
-
-
-@dataclass
-class PartitionView:
-    """What the last fetch of one partition said about the leader (``state`` of the follower mount shows it)."""
-
-    leader_epoch: int = -1
-    isr: tuple[int, ...] = ()
-    answered: bool = False
-
-
-@dataclass
-class _Backoff:
-    delay_s: float = BACKOFF_INITIAL_S
-
-    async def wait(self) -> None:
-        await trio.sleep(self.delay_s)
-        self.delay_s = min(self.delay_s * 2, BACKOFF_MAX_S)
-
-    def reset(self) -> None:
-        self.delay_s = BACKOFF_INITIAL_S
 
 
 @dataclass
@@ -204,45 +141,17 @@ class Follower:
         self._disk_limiter = trio.CapacityLimiter(DISK_THREADS)
         self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
         self._leader_calls = LeaderCalls()  # fetches and listings running in the leader's mount (shutdown waits)
-        self._views: dict[tuple[str, int], PartitionView] = {}
+        # What the leader said of each partition, and the replica state file (logfs/follower/replicastate.py)
+        self.replica_state = ReplicaState(store, replica_id, self._disk_limiter)
         self._tasks: dict[tuple[str, int], _PartitionTask] = {}
-        self._configs: dict[str, str] = {}  # topic → the config text last copied
-        self._seen_topics: set[str] = set()  # topics the leader listed during this run
         self._leader_ok: bool | None = None
         self._failing: set[tuple[str, int]] = set()  # partitions whose failed fetch was logged (once)
         self._offline_logged = False  # the store went offline and this follower said it stopped fetching
-        self._state_lock = trio.Lock()
-        # The fetch session (logfs/follower/session.py): used unless the leader has none (then one task a partition)
-        self._session_mode = True
         self._nursery: trio.Nursery | None = None
-        self._members: set[TP] = set()  # the partitions this follower fetches through the session
-        self._updates: dict[TP, None] = {}  # members to write in the next request (an ordered set)
-        self._drops: set[TP] = set()  # partitions to drop from the session in the next request
-        self._retry_at: dict[TP, float] = {}  # members written again at that trio time
-        self._sent: dict[TP, int] = {}  # the fetch offset last written for each member
+        # The fetch session (logfs/follower/sessionfetch.py): used unless the leader has none (then a task a partition)
+        self._session = SessionFetcher(self)
+        self._discovery = DiscoveryLoop(self)  # logfs/follower/discoveryloop.py
         self._apply_lock = trio.Lock()  # applies of an answer, or a topic's deletion here: one at a time
-        self._ensured: dict[str, tuple[int, str | None]] = {}  # topic → (partitions, config) discovery last made
-        self._discover_round = 0
-        try:
-            previous = read_replica_state(store.path)
-        except UnreadableReplicaState as exc:
-            _log.warning("%s: starting without it (the first fetch rewrites it)", exc)
-            previous = None
-        epochs = [log.epoch_cache.latest_epoch() for _, log in store.logs()]
-        self._highest_epoch = max(
-            [e for e in epochs if e is not None] + ([previous.highest_epoch] if previous is not None else []),
-            default=-1,
-        )
-        self._written: PersistedReplicaState | None = previous
-
-    # --- what the mount asks (trio thread) --------------------------------------------------------------------------
-
-    def partition_view(self, topic: str, partition: int) -> tuple[int, tuple[int, ...]]:
-        """(leader epoch, ISR) as the last fetch of that partition told; (-1, ()) before any."""
-        view = self._views.get((topic, partition))
-        if view is None or not view.answered:
-            return -1, ()
-        return view.leader_epoch, view.isr
 
     # --- running ------------------------------------------------------------------------------------------------------
 
@@ -253,10 +162,10 @@ class Follower:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._tick)
-                nursery.start_soon(self._run_session)
+                nursery.start_soon(self._session.run)
                 for tp, _ in self.store.logs():  # resume what this store holds (the leader may not list it yet)
                     self._start_partition(nursery, tp.topic, tp.partition)
-                await self._discover(nursery)
+                await self._discovery.run(nursery)
         finally:
             # A fetch worker that the cancellation abandoned may be applying: wait for it, and keep later ones off.
             gates = [task.gate for task in self._tasks.values()]
@@ -298,7 +207,7 @@ class Follower:
         if self._leader_ok is not False:
             _log.warning(
                 "leader %s unreachable (%s): retrying with backoff up to %.0f s",
-                self.leader, _describe(exc), BACKOFF_MAX_S,
+                self.leader, describe(exc), BACKOFF_MAX_S,
             )  # fmt: skip
         self._leader_ok = False
 
@@ -326,80 +235,17 @@ class Follower:
             )  # fmt: skip
         return True
 
-    # --- discovery ----------------------------------------------------------------------------------------------------
-
-    async def _discover(self, nursery: trio.Nursery) -> None:
-        backoff = _Backoff()
-        while True:
-            if self.store_offline():
-                await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
-            known = self._known_slice()
-            try:
-                listing = await self._leader_call(list_leader, self.leader, self.replica_id, known)
-            except OSError as exc:
-                self._leader_failed(exc)
-                await backoff.wait()
-                continue
-            backoff.reset()
-            self._leader_answered()
-            missing = {t: v for t, v in listing.topics.items() if not self.store.has_topic(t)}
-            if len(missing) > 1:  # one fsync of the store directory for all of them (a follower's first round)
-                for topic in await self._thread(self._disk_limiter, create_topics, self.store, missing):
-                    count, config = missing[topic]
-                    if config is not None:
-                        self._configs[topic] = config
-                    self._seen_topics.add(topic)
-                    self._ensured[topic] = (count, config)
-            for topic, (count, config) in listing.topics.items():
-                if self._ensured.get(topic) == (count, config) and self.store.has_topic(topic):
-                    for p in range(count):  # as the last round made it: no worker call per topic per round
-                        self._start_partition(nursery, topic, p)  # (back in the session if it left it)
-                    continue
-                try:
-                    copied = self._configs.get(topic)
-                    await self._thread(self._disk_limiter, ensure_topic, self.store, topic, count, config, copied)
-                except (LogfsError, OSError) as exc:
-                    _log.error("cannot create topic %s here: %s", topic, exc)
-                    continue
-                if config is not None:
-                    self._configs[topic] = config
-                self._seen_topics.add(topic)
-                self._ensured[topic] = (count, config)
-                for p in range(count):
-                    self._start_partition(nursery, topic, p)
-            for topic in sorted(self._seen_topics - set(listing.topics)):
-                await self._delete_topic(topic)
-            await trio.sleep(DISCOVER_INTERVAL_S)
-
-    def _known_slice(self) -> dict[str, tuple[int, str | None]]:
-        """What discovery may take as known this round: every topic made here before, but a rotating slice of them
-        (at least DISCOVER_SLICE_MIN, every one within DISCOVER_FULL_ROUNDS rounds), whose partitions and config are
-        listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS
-        seconds; a new topic and a deleted one within one round."""
-        topics = sorted(self._ensured)
-        if not topics:
-            return {}
-        size = max(DISCOVER_SLICE_MIN, -(-len(topics) // DISCOVER_FULL_ROUNDS))
-        start = self._discover_round * size % len(topics)
-        self._discover_round += 1
-        again = set(topics[start : start + size]) | set(topics[: max(0, start + size - len(topics))])
-        return {t: self._ensured[t] for t in topics if t not in again}
-
     async def _delete_topic(self, topic: str) -> None:
-        self._seen_topics.discard(topic)
-        self._configs.pop(topic, None)
-        self._ensured.pop(topic, None)
-        for key in [k for k in self._members if k[0] == topic]:
-            self._leave_session(key)
-            self._drops.add(key)
+        """The leader deleted ``topic`` (discovery saw it go): stop fetching it, then delete it here."""
+        self._discovery.forget(topic)
+        self._session.drop_topic(topic)
         stopping = [self._tasks.pop(k) for k in list(self._tasks) if k[0] == topic]
         for task in stopping:
             task.scope.cancel()
         for task in stopping:  # none of them may be appending while the topic goes
             await task.done.wait()
         await trio.to_thread.run_sync(_close_gates, [task.gate for task in stopping])  # nor an abandoned worker
-        for key in [k for k in self._views if k[0] == topic]:
-            del self._views[key]
+        self.replica_state.forget_topic(topic)
         if self.store.has_topic(topic):
             try:
                 async with self._apply_lock:  # no answer of the session is being applied to it meanwhile
@@ -410,208 +256,21 @@ class Follower:
             _log.info("topic %s: the leader deleted it; deleted here", topic)
             if self.on_topic_deleted is not None:
                 self.on_topic_deleted(topic)
-        await self._write_state()
-
-    # --- the fetch session --------------------------------------------------------------------------------------------
-
-    async def _run_session(self) -> None:
-        """Fetch every member partition through one session (``logfs/follower/session.py``): write what changed,
-        read one answer, apply it, again. One blocking exchange at a time in one worker thread, whatever the number
-        of partitions; a leader without sessions (ENOENT) makes this fall back to a task per partition."""
-        backoff = _Backoff()
-        limiter = trio.CapacityLimiter(1)
-        client: SessionClient | None = None
-        path = session_path(self.leader, self.replica_id)
-        try:
-            while True:
-                if self.store_offline():
-                    return  # fetch no more (logged once); the mount's reads go on
-                if client is None:
-                    try:
-                        client = await self._leader_call(SessionClient, path, limiter=limiter)
-                    except OSError as exc:
-                        if await self._session_refused(exc):
-                            return
-                        await backoff.wait()
-                        continue
-                    self._failing.discard(("", -1))  # a later refusal of the session is logged again
-                    self._updates = dict.fromkeys([*self._updates, *sorted(self._members)])  # a new session
-                    self._drops.clear()
-                request = self._session_request()
-                try:
-                    answer = await self._leader_call(client.exchange, request, limiter=limiter)
-                except (OSError, FetchProtocolError) as exc:
-                    await self._close_session(client)
-                    client = None
-                    if isinstance(exc, SessionUnreadable):  # a network filesystem between (sshfs): per partition
-                        _log.info("%s: fetching one partition at a time", exc)
-                        self._fall_back()
-                        return
-                    if isinstance(exc, OSError):
-                        await self._session_refused(exc)
-                    else:
-                        _log.error("fetch session: %s: reopening it", exc)
-                    await backoff.wait()
-                    continue
-                self._leader_answered()
-                if answer.error is not None:  # the mount stopped leading (ZooKeeper): a new session later
-                    _log.info("fetch session: the leader answers %s: reopening", answer.error)
-                    await self._close_session(client)
-                    client = None
-                    await backoff.wait()
-                    continue
-                backoff.reset()
-                await self._session_answer(answer)
-        finally:
-            if client is not None:
-                await self._close_session(client)
-
-    async def _close_session(self, client: SessionClient) -> None:
-        """Close the session's file in a worker thread, waiting for it at most SESSION_CLOSE_WAIT_S, even while
-        cancelled: a close on the leader's mount is a FUSE flush, which a stopped or hung leader never answers, and
-        the trio thread must never wait for it (in a cluster node it also serves that node's own mount, which would
-        stop answering). An abandoned close ends when the leader answers; shutdown waits for it a while
-        (:meth:`drain_leader_calls`)."""
-        with trio.move_on_after(SESSION_CLOSE_WAIT_S) as scope:
-            scope.shield = True
-            await self._leader_call(client.close, limiter=trio.to_thread.current_default_thread_limiter())
-
-    async def _leader_reachable(self, exc: OSError) -> bool:
-        """After a failed call into the leader's mount: is that mount still there (an error of the call itself),
-        or is the leader down (its mount gone, hung or unreachable)? The check runs in a worker: a hung sshfs
-        blocks."""
-        if exc.errno in LEADER_DOWN and exc.errno != errno.EIO:
-            return False
-        return await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
-
-    async def _session_refused(self, exc: OSError) -> bool:
-        """A failed open or exchange of the session: True when the leader has no sessions (ENOENT with its mount up:
-        an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
-        if not await self._leader_reachable(exc):
-            self._leader_failed(exc)
-        elif exc.errno == errno.ENOENT and not await self._leader_call(
-            os.path.exists, has_sessions_marker(self.leader)
-        ):
-            _log.info("the leader %s has no fetch sessions: one fetch per partition", self.leader)
-            self._fall_back()
-            return True
-        elif exc.errno == errno.ENOENT:  # sessions, but no fetches served now (session.has_sessions_marker)
-            if ("", -1) not in self._failing:
-                self._failing.add(("", -1))
-                _log.info("%s serves no fetches now (it does not lead): asking again", self.leader)
-        elif ("", -1) not in self._failing:
-            self._failing.add(("", -1))
-            if exc.errno == errno.EPERM:
-                _log.error("the leader refuses fetches from replica %d (not in its replica.ids): retrying",
-                           self.replica_id)  # fmt: skip
-            else:
-                _log.warning("fetch session failed (%s): retrying", _describe(exc))
-        return False
-
-    def _fall_back(self) -> None:
-        """No sessions on this leader: a fetch task per partition, as before sessions."""
-        self._session_mode = False
-        members, self._members = sorted(self._members), set()
-        self._updates.clear()
-        self._drops.clear()
-        self._retry_at.clear()
-        assert self._nursery is not None
-        for topic, partition in members:
-            self._start_partition(self._nursery, topic, partition)
-
-    def _leave_session(self, key: TP) -> None:
-        self._members.discard(key)
-        self._updates.pop(key, None)
-        self._retry_at.pop(key, None)
-        self._sent.pop(key, None)
-
-    def _session_request(self) -> list[PartitionFetch]:
-        """The next request: each member to write (its LEO and latest epoch: a fetch from there) and the drops.
-        O(partitions written)."""
-        now = trio.current_time()
-        if self._retry_at:
-            for key in [k for k, at in self._retry_at.items() if at <= now]:
-                del self._retry_at[key]
-                self._updates[key] = None
-        request = [PartitionFetch(topic, partition, drop=True) for topic, partition in sorted(self._drops)]
-        self._drops.clear()
-        for key in self._updates:
-            try:
-                log = self.store.log(*key)
-            except LogfsError:
-                continue  # deleted here: discovery drops it
-            epoch = log.epoch_cache.latest_epoch()
-            offset = log.log_end_offset
-            self._sent[key] = offset
-            request.append(PartitionFetch(key[0], key[1], offset, NO_EPOCH if epoch is None else epoch,
-                                          self.leader_epoch))  # fmt: skip
-        self._updates.clear()
-        return request
-
-    async def _session_answer(self, answer: SessionAnswer) -> None:
-        """Apply one answer: what it says of the leader first (one replica state write for all its partitions), then
-        its batches in one worker call, then each partition that the leader now keeps silent is written again."""
-        now = trio.current_time()
-        jobs: list[tuple[TP, Log, int, FetchResponse]] = []
-        changed = False
-        for entry in answer.entries:
-            key = (entry.topic, entry.partition)
-            if key not in self._members:
-                continue
-            response = entry.response
-            if response is None:  # not on the leader (deleted, or not yet there): discovery adds it again
-                self._leave_session(key)
-                _log.debug("%s-%d: not on the leader: waiting", *key)
-                continue
-            if response.epoch_refused:
-                self._epoch_refused(key[0], key[1], response)
-                self._retry_at[key] = now + SESSION_RETRY_S
-                continue
-            try:
-                log = self.store.log(*key)
-            except LogfsError:
-                continue
-            changed |= self._note(key[0], key[1], response)
-            jobs.append((key, log, self._sent.get(key, log.log_end_offset), response))
-        if changed:
-            await self._write_state()
-        if not jobs:
-            return
-        async with self._apply_lock:
-            results = await self._thread(self._disk_limiter, _apply_all, jobs)
-        for (key, log, offset, response), result in zip(jobs, results, strict=True):
-            if key not in self._members:
-                continue  # dropped meanwhile
-            paused = bool(response.records) or response.error is not None or response.diverging_epoch is not None
-            if isinstance(result, Exception):
-                if self.store.offline is not None:
-                    return  # the loop's first line stops fetching
-                _log.error("%s-%d: cannot apply the fetch at offset %d: %s", key[0], key[1], offset, result)
-                self._retry_at[key] = now + SESSION_RETRY_S
-                continue
-            self._failing.discard(key)
-            self._applied(key[0], key[1], log, offset, response, result)
-            if result.stale:
-                self._retry_at[key] = now + SESSION_RETRY_S
-            elif paused:
-                self._updates[key] = None  # the leader waits for our new fetch offset
+        await self.replica_state.write()
 
     # --- fetching ---------------------------------------------------------------------------------------------------
 
     def _start_partition(self, nursery: trio.Nursery, topic: str, partition: int) -> None:
         key = (topic, partition)
-        if self._session_mode:
-            if key not in self._members:
-                self._members.add(key)
-                self._updates[key] = None
-                self._drops.discard(key)
-                self._views.setdefault(key, PartitionView())
+        if self._session.active:
+            if self._session.join(key):
+                self.replica_state.views.setdefault(key, PartitionView())
             return
         if key in self._tasks:
             return
         task = self._tasks[key] = _PartitionTask()
         self._fetch_limiter.total_tokens = min(FETCH_THREADS_MAX, max(FETCH_THREADS, len(self._tasks)))
-        self._views[key] = PartitionView()
+        self.replica_state.views[key] = PartitionView()
         nursery.start_soon(self._follow_partition, topic, partition, task)
 
     async def _follow_partition(self, topic: str, partition: int, task: _PartitionTask) -> None:
@@ -622,7 +281,7 @@ class Follower:
             task.done.set()
 
     async def _fetch_forever(self, topic: str, partition: int, task: _PartitionTask) -> None:
-        backoff = _Backoff()
+        backoff = Backoff()
         reader = FetchReader()  # each answer is applied before the next read overwrites it
         while True:
             if self.store_offline():
@@ -635,7 +294,7 @@ class Follower:
             epoch = log.epoch_cache.latest_epoch()
             epoch = NO_EPOCH if epoch is None else epoch
             path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch, self.leader_epoch)
-            view = self._views.get((topic, partition))
+            view = self.replica_state.views.get((topic, partition))
             known = (view.leader_epoch, view.isr) if view is not None and view.answered else None
             started = trio.current_time()
             job = functools.partial(fetch_and_apply, reader, path, log, offset, known, task.gate, self._appends)
@@ -701,28 +360,21 @@ class Follower:
                     topic, partition, self.replica_id,
                 )  # fmt: skip
             else:
-                _log.warning("%s-%d: fetch failed (%s): retrying", topic, partition, _describe(exc))
+                _log.warning("%s-%d: fetch failed (%s): retrying", topic, partition, describe(exc))
+
+    async def _leader_reachable(self, exc: OSError) -> bool:
+        """After a failed call into the leader's mount: is that mount still there (an error of the call itself),
+        or is the leader down (its mount gone, hung or unreachable)? The check runs in a worker: a hung sshfs
+        blocks."""
+        if exc.errno in LEADER_DOWN and exc.errno != errno.EIO:
+            return False
+        return await self._leader_call(os.path.isdir, self.leader / LOGFS_DIR)
 
     async def _heard(self, topic: str, partition: int, response: FetchResponse) -> None:
         """What a response says of the leader (its epoch, the ISR): logged when it changes, shown by the mount's
         ``state``, persisted in the replica state file. Before the response is applied: it holds even if that fails."""
-        if self._note(topic, partition, response):
-            await self._write_state()
-
-    def _note(self, topic: str, partition: int, response: FetchResponse) -> bool:
-        """:meth:`_heard` without the write: whether the view changed (a session answer writes the state once for all
-        its partitions: one O(partitions) computation per answer, not per partition)."""
-        name = f"{topic}-{partition}"
-        view = self._views.setdefault((topic, partition), PartitionView())
-        if view.answered and (self.replica_id in view.isr) != (self.replica_id in response.isr):
-            joined = self.replica_id in response.isr
-            _log.info("%s: %s the ISR %s", name, "joined" if joined else "left", list(response.isr))
-        if view.leader_epoch != response.leader_epoch:
-            _log.info("%s: leader epoch %d", name, response.leader_epoch)
-        if view.answered and (view.leader_epoch, view.isr) == (response.leader_epoch, response.isr):
-            return False  # nothing new: no O(partitions) state computation per fetch
-        view.leader_epoch, view.isr, view.answered = response.leader_epoch, response.isr, True
-        return True
+        if self.replica_state.note(topic, partition, response):
+            await self.replica_state.write()
 
     def _applied(
         self, topic: str, partition: int, log: Log, offset: int, response: FetchResponse, applied: Applied
@@ -754,113 +406,7 @@ class Follower:
         if (moved or applied.truncated_to is not None or applied.started_at is not None) and self.on_hw_moved:
             self.on_hw_moved(topic, partition)
 
-    async def _write_state(self) -> None:
-        async with self._state_lock:
-            state = aggregate_replica_state(
-                self.replica_id, self._highest_epoch,
-                ((v.leader_epoch, v.isr) for v in self._views.values() if v.answered),
-            )  # fmt: skip
-            if state is None:
-                return
-            previous = self._written
-            if (
-                state.in_isr
-                and previous is not None
-                and not previous.in_isr
-                and not all(v.answered for v in self._views.values())
-            ):
-                # Out of the ISR at the last fetch before this run: not back in until every partition has said so.
-                state = dataclasses.replace(state, in_isr=False)
-            if state == previous:
-                return
-            self._highest_epoch = state.highest_epoch
-            try:
-                await self._thread(self._disk_limiter, write_replica_state, self.store.path, state)
-            except StoreOffline:
-                return  # logged once by the failure channel; the fetch loops stop at their next turn
-            self._written = state
-            _log.debug("replica state: %s", state)
-
-
-def _apply_all(jobs: list[tuple[TP, Log, int, FetchResponse]]) -> list[Applied | Exception]:
-    """Apply each partition's part of one session answer in turn (one worker call per answer): what each did, or
-    why it failed (a core error, a bad batch, the local disk). Worker thread."""
-    results: list[Applied | Exception] = []
-    for _, log, offset, response in jobs:
-        try:
-            results.append(apply_fetch(log, offset, response))
-        except (LogfsError, FetchProtocolError, OSError) as exc:
-            results.append(exc)
-    return results
-
 
 def _close_gates(gates: list[ApplyGate]) -> None:
     for gate in gates:
         gate.close()
-
-
-def _describe(exc: OSError) -> str:
-    name = errno.errorcode.get(exc.errno or 0, "")
-    return f"{name}: {exc.strerror or exc}" if name else str(exc)
-
-
-# --- the command ------------------------------------------------------------------------------------------------------
-
-
-def follow(leader_mount: Path, store_path: Path, replica_id: int, config: StoreConfig, mountpoint: Path | None) -> int:
-    """Run the follower (and its read-only mount) in the foreground until SIGINT/SIGTERM; the exit code. Main
-    thread. Raises MountError (before the store is opened or created), StoreLocked and ConfigError (a node.id the
-    store refuses) before anything runs."""
-    if mountpoint is not None:
-        from logfs.mount.server import clear_stale_mount, raise_open_file_limit
-
-        raise_open_file_limit()
-        clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store behind
-    store = Store.open(store_path, config)
-    freeze_loaded()  # a store kept for the process's life (core/collector.py)
-    try:
-        if mountpoint is None:
-            return trio.run(_run_plain, leader_mount, store, replica_id)
-        return trio.run(_run_mounted, leader_mount, store, replica_id, mountpoint)
-    finally:
-        store.close()
-        _log.info("closed store %s", store_path)
-
-
-async def _run_plain(leader_mount: Path, store: Store, replica_id: int) -> int:
-    follower = Follower(leader_mount, store, replica_id)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(follower.run)
-        nursery.start_soon(CleanerTask(store).run)  # replicas clean their own logs, as Kafka's do
-        await _wait_for_signal()
-        nursery.cancel_scope.cancel()
-    await follower.drain_leader_calls()
-    return 0
-
-
-async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountpoint: Path) -> int:
-    from logfs.mount.operations import Operations
-    from logfs.mount.server import run_mount, stop_mount
-
-    follower = Follower(leader_mount, store, replica_id)
-    ops = Operations(store, follower=follower.partition_view)
-    follower.on_hw_moved = ops.notify_hw
-    follower.on_topic_deleted = ops.topic_deleted
-
-    async def on_signals() -> None:
-        await _wait_for_signal()
-        await stop_mount(ops)
-
-    cleaner = CleanerTask(store)  # replicas clean their own logs, as Kafka's do
-    ops.reader.cleaner = cleaner
-    background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals, cleaner.run]
-    code = await run_mount(ops, mountpoint, background)
-    await follower.drain_leader_calls()
-    return code
-
-
-async def _wait_for_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            _log.info("%s: shutting down", signal.Signals(signum).name)
-            return

@@ -25,7 +25,7 @@ from logfs.cluster.rules import (
     needs_election,
     next_leader_epoch,
 )
-from logfs.cluster.zk import split_connect, state_path
+from logfs.cluster.znodes import split_connect, state_path
 
 # --- znode JSON ---------------------------------------------------------------------------------------------------
 

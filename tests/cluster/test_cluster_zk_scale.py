@@ -27,17 +27,9 @@ from conftest import clear_mount, finish_mount, start_mount
 from follower_procs import wait_for
 
 from logfs.cluster.rules import Leader, Leadership, PartitionState, plan_election
-from logfs.cluster.zk import (
-    CONTROLLER,
-    LEADERSHIP,
-    MULTI_MAX_BYTES,
-    MULTI_MAX_OPS,
-    Conflict,
-    Fenced,
-    MultiLog,
-    ZooKeeper,
-    state_path,
-)
+from logfs.cluster.zk import MULTI_MAX_BYTES, MULTI_MAX_OPS, MultiLog, ZooKeeper
+from logfs.cluster.zkerrors import Conflict, Fenced
+from logfs.cluster.znodes import CONTROLLER, LEADERSHIP, state_path
 
 T = TypeVar("T")
 PARTITIONS = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "1000"))
@@ -228,9 +220,7 @@ def leader_of(mount: Path) -> int:
     return int(doc["node_id"])
 
 
-def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(
-    tmp_path: Path, zookeeper: Any
-) -> None:
+def test_a_node_leading_every_partition_fails_over_within_the_session_timeout(tmp_path: Path, zookeeper: Any) -> None:
     topics = max(1, NODE_PARTITIONS // PER_TOPIC)
     names = [f"s{i:05d}" for i in range(topics)]
     mounts = {}

@@ -70,7 +70,7 @@ def test_an_in_process_follower_at_another_epoch_asks_again_and_replicates_once_
                         await trio.sleep(0.05)
                 await trio.sleep(0.3)  # more refusals, backing off; nothing applied meanwhile
                 assert store.log("t", 0).log_end_offset == 0
-                assert follower.partition_view("t", 0) == (-1, ())  # a refusal is not news of the leader
+                assert follower.replica_state.partition_view("t", 0) == (-1, ())  # a refusal is not news of the leader
                 follower.leader_epoch = 0  # as a cluster node does once ZooKeeper said the epoch
                 with trio.fail_after(10):
                     while store.log("t", 0).high_watermark < 20:

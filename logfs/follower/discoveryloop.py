@@ -1,0 +1,115 @@
+"""The follower's discovery task: every ``DISCOVER_INTERVAL_S`` it lists the leader's root and each ``<topic>/``
+(``logfs/follower/discovery.py`` does the listing and the making, in worker threads), creates here what is missing
+(topics, partitions), copies each topic's ``config`` into this store's topic overrides when it changed, starts
+fetching each new partition, and has the follower delete a topic here that the leader deleted (one seen on the
+leader during this run that its root no longer lists, while ``.logfs`` is still there: the leader is up and the
+topic is gone).
+
+Its own task, apart from :class:`~logfs.follower.daemon.Follower`, because it owns what it learnt of the leader's
+topics (the configs copied, the topics seen, what each round made) and decides, round by round, which known topics
+to list again (:meth:`DiscoveryLoop._known_slice`): at 10,000 partitions a round that listed every topic again would
+cost the leader thousands of lookups a second.
+
+Threads: the trio thread; listings and store changes in worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from logfs.core.errors import LogfsError
+from logfs.follower.discovery import create_topics, ensure_topic, list_leader
+from logfs.follower.retry import Backoff
+
+if TYPE_CHECKING:
+    from logfs.follower.daemon import Follower
+
+_log = logging.getLogger(__name__)
+
+DISCOVER_INTERVAL_S = 1.0  # how often the leader's topics, partitions and configs are listed
+DISCOVER_SLICE_MIN = 64  # known topics whose partitions and config a round looks at again, at least; and at least
+DISCOVER_FULL_ROUNDS = 10  # every known topic once in this many rounds (new topics and deletions: every round)
+
+
+class DiscoveryLoop:
+    """Discovery of one follower's leader. See the module docstring."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+        self._configs: dict[str, str] = {}  # topic → the config text last copied
+        self._seen_topics: set[str] = set()  # topics the leader listed during this run
+        self._ensured: dict[str, tuple[int, str | None]] = {}  # topic → (partitions, config) discovery last made
+        self._round = 0
+
+    def forget(self, topic: str) -> None:
+        """A topic deleted here: a later listing of it on the leader makes it anew."""
+        self._seen_topics.discard(topic)
+        self._configs.pop(topic, None)
+        self._ensured.pop(topic, None)
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        """List the leader and match it here, round after round, until cancelled."""
+        backoff = Backoff()
+        while True:
+            if self.follower.store_offline():
+                await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
+            known = self._known_slice()
+            try:
+                listing = await self.follower._leader_call(
+                    list_leader, self.follower.leader, self.follower.replica_id, known
+                )
+            except OSError as exc:
+                self.follower._leader_failed(exc)
+                await backoff.wait()
+                continue
+            backoff.reset()
+            self.follower._leader_answered()
+            missing = {t: v for t, v in listing.topics.items() if not self.follower.store.has_topic(t)}
+            if len(missing) > 1:  # one fsync of the store directory for all of them (a follower's first round)
+                for topic in await self.follower._thread(
+                    self.follower._disk_limiter, create_topics, self.follower.store, missing
+                ):
+                    count, config = missing[topic]
+                    if config is not None:
+                        self._configs[topic] = config
+                    self._seen_topics.add(topic)
+                    self._ensured[topic] = (count, config)
+            for topic, (count, config) in listing.topics.items():
+                if self._ensured.get(topic) == (count, config) and self.follower.store.has_topic(topic):
+                    for p in range(count):  # as the last round made it: no worker call per topic per round
+                        self.follower._start_partition(nursery, topic, p)  # (back in the session if it left it)
+                    continue
+                try:
+                    copied = self._configs.get(topic)
+                    await self.follower._thread(
+                        self.follower._disk_limiter, ensure_topic, self.follower.store, topic, count, config, copied
+                    )
+                except (LogfsError, OSError) as exc:
+                    _log.error("cannot create topic %s here: %s", topic, exc)
+                    continue
+                if config is not None:
+                    self._configs[topic] = config
+                self._seen_topics.add(topic)
+                self._ensured[topic] = (count, config)
+                for p in range(count):
+                    self.follower._start_partition(nursery, topic, p)
+            for topic in sorted(self._seen_topics - set(listing.topics)):
+                await self.follower._delete_topic(topic)
+            await trio.sleep(DISCOVER_INTERVAL_S)
+
+    def _known_slice(self) -> dict[str, tuple[int, str | None]]:
+        """What discovery may take as known this round: every topic made here before, but a rotating slice of them
+        (at least DISCOVER_SLICE_MIN, every one within DISCOVER_FULL_ROUNDS rounds), whose partitions and config are
+        listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS
+        seconds; a new topic and a deleted one within one round."""
+        topics = sorted(self._ensured)
+        if not topics:
+            return {}
+        size = max(DISCOVER_SLICE_MIN, -(-len(topics) // DISCOVER_FULL_ROUNDS))
+        start = self._round * size % len(topics)
+        self._round += 1
+        again = set(topics[start : start + size]) | set(topics[: max(0, start + size - len(topics))])
+        return {t: self._ensured[t] for t in topics if t not in again}
