@@ -20,6 +20,7 @@ methods do blocking ``pread``s (never on the trio thread).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from logfs.core.format.abortedbatches import AbortedBatches
     from logfs.core.log.segment import LogSegment
 
+_serials = itertools.count(1)
+
 # One pread while walking a span's batches: large enough that syscalls vanish, small enough to bound memory.
 SCAN_READ_BYTES = 1024 * 1024
 
@@ -40,11 +43,12 @@ SCAN_READ_BYTES = 1024 * 1024
 class StoredBatches:
     """The checked batches of one segment's ``.log`` (see the module docstring). Any thread."""
 
-    __slots__ = ("_left_out", "_segment")
+    __slots__ = ("_left_out", "_segment", "serial")
 
     def __init__(self, segment: LogSegment) -> None:
         self._segment = segment
         self._left_out: LeftOutBatches | None = None
+        self.serial = next(_serials)  # names these bytes in a reader's cache: never reused, unlike an id()
 
     def __repr__(self) -> str:
         return f"StoredBatches({self._segment.base_offset}, {str(self._segment.log_path)!r})"

@@ -67,7 +67,7 @@ from logfs.core.log.log import Log
 from logfs.core.log.rangeread import RangeRead
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import Isolation
-from logfs.mount.render.rendersize import READ_AHEAD_BYTES, RenderCache
+from logfs.mount.render.rendersize import RAW_BLOCK_BYTES, READ_AHEAD_BYTES, RenderCache
 from logfs.mount.render.renderspan import Format, render_span
 from logfs.mount.render.segmentindex import RunSlice, SegmentIndex
 
@@ -175,7 +175,8 @@ class RangeView:
         """What :meth:`read` answers, when every rendering it needs is already kept in the shared LRU (a sequential
         reader's next reads usually are: see :meth:`_chunk`), else None. Never touches the disk and takes only the
         LRU's lock for short moments, so the trio thread may call it and save the hop to a worker thread; on None,
-        call :meth:`read` in a worker thread. ``.kafka`` views always answer None."""
+        call :meth:`read` in a worker thread (``.kafka`` views: a sequential reader's blocks, see
+        :meth:`_read_raw_blocks`)."""
         try:
             return self._read(position, size, cached_only=True)
         except _NotKept:
@@ -213,9 +214,10 @@ class RangeView:
     ) -> None:
         data: bytes | memoryview
         if isinstance(piece, _Raw):
-            if cached_only:
-                raise _NotKept
-            parts.append(piece.stored.read(piece.lo, piece.hi, piece.lo + rel, want))  # CRC-checked (issue 16)
+            if ahead or cached_only:
+                self._read_raw_blocks(piece, rel, want, parts, cached_only)
+            else:  # a random read: only its bytes, CRC-checked (issue 16)
+                parts.append(piece.stored.read(piece.lo, piece.hi, piece.lo + rel, want))
         elif isinstance(piece, _Span):
             key = (piece.token, piece.lo, piece.hi, piece.from_offset, piece.until_offset)
             kept = self._cache.get(key) if cached_only else None
@@ -237,6 +239,29 @@ class RangeView:
                 want -= take
                 inner = 0
                 k += 1
+
+    def _read_raw_blocks(
+        self, piece: _Raw, rel: int, want: int, parts: list[bytes | memoryview], cached_only: bool
+    ) -> None:
+        """A sequential reader's bytes of a ``.kafka`` piece, by RAW_BLOCK_BYTES blocks kept in the shared LRU: the
+        block a read misses is read whole (CRC-checked, in the worker thread), so the kernel's next readahead
+        requests inside it are answered by :meth:`read_cached` on the trio thread, without the hop to a worker."""
+        stored, lo = piece.stored, piece.lo
+        while want > 0:
+            k, inner = divmod(rel, RAW_BLOCK_BYTES)
+            b_lo = lo + k * RAW_BLOCK_BYTES
+            b_hi = min(piece.hi, b_lo + RAW_BLOCK_BYTES)
+            key = ("raw", stored.serial, stored.generation, b_lo, b_hi)
+            data = self._cache.get(key)
+            if data is None:
+                if cached_only:
+                    raise _NotKept
+                data = stored.read(lo, piece.hi, b_lo, b_hi - b_lo)  # CRC-checked (issue 16)
+                self._cache.put(key, data)
+            take = min(want, b_hi - b_lo - inner)
+            parts.append(memoryview(data)[inner : inner + take])
+            rel += take
+            want -= take
 
     def _chunk(self, piece: _Chunks, k: int, ahead: bool, cached_only: bool = False) -> bytes | memoryview:
         """The rendering of chunk ``k`` of a run slice: from the shared LRU, or rendered now. For a sequential

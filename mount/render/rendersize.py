@@ -91,6 +91,9 @@ RENDERED_BYTES_DEFAULT = 64 * 1024 * 1024
 # Stored bytes a sequential reader's view renders in one call when a read misses the LRU: the chunks after the one
 # read are rendered with it and kept for the reads that follow (one walk of their records, not one a chunk).
 READ_AHEAD_BYTES = 1024 * 1024
+# Stored bytes a sequential reader's ``.kafka`` view reads at once and keeps in the LRU (the kernel asks 128-256 KiB at
+# a time: the next requests then find their bytes there, on the trio thread).
+RAW_BLOCK_BYTES = 1024 * 1024
 
 assert CHUNK_BYTES_DEFAULT <= SCAN_READ_BYTES
 

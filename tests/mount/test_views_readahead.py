@@ -1,7 +1,8 @@
 """Sequential reads of ``at/`` and ``hw/`` views (``mount/render/views.py``): the read-ahead that renders the chunks
 after the one read in the same call, and ``RangeView.read_cached`` (answers from the shared LRU only, for the trio
 thread). Whatever the order and size of the reads, the bytes are the reference rendering of each stored batch
-(``core.format.render.render_plain`` / ``render_jsonl``), and read_cached answers those bytes or None, never others."""
+(``core.format.render.render_plain`` / ``render_jsonl``), or the stored bytes for ``.kafka`` (read ahead by blocks),
+and read_cached answers those bytes or None, never others."""
 
 from __future__ import annotations
 
@@ -126,7 +127,53 @@ def test_concurrent_sequential_readers_of_one_view_agree(log: Log) -> None:
     assert not errors
 
 
-def test_kafka_views_are_never_answered_from_the_cache(log: Log) -> None:
+def stored(log: Log) -> bytes:
+    return b"".join(segment.log_file.read(0, segment.size_bytes) for segment in log.segments)
+
+
+@pytest.mark.parametrize("size", [4096, 131072, 262144, 1_000_003])
+def test_a_sequential_kafka_reader_is_answered_from_blocks_read_ahead(log: Log, size: int) -> None:
+    want = stored(log)
+    cache = RenderCache()
+    with open_range(log, cache, TOPIC, 0, Format.KAFKA, 0, log.high_watermark) as view:
+        assert view.size == len(want)
+        assert view.read_cached(0, size) is None  # nothing read yet
+        position, hits = 0, 0
+        while position < view.size:
+            data = view.read_cached(position, size)
+            if data is None:
+                data = view.read(position, size)
+            else:
+                hits += 1
+            assert data == want[position : position + size], position
+            position += len(data)
+        assert position == len(want)
+        if size <= 4096:  # blocks end at segments (here ~150 KB): larger reads cross one at every other read
+            assert hits > position // size // 2  # most reads after a block's first find it kept
     with open_range(log, RenderCache(), TOPIC, 0, Format.KAFKA, 0, log.high_watermark) as view:
+        rng = random.Random(size)
+        for _ in range(50):  # random reads: only their bytes, nothing kept for the trio thread
+            p = rng.randrange(view.size)
+            assert view.read(p, 4096) == want[p : p + 4096]
+
+
+def test_kafka_blocks_follow_a_truncation(log: Log) -> None:
+    """After a truncation and new appends at the same positions, a view reads the new bytes, never a block kept from
+    before (blocks are named by the segment's generation, ``StoredBatches.generation``)."""
+    cache = RenderCache()
+    end = log.high_watermark
+    with open_range(log, cache, TOPIC, 0, Format.KAFKA, 0, end) as view:
         view.read(0, 4096)
-        assert view.read_cached(4096, 4096) is None
+        view.read(4096, 4096)  # sequential: the first block is kept
+        assert view.read_cached(8192, 4096) is not None
+    cut = log.segments[-1].base_offset + 1
+    log.truncate_to(cut)
+    log.append_as_leader(bytearray(encode_values([b"after-the-cut"] * 5, TS)), 0)
+    log.update_high_watermark(log.log_end_offset)
+    want = stored(log)
+    with open_range(log, cache, TOPIC, 0, Format.KAFKA, 0, log.high_watermark) as view:
+        position = 0
+        while chunk := view.read(position, 65536):
+            assert chunk == want[position : position + len(chunk)]
+            position += len(chunk)
+        assert position == len(want)
