@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from logfs.core.format import records
+from logfs.core import cext
 from logfs.mount.refusals import RefusalLog
 
 TopicPartitionKey = tuple[str, int]
@@ -165,8 +165,8 @@ def render(stats: Statistics) -> bytes:
     # and an operator should be able to see that without reading the start-up log (tests/mount/test_cext_differential.py
     # starts one mount of each kind and checks this before comparing them).
     lines += _family("logfs_compiled_helpers", "gauge",
-                     "1 when the compiled record helpers (core/format/_*.c) are used, 0 for the pure-Python reference.",
-                     [("", int(records.USE_CEXT))])  # fmt: skip
+                     "1 when the compiled record helpers (core/cext/*.c) are used, 0 for the pure-Python reference.",
+                     [("", int(cext.USE_CEXT))])  # fmt: skip
     lines += _family("logfs_fresh_inodes", "gauge", "at/, follow/ and write-file inodes the kernel holds.",
                      [("", stats.fresh_inodes)])  # fmt: skip
     for name, value in sorted(stats.render_cache.items()):

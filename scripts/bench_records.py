@@ -14,7 +14,7 @@ For 100-byte values in batches of 1, 100 and 10,000 records it measures, for log
 
 The "(events)" rows (issue 14) do the same on realistic records: a kafka-python producer's uncompressed 16 KiB
 batches of web events (scripts/realdata.py, seeded; keys, one header each, values of 150-1,500 bytes). Run with
-``LOGFS_NO_CEXT=1`` for the pure-Python record walker (the compiled one, core/format/_walk.c, is used when built).
+``LOGFS_NO_CEXT=1`` for the pure-Python record walker (the compiled one, core/cext/recordwalk.c, is used when built).
 
 Each cell repeats its operation until ~0.4 s has passed and reports the best of three such runs. Targets (issue 2)
 for 10,000-record batches: validate >= 2,000,000 records/s, crc >= 5 GB/s, encode >= 1,000,000 records/s,

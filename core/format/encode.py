@@ -193,7 +193,7 @@ def _stamp_header(
 def stamp_values_header(batch: bytearray, count: int, timestamp: int) -> bytearray:
     """The header of a batch :func:`encode_values` would give (base offset 0, CREATE_TIME, no producer), packed into
     the first RECORD_BATCH_OVERHEAD bytes of ``batch``, whose records section follows them already encoded (by the
-    compiled ``_walk.text_batches``, core/format/_textbatches.c): no copy of the section."""
+    compiled ``_helpers.text_batches``, core/cext/textbatches.c): no copy of the section."""
     with memoryview(batch) as view:
         _stamp_header(
             batch, view[RECORD_BATCH_OVERHEAD:], 0, NO_PARTITION_LEADER_EPOCH, 0, count - 1, timestamp, timestamp,

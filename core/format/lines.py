@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from logfs.core.cext import CEXT, USE_CEXT
 from logfs.core.errors import InvalidJsonRecord, RecordTooLarge
 from logfs.core.format.batch import (
     NO_PARTITION_LEADER_EPOCH,
@@ -38,7 +39,6 @@ from logfs.core.format.batch import (
     assign_offset_and_epoch,
 )
 from logfs.core.format.encode import encode_batch, encode_values, stamp_values_header
-from logfs.core.format.records import CEXT, USE_CEXT
 from logfs.core.format.varint import INT64_MAX, size_of_varint
 
 # The most a record's framing adds to its key, value and headers in a v2 batch: attributes (1), timestampDelta
@@ -115,7 +115,7 @@ def max_text_line_bytes(max_batch_bytes: int) -> int:
 
 def encode_text_run(run: LineRun, timestamp: int, max_batch_bytes: int) -> list[bytes | bytearray]:
     """:func:`encode_text_batches` of ``run.lines()``, byte for byte (same cuts, same records, same RecordTooLarge):
-    with the compiled helper (core/format/_textbatches.c) the records sections are written straight from the
+    with the compiled helper (core/cext/textbatches.c) the records sections are written straight from the
     request's buffer, ~2,000 lines of a 1 MiB request without an object each; without it (or LOGFS_NO_CEXT=1), the
     reference."""
     if CEXT is None or not USE_CEXT:
@@ -142,7 +142,7 @@ def encode_jsonl_lines(lines: Sequence[bytes], now_ms: int, max_batch_bytes: int
 
 def encode_jsonl_run(run: LineRun, now_ms: int, max_batch_bytes: int) -> list[bytes | bytearray]:
     """:func:`encode_jsonl_lines` of ``run.lines()``, byte for byte: with the compiled helper
-    (core/format/_jsonlbatches.c) when every line of the write is ``{"key": string or null, "value": any}`` of the
+    (core/cext/jsonlbatches.c) when every line of the write is ``{"key": string or null, "value": any}`` of the
     JSON it takes (no Python object per line); the reference for any other write, which so decides every refusal."""
     if CEXT is not None and USE_CEXT:
         batches = encode_jsonl_run_c(run, now_ms, max_batch_bytes)

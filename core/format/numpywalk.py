@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from logfs.core.cext import CEXT
 from logfs.core.errors import InvalidRecord
 from logfs.core.format.columns import IntArray, RecordColumns, owning
 from logfs.core.format.recordruns import RECORD_BODY_MIN_BYTES, RecordRun, WalkBuffer, chain_records, record_runs
@@ -277,7 +278,7 @@ def walk_stored(data: bytes, sections: Sequence[tuple[int, int, int, int]]) -> S
 
 
 def walk_stored_c(data: bytes, sections: Sequence[tuple[int, int, int, int]], min_run: int) -> StoredLayout | None:
-    """:func:`walk_stored` by the compiled walker (``core/format/_walk.c``, which ``records.CEXT`` loads): every
+    """:func:`walk_stored` by the compiled walker (``core/cext/recordwalk.c``, which ``logfs.core.cext`` loads): every
     record walked in C with the reference's checks (headers included: their places are in the layout), then the
     runs found with numpy. Runs of at least ``min_run`` records of one size keep their step; shorter ones are merged
     into runs of step 0 (varying sizes), so that a batch of varied records is one run, as in :func:`walk_stored`.
@@ -286,8 +287,6 @@ def walk_stored_c(data: bytes, sections: Sequence[tuple[int, int, int, int]], mi
     ``records.walk``, which names it). ~10 ns a record for the walk, where :func:`walk_stored` chains varied records
     in Python at ~150 ns. Any thread.
     """
-    from logfs.core.format.records import CEXT  # (records imports this module)
-
     assert CEXT is not None
     n = len(sections)
     if n == 0:

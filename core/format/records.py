@@ -20,10 +20,10 @@ from a client, strictly increasing and at most ``lastOffsetDelta`` for a batch a
 gaps). It returns the positions of every key and value (``core/format/columns.py``), so decoding, rendering and
 Arrow conversion read the buffer without walking it again.
 
-:func:`walk` picks :func:`walk_c`, the compiled walker (``core/format/_walk.c``: this module's reference loop in C,
-~10 ns a record), when it is built and ``LOGFS_NO_CEXT`` is not set; otherwise one of three pure-Python walkers. All
-give the same answer on every input (hypothesis tests hold them to it: tests/core/format/test_walk_cext.py for the
-compiled one):
+:func:`walk` picks :func:`walk_c`, the compiled walker (``core/cext/recordwalk.c``: this module's reference loop in C,
+~10 ns a record), when ``logfs.core.cext`` selects it (built, and ``LOGFS_NO_CEXT`` not set: ``cext.USE_CEXT``);
+otherwise one of three pure-Python walkers. All give the same answer on every input (hypothesis tests hold them to
+it: tests/core/format/test_walk_cext.py for the compiled one):
 
 * :func:`walk_python`, the reference: one loop over the bytes, used for small batches and records with headers.
 * :func:`walk_runs`, for a producer's batch made of a few runs of records of one layout: each run's first record is
@@ -36,11 +36,9 @@ compiled one):
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
-
 import numpy as np
 
+from logfs.core import cext
 from logfs.core.errors import InvalidRecord
 from logfs.core.format.columns import RecordColumns, owning
 from logfs.core.format.numpywalk import walk_numpy
@@ -70,21 +68,6 @@ RUN_WALK_MAX_RUNS = 8
 CEXT_LISTS_MAX_RECORDS = 32
 
 
-def _load_cext() -> ModuleType | None:
-    """The compiled walker (core/format/_walk.c), or None when it was not built (no compiler at install time)."""
-    try:
-        from logfs.core.format import _walk
-    except ImportError:
-        return None
-    return _walk
-
-
-# CEXT: the compiled walker when built; USE_CEXT: whether walk() uses it (LOGFS_NO_CEXT=1 in the environment
-# selects the pure-Python walkers, as CI's second pass of the record-format tests does).
-CEXT = _load_cext()
-USE_CEXT = CEXT is not None and not os.environ.get("LOGFS_NO_CEXT")
-
-
 def walk(
     data: WalkBuffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
 ) -> tuple[int, RecordColumns | None]:
@@ -94,7 +77,7 @@ def walk(
     ``client`` selects the offset-delta rule (sequential from 0 for a producer's batch, increasing for a stored
     one). Raises :class:`InvalidRecord` naming the record and the fault. Any thread may call it.
     """
-    if USE_CEXT and 0 <= start <= end <= len(data):
+    if cext.USE_CEXT and 0 <= start <= end <= len(data):  # (read at each call: tests switch it)
         return walk_c(data, start, end, count, last_offset_delta, client=client, columns=columns)
     # A count the bytes cannot hold (each record takes at least 7) goes to the reference walker, which fails at
     # the first missing record instead of sizing arrays from a hostile header.
@@ -113,11 +96,11 @@ def walk(
 def walk_c(
     data: WalkBuffer, start: int, end: int, count: int, last_offset_delta: int, *, client: bool, columns: bool = True
 ) -> tuple[int, RecordColumns | None]:
-    """The compiled walker (``core/format/_walk.c``): :func:`walk_python`'s loop in C, with its checks, values and
+    """The compiled walker (``core/cext/recordwalk.c``): :func:`walk_python`'s loop in C, with its checks, values and
     error messages (tests/core/format/test_walk_cext.py holds them equal). ~10 ns a record where the reference
-    takes ~1-3 µs. Needs the extension built (:data:`CEXT`) and ``0 <= start <= end <= len(data)``."""
-    assert CEXT is not None
-    found = CEXT.walk(data, start, end, count, last_offset_delta, client, columns, count <= CEXT_LISTS_MAX_RECORDS)
+    takes ~1-3 µs. Needs the extension built (``cext.CEXT``) and ``0 <= start <= end <= len(data)``."""
+    assert cext.CEXT is not None
+    found = cext.CEXT.walk(data, start, end, count, last_offset_delta, client, columns, count <= CEXT_LISTS_MAX_RECORDS)
     if not columns:
         return found[0], None
     if len(found) == 3:

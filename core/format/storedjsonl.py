@@ -6,7 +6,7 @@ Three paths, fastest first:
 * A block of records of one layout without headers whose keys and values are all printable ASCII other than ``"``
   and ``\\`` (their JSON string is then the bytes in quotes) and whose timestamps are not negative becomes
   :class:`Rows`: one matrix per digit width of the offsets and timestamps, constant text broadcast into its columns.
-* Other records, when the compiled walker is built (``records.USE_CEXT``): the compiled renderer, one C loop for all
+* Other records, when the compiled helpers are selected (``cext.USE_CEXT``): the compiled renderer, one C loop for all
   (escapes, base64, headers; :func:`jsonl_compiled`).
 * Else, records whose keys and values need no escape are formatted per record with bytes formatting, and anything
   else is encoded field by field as the reference does (UTF-8 text, escapes, base64). Walked batches hold records with
@@ -24,7 +24,7 @@ from json.encoder import encode_basestring  # the C string encoder that leaves n
 import numpy as np
 import numpy.typing as npt
 
-from logfs.core.format import records
+from logfs.core import cext
 from logfs.core.format.batch import TimestampType
 from logfs.core.format.columns import IntArray
 from logfs.core.format.render import json_bytes
@@ -45,7 +45,7 @@ def jsonl_walked(g: Walked, i0: int, i1: int, topic: str, partition: int, parts:
     qualify (no headers), the records between them formatted one by one: by the compiled renderer when the compiled
     walker is in use (:func:`jsonl_compiled`), else in Python."""
     lead = jsonl_lead(topic, partition)
-    between = jsonl_compiled if records.USE_CEXT else _jsonl_records
+    between = jsonl_compiled if cext.USE_CEXT else _jsonl_records
     pending = i0  # records [pending, lo) wait to be formatted one by one
     for run, lo, hi, batch in block_runs(g, i0, i1):
         if run is None or has_headers(g, lo, hi):
@@ -62,12 +62,12 @@ def jsonl_walked(g: Walked, i0: int, i1: int, topic: str, partition: int, parts:
 
 
 def jsonl_compiled(g: Walked, i0: int, i1: int, lead: bytes) -> bytes:
-    """Records ``i0…i1-1`` of ``g`` as JSON lines by the compiled renderer (``core/format/_walk.c``): the
+    """Records ``i0…i1-1`` of ``g`` as JSON lines by the compiled renderer (``core/cext/jsonlrender.c``): the
     per-record paths below in one C loop (escapes, base64, headers), byte for byte the reference's. ~0.3 µs for a
     500-byte record, where the bytes-formatting path takes ~1 µs and the field-by-field one ~3 µs; uniform blocks
     stay with :class:`Rows` (~20 % faster than this on 100-byte records)."""
-    assert records.CEXT is not None
-    out: bytes = records.CEXT.render_jsonl(g.data, lead, compiled_columns(g, i0, i1), i1 - i0)
+    assert cext.CEXT is not None
+    out: bytes = cext.CEXT.render_jsonl(g.data, lead, compiled_columns(g, i0, i1), i1 - i0)
     return out
 
 
@@ -76,9 +76,9 @@ def jsonl_sizes_compiled(g: Walked, i0: int, i1: int, lead: bytes) -> IntArray:
     compiled renderer without rendering (one loop shared with it, so byte-exact). A ``.jsonl`` file's size is due at
     its lookup (docs/mount.md, "Files, modes and caching"): counting costs a fraction of rendering the lines and finding
     their newlines."""
-    assert records.CEXT is not None
+    assert cext.CEXT is not None
     sizes = np.empty(i1 - i0, dtype=np.int64)
-    records.CEXT.jsonl_sizes(g.data, lead, compiled_columns(g, i0, i1), i1 - i0, sizes)
+    cext.CEXT.jsonl_sizes(g.data, lead, compiled_columns(g, i0, i1), i1 - i0, sizes)
     return sizes
 
 

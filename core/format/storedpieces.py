@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from logfs.core.format import records
+from logfs.core import cext
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.batch import RECORDS_OFFSET, BatchHeader, TimestampType, read_header
 from logfs.core.format.columns import IntArray, RecordColumns
@@ -109,7 +109,7 @@ def stored_pieces(
         previous_last = header.last_offset
         if header.compression != Compression.NONE:
             data = decompress(header.compression, memoryview(buf)[at + RECORDS_OFFSET : at + header.size])
-            if records.USE_CEXT:
+            if cext.USE_CEXT:
                 pending.append((index, header))
                 join(data, header)
                 continue
@@ -150,7 +150,7 @@ def _walk_pending(
 def _walk_stored(data: bytes, sections: list[tuple[int, int, int, int]]) -> StoredLayout | None:
     """The batches walked together: by the compiled walker when it is in use (records with headers too), else by
     numpy (``numpywalk.walk_stored``: no headers)."""
-    if records.USE_CEXT:
+    if cext.USE_CEXT:
         return walk_stored_c(data, sections, BLOCK_MIN_RECORDS)
     return walk_stored(data, sections)
 

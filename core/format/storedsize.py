@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from logfs.core.format import records
+from logfs.core import cext
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.format.columns import IntArray
 from logfs.core.format.storedjsonl import (
@@ -89,7 +89,7 @@ def _record_sizes(g: Walked, i0: int, i1: int, jsonl: bool, topic: str, partitio
     runs = list(block_runs(g, i0, i1))
     # With the compiled counter, only uniform blocks are worth the plain-text check (strided, cheap); records between
     # them would be gathered in Python to be checked, which costs more than counting them in C.
-    checked = not records.USE_CEXT or all(run is not None for run, _, _, _ in runs)
+    checked = not cext.USE_CEXT or all(run is not None for run, _, _, _ in runs)
     if (
         checked
         and not has_headers(g, i0, i1)
@@ -106,7 +106,7 @@ def _record_sizes(g: Walked, i0: int, i1: int, jsonl: bool, topic: str, partitio
             + np.where(kl < 0, 4, kl + 2)
             + np.where(vl < 0, 4, vl + 2)
         )
-    if records.USE_CEXT:
+    if cext.USE_CEXT:
         return jsonl_sizes_compiled(g, i0, i1, lead)  # counted in C, nothing rendered
     parts: list[Part] = []
     jsonl_walked(g, i0, i1, topic, partition, parts)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
+from logfs.core.cext import CEXT, USE_CEXT
 from logfs.core.errors import ControlRecordNotAllowed, CorruptRecord, InvalidRecord, UnsupportedCompression
 from logfs.core.format.batch import (
     ATTRIBUTES_OFFSET,
@@ -28,7 +29,7 @@ from logfs.core.format.batch import (
 from logfs.core.format.compression import Compression, decompress
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import field_bytes, records_section
-from logfs.core.format.records import CEXT, USE_CEXT, walk
+from logfs.core.format.records import walk
 from logfs.core.format.varint import INT64_MAX, INT64_MIN
 
 
@@ -155,7 +156,7 @@ def check_plain_batches(
     before: int,
     after: int,
 ) -> int:
-    """Check ``batches[start:]`` with the compiled helper (``core/format/_checkbatches.c``) as long as each is a
+    """Check ``batches[start:]`` with the compiled helper (``core/cext/clientcheck.c``) as long as each is a
     writable producer batch (idempotent and transactional ones too) that passes every rule of a leader's append
     (``appendcheck.check_leader_batch``), appending one :data:`RequestBatch` to ``out`` for each; returns the index
     of the first it did not take (``start`` when the helper is not built or ``LOGFS_NO_CEXT`` is set). A compressed

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import crc32c as _crc32c
 
+from logfs.core.cext import CEXT, USE_CEXT
 from logfs.core.errors import CorruptStoredBatch
 from logfs.core.format.batch import (
     ATTRIBUTES_OFFSET,
@@ -59,7 +60,6 @@ from logfs.core.format.batch import (
     MIN_DECLARED_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
 )
-from logfs.core.format.records import CEXT, USE_CEXT
 from logfs.core.format.varint import INT32_MAX, INT64_MAX
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def scan_python(
     back or overlapping is not), the last offset (base + lastOffsetDelta) not below the base, at most ``max_last``,
     and for the first batch at most ``first_max_last``; the partition leader epoch at least -1 (no epoch) and, when
     ``epochs`` (:func:`pack_epochs`) is not empty, at most the epoch the cache gives the base offset (its last entry
-    starting at or below it; the first entry's below the first start). ``core/format/_checkstored.c`` is the same
+    starting at or below it; the first entry's below the first start). ``core/cext/storedcheck.c`` is the same
     walk in C."""
     at = 0
     end = len(view)
@@ -220,8 +220,8 @@ def scan_python(
     return at, OK, 0, last
 
 
-# The compiled walk when built, under the record walk's switch (records.USE_CEXT: LOGFS_NO_CEXT=1 selects the
-# reference), read in that one place.
+# The compiled walk when built, under the compiled helpers' one switch (logfs.core.cext.USE_CEXT: LOGFS_NO_CEXT=1
+# selects the reference), read in that one place.
 scan_compiled: Scan | None = CEXT.check_stored if CEXT is not None and hasattr(CEXT, "check_stored") else None
 scan: Scan = scan_compiled if scan_compiled is not None and USE_CEXT else scan_python
 

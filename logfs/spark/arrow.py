@@ -5,7 +5,7 @@ possibly holding records outside the range) in blocks of READ_BYTES, and turns t
 one ``pyarrow.RecordBatch``:
 
 * ``format.storedpieces.stored_pieces`` (what the mount's renderers walk with) decompresses and walks the block's
-  batches, several together where it can (with the compiled walker, ``core/format/_walk.c``, one C walk for the whole
+  batches, several together where it can (with the compiled walker, ``core/cext/recordwalk.c``, one C walk for the whole
   block, headers included), giving every record's offset and timestamp and the position and length of its key and
   value; control batches (transaction markers) and batches outside ``[start, end)`` are skipped, and records
   outside it are cut off;
@@ -17,7 +17,7 @@ one ``pyarrow.RecordBatch``:
   record for 100-byte values, where slicing and joining in Python costs ~0.4 µs;
 * offsets, timestamps (ms → µs, UTC) and the constant columns are numpy arrays;
 * headers, only when ``includeHeaders`` asks and only for blocks that have any: with the compiled walker, the
-  ``list<struct<key string, value binary>>`` column is built from buffers (``_walk.header_columns`` gives where each
+  ``list<struct<key string, value binary>>`` column is built from buffers (``_helpers.header_columns`` gives where each
   header's key and value lie; list offsets from the per-record counts, keys and values as the columns above, keys
   checked as UTF-8 by Arrow): no Python object per record. Batches walked alone by the reference (and header keys
   that are not UTF-8, which the reference decodes with replacement) build theirs from Python lists.
@@ -45,10 +45,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from logfs.core.cext import CEXT
 from logfs.core.errors import CorruptRecord
 from logfs.core.format.batch import RECORDS_OFFSET, BatchHeader, TimestampType, iter_batch_positions
 from logfs.core.format.columns import RecordColumns
-from logfs.core.format.records import CEXT
 from logfs.core.format.storedpieces import Walked, cut, has_headers, stored_pieces
 from logfs.spark.offsets import OffsetRange
 

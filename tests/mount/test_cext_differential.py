@@ -1,4 +1,4 @@
-"""The compiled helpers (core/format/_*.c) against the pure-Python reference, through two real mounts.
+"""The compiled helpers (core/cext/*.c) against the pure-Python reference, through two real mounts.
 
 The helpers sit in every write (the client batch check, text and JSON lines to batches) and every read (the record
 walk, the ``.jsonl`` renderer, the stored-batch check, the cleaner's scan). Hypothesis tests hold each helper equal to
@@ -49,7 +49,7 @@ from conftest import Mount, errno_of, running_mount, state
 from follower_procs import following, identical, wait_for
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from logfs.core.format.records import CEXT
+from logfs.core.cext import CEXT
 
 pytestmark = pytest.mark.skipif(CEXT is None, reason="the compiled helpers are not built: nothing to compare")
 

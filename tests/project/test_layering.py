@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE_FORBIDDEN_MODULES = ("pyfuse3", "trio", "pyspark", "pyarrow", "logfs.mount", "logfs.cli")
 SPARK_MODULES = ("pyspark", "pyarrow")
 # The core's subpackages, one per concern: each must be walked by both checks.
-CORE_SUBPACKAGES = ("format", "log", "txn", "replication")
+CORE_SUBPACKAGES = ("cext", "format", "log", "txn", "replication")
 
 
 def run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -120,8 +120,8 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
         files = [n for n in archive.namelist() if ".dist-info/" not in n]
     with zipfile.ZipFile(plain_wheel) as archive:
         plain_files = [n for n in archive.namelist() if ".dist-info/" not in n]
-    extension = [f for f in files if f.startswith("logfs/core/format/_walk.") and f.endswith(".so")]
-    assert len(extension) == 1, f"the compiled record walker is not in the wheel: {files}"
+    extension = [f for f in files if f.startswith("logfs/core/cext/_helpers.") and f.endswith(".so")]
+    assert len(extension) == 1, f"the compiled helpers are not in the wheel: {files}"
     assert not [f for f in plain_files if f.endswith(".so")], plain_files
     assert set(plain_files) == set(files) - set(extension)
     assert {"logfs/__init__.py", "logfs/core/__init__.py", "logfs/mount/__init__.py", "logfs/py.typed"} <= set(files)
@@ -169,6 +169,7 @@ def test_wheel_installs_imports_and_runs_in_a_fresh_venv(tmp_path: Path) -> None
 # Which record walker records.walk uses, after checking that it validates a batch and refuses a damaged one.
 WALKER_CHECK = textwrap.dedent(
     """
+    from logfs.core import cext
     from logfs.core.errors import InvalidRecord
     from logfs.core.format import records
     from logfs.core.format.encode import encode_values
@@ -180,7 +181,7 @@ WALKER_CHECK = textwrap.dedent(
         assert str(exc) == "1 trailing bytes after the 40 records the batch declares", exc
     else:
         raise AssertionError("trailing byte accepted")
-    print("compiled" if records.USE_CEXT else "python")
+    print("compiled" if cext.USE_CEXT else "python")
     """
 )
 

@@ -14,7 +14,7 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from logfs.core.format import records as records_module
+from logfs.core import cext
 from logfs.core.format.batch import Header, Record, TimestampType, assign_offset_and_epoch
 from logfs.core.format.compression import Compression
 from logfs.core.format.control import ControlType
@@ -177,7 +177,7 @@ def test_headers_built_from_buffers_equal_kafka_python_and_the_lists_built_colum
     reading and, cell for cell and type for type, the column built from Python lists: records with 0-5 headers (empty
     and non-ASCII keys, null and empty values), every codec in one block (one compiled group, pieces concatenated),
     ranges that cut batches."""
-    monkeypatch.setattr(records_module, "USE_CEXT", compiled and records_module.CEXT is not None)
+    monkeypatch.setattr(cext, "USE_CEXT", compiled and cext.CEXT is not None)
     rng = seeded(31)
     batches, base = [], 0
     for i, size in enumerate([40, 1, 300, 17, 120]):
@@ -201,12 +201,12 @@ def test_headers_built_from_buffers_equal_kafka_python_and_the_lists_built_colum
         monkeypatch.setattr(arrow_module, "_walked_headers", lambda w, htype: None)  # the lists' path
         want = read_all(data, OffsetRange("t", 3, start, end))
         monkeypatch.undo()
-        monkeypatch.setattr(records_module, "USE_CEXT", compiled and records_module.CEXT is not None)
+        monkeypatch.setattr(cext, "USE_CEXT", compiled and cext.CEXT is not None)
         assert [b.schema for b in got] == [schema] * len(got)
         assert pa.Table.from_batches(got, schema).equals(pa.Table.from_batches(want, schema)), (start, end)
 
 
-@pytest.mark.skipif(records_module.CEXT is None, reason="the compiled walker is not built")
+@pytest.mark.skipif(cext.CEXT is None, reason="the compiled walker is not built")
 def test_a_header_key_that_is_not_utf8_is_decoded_with_replacement_as_the_reference_does() -> None:
     """Arrow strings must be UTF-8: a block whose header key is not falls back to the lists' path, which decodes it
     with replacement as the reference walker does; the other records of the block keep their headers."""

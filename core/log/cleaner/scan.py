@@ -5,8 +5,9 @@ its key, whether its value is null, and, for a batch it rewrites, where the reco
 batch and record by record in Python cost ~2.5 µs a 1 KiB record (profiled: the per-batch walk calls, the column
 lists, a loop of dict operations), and held the GIL for the whole chunk, which the appends of other partitions wait
 for. Here the uncompressed batches of a chunk are walked in **one** call of the compiled walker
-(``_walk.walk_sections``, which checks what the reference walker checks and releases the GIL), the offsets come from
-numpy, and what is left per record in Python is one key slice and one dict operation, in comprehensions.
+(``walk_sections`` of ``logfs.core.cext``, which checks what the reference walker checks and releases the GIL), the
+offsets come from numpy, and what is left per record in Python is one key slice and one dict operation, in
+comprehensions.
 
 Without the compiled walker (``LOGFS_NO_CEXT=1``, or no compiler at install time) each batch is walked by the
 reference (``decode.record_columns``) and the record boundaries are found by chaining the records' length varints:
@@ -25,12 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from logfs.core.cext import CEXT, USE_CEXT
 from logfs.core.errors import InvalidRecord
 from logfs.core.format.batch import RECORDS_OFFSET, BatchHeader
 from logfs.core.format.compression import Compression
 from logfs.core.format.decode import record_columns
 from logfs.core.format.recordruns import RECORD_BODY_MIN_BYTES
-from logfs.core.format.records import CEXT, USE_CEXT
 from logfs.core.format.varint import VARINT_MAX_BYTES, decode_varint
 from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, key_id
 
@@ -117,7 +118,7 @@ def walk_batches(data: bytes, batches: Sequence[tuple[int, BatchHeader]]) -> Chu
 
 
 def _walk_c(data: bytes, batches: Sequence[tuple[int, BatchHeader]], total: int) -> Int64s | None:
-    """The nine columns of ``_walk.walk_sections`` (its opening comment), or None for the reference to judge: a
+    """The nine columns of ``_helpers.walk_sections`` (its opening comment), or None for the reference to judge: a
     count no batch of its size can hold (so no huge allocation for a damaged header), or any fault."""
     assert CEXT is not None
     sections = []

@@ -1,4 +1,4 @@
-"""``append.jsonl`` lines as producer batches: the compiled normaliser (core/format/_jsonlbatches.c) against the
+"""``append.jsonl`` lines as producer batches: the compiled normaliser (core/cext/jsonlbatches.c) against the
 reference (``lines.encode_jsonl_lines``: orjson parse, orjson compact value, encode_record_batches).
 
 The compiled path takes a write only when every line is ``{"key": string or null, "value": any JSON}`` of the JSON
@@ -21,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logfs.core import errors as core
+from logfs.core.cext import CEXT
 from logfs.core.format.batch import RECORD_BATCH_OVERHEAD
 from logfs.core.format.decode import decode_records
 from logfs.core.format.lines import LineRun, encode_jsonl_lines, encode_jsonl_run, encode_jsonl_run_c
-from logfs.core.format.records import CEXT
 from logfs.core.format.validate import validate_batch
 
 needs_cext = pytest.mark.skipif(CEXT is None, reason="the C extension is not built")

@@ -1,4 +1,4 @@
-"""The read-side check of stored batches in C (core/format/_checkstored.c) against its reference
+"""The read-side check of stored batches in C (core/cext/storedcheck.c) against its reference
 (``core/log/batchcheck.scan_python``): the same ``(at, kind, value, last)`` on valid runs of batches, on damaged ones
 (a bit flipped anywhere, a byte overwritten, a run cut anywhere, a span that ends early), on arbitrary bytes, and
 under arbitrary offset bounds and leader-epoch caches (the header fields the CRC does not cover, issue 23).

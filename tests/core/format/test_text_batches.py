@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logfs.core import errors as core
+from logfs.core.cext import CEXT
 from logfs.core.format.batch import RECORD_BATCH_OVERHEAD
 from logfs.core.format.decode import decode_records
 from logfs.core.format.lines import (
@@ -19,7 +20,6 @@ from logfs.core.format.lines import (
     encode_text_run_c,
     max_text_line_bytes,
 )
-from logfs.core.format.records import CEXT
 from logfs.core.format.validate import validate_batch
 
 
@@ -57,7 +57,7 @@ def test_max_text_line_bytes_is_the_longest_line_a_batch_takes() -> None:
     assert max_text_line_bytes(1048588) == 1048588 - 72
 
 
-# --- the compiled path (core/format/_textbatches.c) against the reference -------------------------------------------
+# --- the compiled path (core/cext/textbatches.c) against the reference -------------------------------------------
 
 needs_cext = pytest.mark.skipif(CEXT is None, reason="the C extension is not built")
 

@@ -1,5 +1,5 @@
-"""The compiled record walker (``core/format/_walk.c`` through ``records.walk_c`` and ``_walk.walk_sections``) equals
-the reference (``records.walk_python``) on valid and damaged records sections: the same max timestamp delta and
+"""The compiled record walker (``core/cext/recordwalk.c`` through ``records.walk_c`` and ``_helpers.walk_sections``)
+equals the reference (``records.walk_python``) on valid and damaged records sections: the same max timestamp delta and
 columns, or the same error type and message.
 
 The extension must be built here (``scripts/setup`` builds it; the import below fails otherwise): these tests hold
@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from logfs.core import cext
+from logfs.core.cext import _helpers  # (fails the file when the extension is not built)
 from logfs.core.errors import InvalidRecord
-from logfs.core.format import _walk, records  # (fails the file when the extension is not built)
 from logfs.core.format.batch import RECORDS_OFFSET, Header, Record, assign_offset_and_epoch, iter_batch_positions
 from logfs.core.format.compression import Compression
 from logfs.core.format.decode import record_columns
@@ -174,13 +175,13 @@ def test_compiled_walker_equals_the_reference_on_edge_fields(name: str, section:
 
 def test_compiled_walker_refuses_a_section_outside_the_buffer() -> None:
     with pytest.raises(ValueError):
-        _walk.walk(b"abc", 1, 4, 1, 0, False, True, True)
+        _helpers.walk(b"abc", 1, 4, 1, 0, False, True, True)
 
 
 def walk_sections(data: bytes, sections: list[tuple[int, int, int, int]]) -> Any:
     total = sum(c for _, _, c, _ in sections)
     out = np.empty(9 * total, dtype=np.int64)
-    _walk.walk_sections(data, np.array(sections, dtype=np.int64).reshape(-1), out)
+    _helpers.walk_sections(data, np.array(sections, dtype=np.int64).reshape(-1), out)
     return out.reshape(9, total)
 
 
@@ -239,13 +240,14 @@ def test_walk_sections_equals_the_reference_batch_by_batch(batches: list[list[Re
 
 @contextlib.contextmanager
 def walker(compiled: bool) -> Iterator[None]:
-    """records.walk and the stored-batch renderers on the compiled walker, or on the pure-Python ones."""
-    saved = records.USE_CEXT
-    records.USE_CEXT = compiled
+    """records.walk and the stored-batch renderers on the compiled walker, or on the pure-Python ones (the switch
+    they read at each call, ``logfs.core.cext.USE_CEXT``)."""
+    saved = cext.USE_CEXT
+    cext.USE_CEXT = compiled
     try:
         yield
     finally:
-        records.USE_CEXT = saved
+        cext.USE_CEXT = saved
 
 
 # Keys and values: escapes, non-ASCII UTF-8, not UTF-8 (a surrogate, an overlong form: base64).
@@ -332,7 +334,7 @@ def uniform_records(rng: random.Random, count: int) -> list[Record]:
 @settings(max_examples=150, **SETTINGS)
 @given(batches=st.lists(varied_records(), min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
 def test_jsonl_sizes_equal_the_rendered_lengths_both_ways(batches: list[list[Record]], seed: int) -> None:
-    """The size-only mode (``_walk.jsonl_sizes`` under ``stored_sizes``/``stored_size``) gives exactly the length of
+    """The size-only mode (``_helpers.jsonl_sizes`` under ``stored_sizes``/``stored_size``) gives exactly the length of
     the rendering, per batch and per cut span, on the compiled walker and on the pure-Python one (LOGFS_NO_CEXT=1's
     path): varied records (escapes, non-UTF-8 keys and values in base64, headers with null values, wide and negative
     timestamps, every codec) and uniform blocks of plain and non-plain bytes."""
@@ -370,15 +372,15 @@ def test_jsonl_sizes_gives_each_line_length_and_refuses_bad_buffers() -> None:
     assert isinstance(walked, Walked)
     lead = jsonl_lead("t", 0)
     columns = compiled_columns(walked, 0, 7)
-    lines = _walk.render_jsonl(walked.data, lead, columns, 7).splitlines(keepends=True)
+    lines = _helpers.render_jsonl(walked.data, lead, columns, 7).splitlines(keepends=True)
     sizes = np.full(7, -1, dtype=np.int64)
-    _walk.jsonl_sizes(walked.data, lead, columns, 7, sizes)
+    _helpers.jsonl_sizes(walked.data, lead, columns, 7, sizes)
     assert sizes.tolist() == [len(line) for line in lines]
     with pytest.raises(ValueError, match="shorter"):
-        _walk.jsonl_sizes(walked.data, lead, columns, 7, np.empty(6, dtype=np.int64))
+        _helpers.jsonl_sizes(walked.data, lead, columns, 7, np.empty(6, dtype=np.int64))
     with pytest.raises((BufferError, TypeError)):
-        _walk.jsonl_sizes(walked.data, lead, columns, 7, bytes(56))
+        _helpers.jsonl_sizes(walked.data, lead, columns, 7, bytes(56))
     moved = list(columns)
     moved[5] = columns[5] + len(data)  # value positions past the data
     with pytest.raises(ValueError, match="outside"):
-        _walk.jsonl_sizes(walked.data, lead, tuple(moved), 7, sizes)
+        _helpers.jsonl_sizes(walked.data, lead, tuple(moved), 7, sizes)

@@ -1,12 +1,12 @@
-"""A request's producer batches checked by the compiled helper (``core/format/_checkbatches.c`` through
+"""A request's producer batches checked by the compiled helper (``core/cext/clientcheck.c`` through
 ``appendcheck.check_leader_request``) give what the reference (``check_leader_batch`` per batch, ``LOGFS_NO_CEXT``'s
 path) gives, on valid and damaged batches, uncompressed or compressed with every codec (damaged compressed payloads
 included): the same checked batches, or the same error (type and message) after the same batches; and a batch the
 helper says needs no stamp is one ``set_max_timestamp`` leaves as it is.
 
-The extension must be built here (the import of ``_walk`` fails the file otherwise); the compiled side is used
-whatever ``LOGFS_NO_CEXT`` says. Damage is drawn from a seed
-that hypothesis prints with any failure.
+The extension must be built here (the import of ``logfs.core.cext._helpers`` fails the file otherwise); the
+compiled side is used whatever ``LOGFS_NO_CEXT`` says. Damage is drawn from a seed that hypothesis prints with any
+failure.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from logfs.core.cext import _helpers  # noqa: F401  (fails the file when the extension is not built)
 from logfs.core.config import LogConfig
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.format import _walk, compression, validate  # noqa: F401  (fails the file when the extension is not built)
+from logfs.core.format import compression, validate
 from logfs.core.format.batch import Header, Record, TimestampType, set_max_timestamp
 from logfs.core.format.compression import Compression
 from logfs.core.format.encode import encode_batch

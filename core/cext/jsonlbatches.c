@@ -1,5 +1,5 @@
 /*
- * logfs.core.format._walk.jsonl_batches: the lines of a write to a partition's ``append.jsonl`` as the records
+ * logfs.core.cext._helpers.jsonl_batches: the lines of a write to a partition's ``append.jsonl`` as the records
  * sections of producer batches, when every line has the usual shape.
  *
  * Why: the reference (core/format/lines.py: parse_json_lines, then encode_record_batches) parses each line with
@@ -7,12 +7,12 @@
  * ~5 µs a line, 4-7 % of dd for realistic events (issue 14). This validates and normalises each line in one pass
  * over its bytes, with no Python object per line, and writes the records straight into the batches' buffers.
  *
- * Each line is validated and normalised by logfs_jsonl_line (_jsonlnorm.c, which says what it takes itself); when
+ * Each line is validated and normalised by logfs_jsonl_line (jsonlnorm.c, which says what it takes itself); when
  * any line is not taken this returns None and the caller runs the reference on the whole write, so the reference
  * decides every refusal and every rare shape. tests/core/format/test_jsonl_batches.py holds the two byte-identical.
  *
  *   jsonl_batches(head, data, end, budget, per, overhead) -> [(bytearray, count), ...] or None
- *       The lines as text_batches (_textbatches.c) takes them. Each bytearray is ``overhead`` zero bytes (the batch
+ *       The lines as text_batches (textbatches.c) takes them. Each bytearray is ``overhead`` zero bytes (the batch
  *       header, packed by the caller: encode.stamp_values_header) and the records section of ``count`` records:
  *       attributes 0, timestampDelta 0, offsetDelta from 0 per batch, the key, the value, no headers. Cuts are
  *       encode_record_batches': records go in while the sum of (key + value length + ``per``) stays within
@@ -20,7 +20,7 @@
  *
  * Threads: any; the GIL is released while lines are parsed and records written.
  */
-#include "_walk.h"
+#include "helpers.h"
 
 static inline int64_t field_bytes(int64_t len) { return len < 0 ? 1 : varint_bytes(len) + len; }
 

@@ -1,10 +1,10 @@
 /*
- * The headers of walked records as flat columns, for Arrow (issue 14), part of the module logfs.core.format._walk
- * (see _walk.c). The Spark decoder (logfs/spark/arrow.py) builds the ``headers`` column, list<struct<key string,
+ * The headers of walked records as flat columns, for Arrow (issue 14), part of the module logfs.core.cext._helpers
+ * (see recordwalk.c). The Spark decoder (logfs/spark/arrow.py) builds the ``headers`` column, list<struct<key string,
  * value binary>>, straight from buffers: where each header's key and value lie in the data, one row per header in
  * record order. Python lists per record (header_lists) cost ~1 µs a record; these columns cost a few ns a header.
  */
-#include "_walk.h"
+#include "helpers.h"
 
 /*
  * header_columns(data, positions, counts, n, key_pos, key_len, value_pos, value_len) -> None

@@ -1,6 +1,6 @@
 /*
  * logfs_jsonl_line: one ``append.jsonl`` line validated and its key and value normalised as the reference would store
- * them (core/format/lines.py: orjson's parse, the value as orjson's compact text), for _jsonlbatches.c.
+ * them (core/format/lines.py: orjson's parse, the value as orjson's compact text), for jsonlbatches.c.
  *
  * What it takes itself: a line (after JSON whitespace) that is an object with only ``key`` (a string or null) and
  * ``value`` (any JSON) fields, each at most once; a blank line (spaces, tabs, carriage returns) is skipped as the
@@ -19,7 +19,7 @@
  *
  * Threads: any; no Python object is touched (it runs with the GIL released).
  */
-#include "_walk.h"
+#include "helpers.h"
 
 #define MAX_DEPTH 48
 #define MAX_NAMES 64

@@ -1,4 +1,5 @@
-# Types of the compiled record walker, core/format/_walk.c (see its opening comment for what each returns).
+# Types of the compiled helpers, logfs.core.cext._helpers (core/cext/*.c: see each file's opening comment for what each
+# function returns, and core/cext/__init__.py for which file holds it).
 from typing import Any
 
 def walk(

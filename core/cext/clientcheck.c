@@ -1,5 +1,5 @@
 /*
- * logfs.core.format._walk.check_client_batches: the producer batches of one request checked in one call.
+ * logfs.core.cext._helpers.check_client_batches: the producer batches of one request checked in one call.
  *
  * Why: a 1 MiB write of realistic 16 KiB producer batches is ~64 batches, and checking each through
  * appendcheck.check_leader_batch -> validate.validate_batch -> records.walk cost ~15-20 µs of Python per batch
@@ -29,7 +29,7 @@
  * Python, and this file only has to be never more permissive than it (tests/core/log/test_check_batches_cext.py
  * holds the two equal on valid and damaged input). Threads: any; the GIL is released during each walk.
  */
-#include "_walk.h"
+#include "helpers.h"
 
 #define HEADER_BYTES 61
 #define ATTRIBUTES_AT 21

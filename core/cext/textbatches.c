@@ -1,5 +1,5 @@
 /*
- * logfs.core.format._walk.text_batches: the lines of a write to ``append`` as the records sections of text batches.
+ * logfs.core.cext._helpers.text_batches: the lines of a write to ``append`` as the records sections of text batches.
  *
  * Why: a 1 MiB request of realistic events (150-1,500 byte lines) is ~2,000 lines; splitting it into ~2,000 bytes
  * objects (mount/framing.py) and encoding each record with varints and a join (core/format/encode.py encode_values)
@@ -17,7 +17,7 @@
  *
  * Threads: any; the GIL is released while lines are found and records written.
  */
-#include "_walk.h"
+#include "helpers.h"
 
 /* A record's body: attributes, timestampDelta, offsetDelta, key -1, value length, value, header count. */
 static inline int64_t body_bytes(int64_t i, int64_t len) { return 4 + varint_bytes(i) + varint_bytes(len) + len; }
@@ -50,7 +50,7 @@ int logfs_run_args(PyObject *args, const char *name, Py_buffer *head, Py_buffer 
     return 0;
 }
 
-/* The batches' buffers, for the writers of records sections (here and _jsonlbatches.c): a list of (bytearray,
+/* The batches' buffers, for the writers of records sections (here and jsonlbatches.c): a list of (bytearray,
  * count) per batch ``b``, each ``overhead`` zero bytes (the header, packed by the caller) and room for a section of
  * ``sizes[b]`` bytes, of ``cuts[b + 1] - cuts[b]`` records; ``(*outs_out)[b]`` is where its section goes (an array
  * the caller frees with PyMem_Free, set even when this fails). NULL with an error set. */

@@ -1,11 +1,12 @@
 /*
- * What core/format/_walk.c (the record walk), core/format/_walkjsonl.c (JSON lines of walked records) and
- * core/format/_checkbatches.c (a request's producer batches checked at once) share: the varint, header and record
- * readers with the reference's checks and messages, faults raised as InvalidRecord, buffers.
- * See _walk.c's opening comment for the module.
+ * What the files of the compiled helpers (core/cext/*.c, the extension logfs.core.cext._helpers; all but
+ * storedcheck.c, which stands alone) share: the varint, header and record readers with the reference's checks and
+ * messages, faults raised as InvalidRecord, buffers, and the cutting of lines into batches (textbatches.c,
+ * jsonlbatches.c). The module's table of functions is at the end of recordwalk.c; core/cext/__init__.py's docstring
+ * lists each function, what it replaces and its Python reference.
  */
-#ifndef LOGFS_WALK_H
-#define LOGFS_WALK_H
+#ifndef LOGFS_CEXT_HELPERS_H
+#define LOGFS_CEXT_HELPERS_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,7 +22,7 @@
 #define NSTORED 9
 #define MSG_BYTES 256
 
-extern PyObject *logfs_InvalidRecord; /* logfs.core.errors.InvalidRecord, imported at module init (_walk.c) */
+extern PyObject *logfs_InvalidRecord; /* logfs.core.errors.InvalidRecord, imported at module init (recordwalk.c) */
 
 /* A fault found while the GIL may be released: its message, raised as InvalidRecord once the GIL is held. */
 typedef struct {
@@ -216,22 +217,22 @@ static inline const void *hold(PyObject *obj, Held *h, Py_ssize_t items, Py_ssiz
     return h->view.buf;
 }
 
-PyObject *logfs_render_jsonl(PyObject *self, PyObject *args); /* _walkjsonl.c */
-PyObject *logfs_check_client_batches(PyObject *self, PyObject *args); /* _checkbatches.c */
-PyObject *logfs_jsonl_sizes(PyObject *self, PyObject *args);  /* _walkjsonl.c */
-PyObject *logfs_header_columns(PyObject *self, PyObject *args); /* _walkheaders.c */
+PyObject *logfs_render_jsonl(PyObject *self, PyObject *args); /* jsonlrender.c */
+PyObject *logfs_check_client_batches(PyObject *self, PyObject *args); /* clientcheck.c */
+PyObject *logfs_jsonl_sizes(PyObject *self, PyObject *args);  /* jsonlrender.c */
+PyObject *logfs_header_columns(PyObject *self, PyObject *args); /* headercolumns.c */
 /* Where the key and value of one append.jsonl line sit in the normalised output (length -1: null). */
 typedef struct {
     int64_t key_pos, key_len, value_pos, value_len;
 } LineFields;
-int logfs_jsonl_line(const uint8_t *p, const uint8_t *e, uint8_t *out, uint8_t **o, LineFields *r); /* _jsonlnorm.c */
+int logfs_jsonl_line(const uint8_t *p, const uint8_t *e, uint8_t *out, uint8_t **o, LineFields *r); /* jsonlnorm.c */
 int logfs_run_args(PyObject *args, const char *name, Py_buffer *head, Py_buffer *data, Py_ssize_t *end,
-                   long long *budget, long long *per, long long *overhead); /* _textbatches.c */
+                   long long *budget, long long *per, long long *overhead); /* textbatches.c */
 PyObject *logfs_new_batches(int64_t batches, const int64_t *cuts, const int64_t *sizes, long long overhead,
-                            uint8_t ***outs_out); /* _textbatches.c */
+                            uint8_t ***outs_out); /* textbatches.c */
 
 /* The bytes of the zigzag varint of a non-negative value ``v`` (zigzag: 2v): the writers of records sections
- * (_textbatches.c, _jsonlbatches.c). */
+ * (textbatches.c, jsonlbatches.c). */
 static inline int64_t varint_bytes(int64_t v) {
     uint64_t z = (uint64_t)v << 1;
     int64_t n = 1;
@@ -253,8 +254,8 @@ static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
     return p;
 }
 
-/* How records go into batches under a budget, for the writers of records sections (_textbatches.c,
- * _jsonlbatches.c): a record joins the batch being cut while the costs of its records stay within the budget, and a
+/* How records go into batches under a budget, for the writers of records sections (textbatches.c,
+ * jsonlbatches.c): a record joins the batch being cut while the costs of its records stay within the budget, and a
  * batch takes at least one (lines.encode_text_batches' and encode_record_batches' cuts). ``cuts[b]`` is batch b's
  * first record (``cuts[batches]``: the record count), ``sizes[b]`` its records section's bytes. */
 typedef struct {

@@ -1,5 +1,6 @@
 /*
- * logfs.core.format._walk: the record walk of a RecordBatch v2 records section, compiled.
+ * The record walk of a RecordBatch v2 records section, compiled; and, at the end of this file, the table of functions
+ * of the module logfs.core.cext._helpers (the other files of core/cext/ each add what their opening comment says).
  *
  * Why: a producer's records vary (keys, headers, sizes of 150-1,500 bytes), so the column-at-once paths of
  * core/format/numpywalk.py and recordruns.py do not apply and the per-record loop of records.walk_python (a few
@@ -29,17 +30,17 @@
  *       The headers of records walked by walk_sections (rows 6 and 7), as walk's columns give them.
  *
  *   render_jsonl(data, lead, columns, n)
- *       The JSON lines of spec §4 of walked records, byte for byte render.jsonl_from_columns (in _walkjsonl.c).
+ *       The JSON lines of spec §4 of walked records, byte for byte render.jsonl_from_columns (in jsonlrender.c).
  *
  *   jsonl_sizes(data, lead, columns, n, out)
- *       The length of each of those lines into ``out`` (n int64), nothing rendered (in _walkjsonl.c).
+ *       The length of each of those lines into ``out`` (n int64), nothing rendered (in jsonlrender.c).
  *
  *   header_columns(data, positions, counts, n, key_pos, key_len, value_pos, value_len)
- *       The headers of walked records as flat columns, for Arrow (in _walkheaders.c).
+ *       The headers of walked records as flat columns, for Arrow (in headercolumns.c).
  *
  * Threads: any. The GIL is released while a walk creates no Python object (no columns, or walk_sections).
  */
-#include "_walk.h"
+#include "helpers.h"
 
 PyObject *logfs_InvalidRecord = NULL;
 
@@ -299,9 +300,9 @@ done:
     return result;
 }
 
-PyObject *logfs_text_batches(PyObject *self, PyObject *args); /* _textbatches.c */
-PyObject *logfs_jsonl_batches(PyObject *self, PyObject *args); /* _jsonlbatches.c */
-PyObject *logfs_check_stored(PyObject *self, PyObject *args);  /* _checkstored.c */
+PyObject *logfs_text_batches(PyObject *self, PyObject *args); /* textbatches.c */
+PyObject *logfs_jsonl_batches(PyObject *self, PyObject *args); /* jsonlbatches.c */
+PyObject *logfs_check_stored(PyObject *self, PyObject *args);  /* storedcheck.c */
 
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk a records section as records.walk_python does (see the file's comment)."},
@@ -311,25 +312,25 @@ static PyMethodDef methods[] = {
     {"header_lists", header_lists, METH_VARARGS, "The headers of walked records as Python lists."},
     {"header_columns", logfs_header_columns, METH_VARARGS, "The headers of walked records as flat columns."},
     {"check_client_batches", logfs_check_client_batches, METH_VARARGS,
-     "Check a request's producer batches (core/format/_checkbatches.c)."},
+     "Check a request's producer batches (core/cext/clientcheck.c)."},
     {"text_batches", logfs_text_batches, METH_VARARGS,
-     "The lines of a buffer as the records sections of text batches (core/format/_textbatches.c)."},
+     "The lines of a buffer as the records sections of text batches (core/cext/textbatches.c)."},
     {"jsonl_batches", logfs_jsonl_batches, METH_VARARGS,
-     "append.jsonl lines of the usual shape as records sections, or None (core/format/_jsonlbatches.c)."},
+     "append.jsonl lines of the usual shape as records sections, or None (core/cext/jsonlbatches.c)."},
     {"check_stored", logfs_check_stored, METH_VARARGS,
-     "Check a run of stored batches: framing, magic, CRC-32C, offsets, epochs (core/format/_checkstored.c)."},
+     "Check a run of stored batches: framing, magic, CRC-32C, offsets, epochs (core/cext/storedcheck.c)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "_walk",
-    .m_doc = "The record walk in C (core/format/_walk.c).",
+    .m_name = "_helpers",
+    .m_doc = "The compiled helpers of logfs.core.cext (core/cext/*.c; see core/cext/__init__.py).",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__walk(void) {
+PyMODINIT_FUNC PyInit__helpers(void) {
     PyObject *errors = PyImport_ImportModule("logfs.core.errors");
     if (errors == NULL)
         return NULL;
