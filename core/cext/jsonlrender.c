@@ -1,13 +1,14 @@
 /*
- * JSON lines of spec §4 from walked records, byte for byte render.jsonl_from_columns: the loop of
+ * JSON lines (docs/mount.md, "Reads") from walked records, byte for byte render.jsonl_from_columns: the loop of
  * core/format/storedjsonl.py's per-record paths in C (issue 14), part of the module logfs.core.cext._helpers (see
  * recordwalk.c). Escapes as json.encoder.encode_basestring (the short ones, \u00XX below 0x20, the rest as is), keys
  * and values as strict UTF-8 text or base64 with their "...Encoding" member, header keys decoded with replacement.
  *
  * Two entry points share one record loop (emit_records): render_jsonl writes the lines; jsonl_sizes only counts the
  * bytes each line would have (an Out in counting mode: every put adds its length and writes nothing). A .jsonl
- * file's exact size is due at lookup (spec §5), and counting costs a fraction of rendering (no output buffer, no
- * copies); sharing the loop keeps the two byte-exact by construction (tests/core/format/test_walk_cext.py holds it).
+ * file's exact size is due at lookup (docs/mount.md, "Files, modes and caching"), and counting costs a fraction of
+ * rendering (no output buffer, no copies); sharing the loop keeps the two byte-exact by construction
+ * (tests/core/format/test_walk_cext.py holds it).
  */
 #include "helpers.h"
 

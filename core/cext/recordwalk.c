@@ -30,7 +30,8 @@
  *       The headers of records walked by walk_sections (rows 6 and 7), as walk's columns give them.
  *
  *   render_jsonl(data, lead, columns, n)
- *       The JSON lines of spec §4 of walked records, byte for byte render.jsonl_from_columns (in jsonlrender.c).
+ *       The JSON lines (docs/mount.md, "Reads") of walked records, byte for byte render.jsonl_from_columns (in
+ *       jsonlrender.c).
  *
  *   jsonl_sizes(data, lead, columns, n, out)
  *       The length of each of those lines into ``out`` (n int64), nothing rendered (in jsonlrender.c).
