@@ -1,9 +1,10 @@
 """Reading a range of offsets: the one floor-segment scan behind every range read of a log (Kafka's ``LocalLog.read``
 walk).
 
-Every reader of a range of a partition asks for offsets ``[start, end)`` the same way (:meth:`Log.scan`): the
-leader's answer to a follower's fetch (``core/replication/fetch.py``) and the mount's ``at/``, ``hw/``,
-``committed/`` and ``follow/`` views (``mount/render/rangeview.py``, ``mount/render/views.py``). Theory of operation:
+Every reader of a range of a partition walks offsets ``[start, end)`` the same way (:meth:`Log.scan`): under the one
+range read (``core/log/rangeread.py``: the leader's answer to a follower's fetch, ``core/replication/fetch.py``, and
+the mount's ``at/``, ``hw/``, ``committed/`` and ``follow/`` views) and under the cleaner's map of a dirty section
+(``core/log/cleaner/clean.py``). Theory of operation:
 
 1. The segments are taken as they are at that moment: a :class:`Segments` snapshot, immutable (the log replaces it
    on every roll, deletion and truncation), so a scan never locks and never sees a change half made.

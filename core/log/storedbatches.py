@@ -25,10 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logfs.core.errors import StorageError
+from logfs.core.errors import CorruptRecord, CorruptStoredBatch, StorageError
 from logfs.core.format.batch import LENGTH_OFFSET, LOG_OVERHEAD, iter_batch_positions
 from logfs.core.log.batchcheck import check_batches, check_span, read_checked
 from logfs.core.log.leftout import LeftOutBatches
+from logfs.core.log.logfile import BatchPosition
 
 if TYPE_CHECKING:
     from logfs.core.format.abortedbatches import AbortedBatches
@@ -148,6 +149,31 @@ class StoredBatches:
         if len(data) != max(want, 0):
             raise StorageError(f"{self._segment.log_path}: {want} bytes at {at} are not there")
         return data
+
+    def headers(self, lo: int, hi: int) -> Iterator[BatchPosition]:
+        """The batch headers of ``[lo, hi)``, framed but not checked (a fetch walks them to its byte budget, then
+        reads the span it keeps with :meth:`read_into`, which checks). Stops before a batch that does not fit before
+        ``hi``; a declared size below Kafka's minimum is the damaged stored batch it is (CorruptStoredBatch)."""
+        self._segment.touch()  # the store's LRU of open descriptors
+        log_file = self._segment.log_file
+        try:
+            yield from log_file.batches(lo, hi)
+        except CorruptRecord as exc:
+            at = exc.position if exc.position is not None else lo
+            raise log_file.failure_channel.corrupt_batch(log_file.path, at, f"{exc.reason} (framing)") from exc
+
+    def corrupt(self, position: int, reason: str) -> CorruptStoredBatch:
+        """The error of damaged stored bytes at ``position`` found by a reader's own walk, counted and logged by the
+        store's failure channel as the checks' own are (EIO through the mount)."""
+        log_file = self._segment.log_file
+        return log_file.failure_channel.corrupt_batch(log_file.path, position, reason)
+
+    def read_into(self, lo: int, into: memoryview) -> None:
+        """The stored bytes from ``lo`` into ``into`` (whole batches), every one checked. StorageError when they are
+        not all there."""
+        log_file = self._segment.log_file
+        log_file.read_into(lo, into)
+        check_span(log_file, into, lo)  # no bad bytes to a follower (issue 16)
 
     def position_of(self, offset: int) -> int | None:
         """The position of the first batch whose last offset is at or after ``offset`` (the offset index, then a

@@ -23,18 +23,17 @@ Threads: any; :func:`fetch_response` reads segment files (blocking: call it from
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import CorruptRecord, OffsetOutOfRange
-from logfs.core.log.batchcheck import check_left_out, check_span
+from logfs.core.errors import OffsetOutOfRange
 from logfs.core.log.epoch import EpochEndOffset
 from logfs.core.log.log import Log
-from logfs.core.log.logfile import BatchPosition
-from logfs.core.log.segment import LogSegment
+from logfs.core.log.storedbatches import StoredBatches
+from logfs.core.offsets import Isolation
 from logfs.core.replication.replica import NO_CHANGE, FetchValidation, LeaderPartition, ReplicaChange
 
 FETCH_RECORDS_BYTES_MAX = 1024 * 1024  # replica.fetch.max.bytes (Kafka's default): batches in one response
@@ -169,27 +168,23 @@ def read_batches(
     ``max_bytes`` in all but at least one batch when there is one, continuing into later segments; and the base
     offsets of the segments entered at or after ``fetch_offset``.
 
-    The batches are located first (:meth:`Log.scan`), then read straight into one buffer that keeps ``room`` bytes
-    free before them (for :meth:`FetchResponse.render`); they come back as the view of its tail. OffsetOutOfRange
-    when retention removed a segment meanwhile (the log start is then past ``fetch_offset``). Blocking reads; any
-    thread."""
-    spans: list[tuple[LogSegment, int, int]] = []  # (segment, first byte, end byte)
+    The range is the core's one range read (``Log.read_range``, core/log/rangeread.py, at the log end: a replica's
+    isolation), which finds each segment's span and checks a batch left out past the end; the batches are framed up
+    to the byte budget, then read straight into one buffer that keeps ``room`` bytes free before them (for
+    :meth:`FetchResponse.render`), every one checked (issue 16); they come back as the view of its tail.
+    OffsetOutOfRange when retention removed a segment meanwhile (the log start is then past ``fetch_offset``).
+    Blocking reads; any thread."""
+    spans: list[tuple[StoredBatches, int, int]] = []  # (segment's batches, first byte, end byte)
     bases: list[int] = []
     total = 0
-    offset = fetch_offset
-    with log.scan(fetch_offset, end_offset) as scan:
-        for segment, _ in scan:
-            found = segment.translate_offset(offset)
-            if found is None:
-                continue  # nothing at or past ``offset`` here: the next segment
+    # The pins outlive each segment's turn: the spans are read after the walk.
+    with contextlib.ExitStack() as pins, log.read_range(fetch_offset, end_offset, Isolation.LOG_END, pins=pins) as read:
+        for part in read:
+            stored = part.stored
             full = False
-            lo = hi = found.position
+            hi = part.lo
             last = -1
-            published = segment.log_file.size_bytes  # it ends at a batch boundary, and only grows
-            for b in _framed(segment, found.position):
-                if b.base_offset >= end_offset:
-                    check_left_out(log, segment, b.position, b.base_offset, b.last_offset)  # not damage
-                    break
+            for b in stored.headers(part.lo, part.hi):
                 if total and total + b.size > max_bytes:
                     full = True
                     break
@@ -197,35 +192,19 @@ def read_batches(
                 total += b.size
                 last = b.last_offset
             else:
-                if hi < published:  # the walk stopped at a batch declaring more bytes than the segment holds
-                    log_file = segment.log_file
-                    raise log_file.failure_channel.corrupt_batch(
-                        log_file.path, hi, f"declares a size past its segment's end {published} (framing)"
-                    )
-            if hi > lo:
-                if segment.base_offset >= fetch_offset:
-                    bases.append(segment.base_offset)
-                spans.append((segment, lo, hi))
-                offset = last + 1
-            if full or offset >= end_offset:
+                if hi < part.hi:  # the walk stopped at a batch declaring more bytes than the span holds
+                    raise stored.corrupt(hi, f"declares a size past its span's end {part.hi} (framing)")
+            if hi > part.lo:
+                if stored.base_offset >= fetch_offset:
+                    bases.append(stored.base_offset)
+                spans.append((stored, part.lo, hi))
+                read.offset = last + 1
+            if full:
                 break
         buffer = bytearray(room + total)
         view = memoryview(buffer)
         at = room
-        for segment, lo, hi in spans:
-            with segment.pin():
-                segment.log_file.read_into(lo, view[at : at + hi - lo])
-            check_span(segment.log_file, view[at : at + hi - lo], lo)  # no bad bytes to a follower (issue 16)
+        for stored, lo, hi in spans:
+            stored.read_into(lo, view[at : at + hi - lo])  # checked: no bad bytes to a follower (issue 16)
             at += hi - lo
     return view[room:], bases
-
-
-def _framed(segment: LogSegment, position: int) -> Iterator[BatchPosition]:
-    """The segment's batches from ``position`` on (``LogFile.batches``), a declared size below Kafka's minimum
-    reported as the damaged stored batch it is (EIO through the mount), not as a client's bad record."""
-    try:
-        yield from segment.batches(position)
-    except CorruptRecord as exc:
-        log_file = segment.log_file
-        at = exc.position if exc.position is not None else position
-        raise log_file.failure_channel.corrupt_batch(log_file.path, at, f"{exc.reason} (framing)") from exc

@@ -3,9 +3,10 @@ immutable rendering of offsets ``[start, end)`` in one format whose exact size i
 "Reads"). No pyfuse3, no trio. Where a view starts and ends, and the ``follow/`` and ``state`` files, are
 ``mount/render/views.py``'s.
 
-How a view is built. The range ``[start, end)`` is asked of the core as one scan (``Log.scan``, ``core/log/scan.py``),
-which cuts it at segment boundaries; in each segment it is the batches from the one holding ``start`` to the last one
-with a base offset below ``end`` (both found by the offset index: ``core/log/scan.py``'s ``batch_at``). For ``.kafka``
+How a view is built. The range ``[start, end)`` is asked of the core as one range read (``Log.read_range``,
+``core/log/rangeread.py``), which cuts it at segment boundaries and ends it at the isolation bound; in each segment it
+is the batches from the one holding ``start`` to the last one with a base offset below ``end`` (a ``SegmentPart``,
+whose bytes come checked through ``core/log/storedbatches.py``). For ``.kafka``
 that is a byte span of the ``.log`` (whole batches, unchanged). For plain and JSON lines a segment's part becomes up to
 three pieces: a *head* span holding the batch cut by ``start`` (and what precedes the first indexed chunk), a slice of
 whole chunks from the segment's rendered-size index (``mount/render/rendersize.py``), and a *tail* span holding the
@@ -34,7 +35,7 @@ change, ``hw/`` files that only grow. A segment with no aborted transaction in r
 views (same index, same cached chunks); one with aborts uses a committed index (``mount/render/rendersize.py``);
 ``.kafka`` cuts the left-out batches out of its byte spans.
 
-Retention (docs/mount.md, "Reads"). A view pins every segment it covers (the scan keeps the pins in the view's
+Retention (docs/mount.md, "Reads"). A view pins every segment it covers (the range read keeps the pins in the view's
 ExitStack) until :meth:`RangeView.close`, so a segment deleted meanwhile stays readable through it. Each pin keeps one
 descriptor open: a view over thousands of segments holds thousands of descriptors.
 

@@ -46,7 +46,7 @@ class CleanedTransactionMetadata:
     def _consume_aborted_up_to(self, offset: int) -> None:
         while self._aborted and self._aborted[0][0] <= offset:
             _, _, txn = heapq.heappop(self._aborted)
-            # Kafka's getOrElseUpdate: a transaction met again (each segment of a group lists the transactions that
+            # Kafka's getOrElseUpdate: a transaction met again (each segment of a merge lists the transactions that
             # overlap it) keeps what was observed of it.
             self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
 

@@ -11,11 +11,12 @@ import pytest
 
 from logfs.core.configtext import parse_store_config
 from logfs.core.errors import CorruptStoredBatch, OffsetOutOfRange, StorageError
-from logfs.core.format.batch import Record, read_header
+from logfs.core.format.batch import Record, iter_batch_positions, read_header
 from logfs.core.format.decode import decode_records
 from logfs.core.format.encode import encode_batch, encode_values
 from logfs.core.log.log import Log
 from logfs.core.offsets import Isolation
+from logfs.core.replication.fetch import read_batches
 from logfs.core.store import Store
 
 TOPIC = "t"
@@ -145,3 +146,29 @@ def test_a_truncation_moves_the_generation_and_a_flipped_byte_is_refused(tmp_pat
             list(stored.batches(0, size))
         with pytest.raises(CorruptStoredBatch):
             stored.read(0, size, size - 10, 10)
+
+
+def test_a_fetch_reads_through_the_range_read_and_refuses_a_batch_declaring_too_much(tmp_path: Path) -> None:
+    """The fetch's walk of headers (core/replication/fetch.py's read_batches) stops at a batch whose declared size
+    runs past the span the range read found: damage, not a short answer."""
+    store = Store.open(
+        tmp_path, parse_store_config(["segment.bytes=100000", "retention.ms=-1", "index.interval.bytes=1"])
+    )
+    store.create_topic(TOPIC, 1)
+    with store:
+        log = store.log(TOPIC, 0)
+        fill(log, 8)
+        log.update_high_watermark(24)
+        records, bases = read_batches(log, 4, 24, 1 << 20, room=0)
+        assert bases == [] and read_header(records, 0).base_offset == 3  # from the batch holding 4
+        assert sum(1 for _ in iter_batch_positions(records)) == 7
+        records, _ = read_batches(log, 0, 24, 1, room=0)  # a budget below one batch still gives one
+        assert sum(1 for _ in iter_batch_positions(records)) == 1
+        stored = log.stored_for(0)
+        assert stored is not None
+        third = [p for p, _ in iter_batch_positions(stored.span(0, stored.size_bytes))][2]
+        data = bytearray(stored.path.read_bytes())
+        data[third + 8 : third + 12] = (10**6).to_bytes(4, "big")  # batchLength: far past the segment's end
+        stored.path.write_bytes(bytes(data))
+        with pytest.raises(CorruptStoredBatch, match="declares a size past"):
+            read_batches(log, 0, 24, 1 << 20, room=0)
