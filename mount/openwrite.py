@@ -41,7 +41,7 @@ def open_write_handle(
         assert transactions is not None
         h.txn = (entry.node.txn, transactions.epoch_of(entry.node.txn))
     if kind is Kind.CONFIG and h.read_write:
-        h.responses += reader.render_config(entry.node.topic)
+        h.responses += reader.status.render_config(entry.node.topic)
     return h
 
 

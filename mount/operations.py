@@ -83,12 +83,13 @@ from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name, parse_partition_name
 from logfs.mount.nodes import GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.openwrite import open_write_handle
-from logfs.mount.reads import Reader, ReplicaView
+from logfs.mount.reads import Reader
 from logfs.mount.refusals import refusal_target
 from logfs.mount.render.rangeview import RangeView
 from logfs.mount.render.views import RenderCache
 from logfs.mount.replication import FETCH_TASKS_PER_FOLLOWER, LeaderReplication
 from logfs.mount.session import FetchSession, SessionHandle
+from logfs.mount.statusfiles import ReplicaView
 from logfs.mount.transactions import Transactions
 from logfs.mount.tree import Entry, Tree
 from logfs.mount.writes import Writer
@@ -158,7 +159,7 @@ class Operations(pyfuse3.Operations):
         self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication,
                              read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
         self.writer.groups = self.groups
-        self.reader.extra_metrics = self.groups.render_metrics
+        self.reader.status.extra_metrics = self.groups.render_metrics
 
     @property
     def max_tasks(self) -> int:
@@ -229,7 +230,8 @@ class Operations(pyfuse3.Operations):
         or serve read-only with ``follower`` as what ``state`` shows. The mount point stays mounted; open write
         handles answer EROFS from their next write on. Trio thread."""
         self.replication = self.writer.replication = self.reader.replication = self.groups.replication = replication
-        self.follower = self.reader.follower = follower
+        self.reader.status.replication = replication
+        self.follower = self.reader.status.follower = follower
         self.read_only = replication is None
         self.transactions = self.writer.transactions = None if replication is None else Transactions(
             self.store, self.tree, self.partitions, replication, write_thread=self._write_thread

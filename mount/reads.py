@@ -15,7 +15,7 @@
 * **follow/** A lookup fixes the stream's start, getattr answers what was committed since; lookups, sizes, opens,
   reads and polls are ``mount/follow.py``'s.
 * **state, config, .logfs/metrics, .logfs/errors, .logfs/producer-id** Rendered at open (and per getattr, for the
-  size), served from the rendered bytes with ``direct_io``.
+  size), served from the rendered bytes with ``direct_io``; what they say is ``mount/statusfiles.py``'s.
 * **.logfs/partitions** Every partition's offsets (``mount/render/partitions.py``), rendered in a worker thread at
   lookup as the payload of a fresh inode, served like an ``at/`` snapshot; a lookup whose rendering equals the bytes
   of the inode the kernel holds gets that inode back, so an unchanged listing keeps its dentry (one render per open,
@@ -30,25 +30,21 @@ threads under the mount's read limiter; index work (a time index lookup, a segme
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import cast
 
 import pyfuse3
 
-from logfs.core.configtext import render_config
 from logfs.core.log.log import Log
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.store import Store
-from logfs.mount.cleaning import CleanerTask
 from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders
 from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
-from logfs.mount.metrics import Metrics, PartitionGauges, render, render_store_health
+from logfs.mount.metrics import Metrics
 from logfs.mount.names import parse_at_name
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.render.partitions import render_partitions
@@ -57,20 +53,16 @@ from logfs.mount.render.views import (
     Format,
     RenderCache,
     hw_files,
-    render_state,
     resolve_start,
     view_end,
 )
 from logfs.mount.replication import FetchSnapshot, LeaderReplication
 from logfs.mount.runner import Runner
+from logfs.mount.statusfiles import ReplicaView, StatusFiles
 from logfs.mount.tree import Entry, Tree
 
 _log = logging.getLogger(__name__)
 
-
-# A follower mount's source of what its ``state`` shows: (topic, partition) → (leader epoch, ISR) as the follower's
-# last fetch of that partition told it ((-1, ()) before any).
-ReplicaView = Callable[[str, int], tuple[int, Sequence[int]]]
 
 # Attribute and entry cache lifetimes (seconds) handed to the kernel.
 STABLE_TIMEOUT_S = 1.0  # directories and fixed names: their inode never changes; a topic deletion invalidates
@@ -112,7 +104,6 @@ class Reader:
         self.follows = follows
         self.cache = cache
         self.replication = replication
-        self.follower = follower
         self._handles = handles
         self._read_thread = read_thread
         self._write_thread = write_thread
@@ -121,13 +112,10 @@ class Reader:
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._mounted_ns = time.time_ns()
-        self.extra_metrics: Callable[[], str] | None = None  # more .logfs/metrics lines (consumer groups)
-        self.cleaner: CleanerTask | None = None  # the store's log cleaner (state's "cleaner", its metrics)
-        self.mountpoint = ""  # where this mount is (set by the server): .logfs/leader of a leader without ZooKeeper
-        # With ZooKeeper (logfs/cluster/node.py): .logfs/leader's object, and the fields ``state`` gains
-        self.leader_info: Callable[[], dict[str, Any]] | None = None
         self._listing: Entry | None = None  # the last .logfs/partitions inode a lookup gave (see lookup_fresh)
-        self.cluster_state: Callable[[], dict[str, Any]] | None = None
+        # state, config, .logfs/leader and .logfs/metrics: what they say (mount/statusfiles.py)
+        self.status = StatusFiles(store, tree, metrics, follows, cache, read_thread=read_thread,
+                                  replication=replication, follower=follower)  # fmt: skip
 
     # --- attributes -----------------------------------------------------------------------------------------------
 
@@ -197,13 +185,13 @@ class Reader:
                 size, mtime_ns = held
             return self._attr(inode, node, size=size, mtime_ns=mtime_ns, attr_timeout=timeout)
         if kind is Kind.STATE:
-            data = await self.render_state(node)
+            data = await self.status.render_state(node)
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         if kind is Kind.CONFIG:
-            data = self.render_config(node.topic)
+            data = self.status.render_config(node.topic)
             return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
         if kind in (Kind.METRICS, Kind.ERRORS, Kind.LEADER):
-            data = {Kind.METRICS: self.render_metrics, Kind.LEADER: self.render_leader,
+            data = {Kind.METRICS: self.status.render_metrics, Kind.LEADER: self.status.render_leader,
                     Kind.ERRORS: self.metrics.refusals.render}[kind]()  # fmt: skip
             return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         return self._attr(inode, node, attr_timeout=MOVING_TIMEOUT_S)  # .logfs/delete-*
@@ -374,15 +362,15 @@ class Reader:
         elif kind is Kind.LABEL:
             data = b""  # its existence is the answer
         elif kind is Kind.STATE:
-            data = await self.render_state(node)
+            data = await self.status.render_state(node)
         elif kind is Kind.CONFIG:
-            data = self.render_config(node.topic)
+            data = self.status.render_config(node.topic)
         elif kind is Kind.ERRORS:
             data = self.metrics.refusals.render()
         elif kind is Kind.LEADER:
-            data = self.render_leader()
+            data = self.status.render_leader()
         else:
-            data = self.render_metrics()
+            data = self.status.render_metrics()
         return SnapshotHandle(entry, data), pyfuse3.FileInfo(direct_io=True)
 
     async def _new_producer_id(self) -> bytes:
@@ -457,122 +445,11 @@ class Reader:
             data = await self._read_thread(view.read, off, size)
         return data
 
-    # --- renderings -----------------------------------------------------------------------------------------------
-
-    def render_config(self, topic: str) -> bytes:
-        return render_config(self.store.topic_config(topic), self.store.topic_overrides(topic)).encode()
-
-    def render_leader(self) -> bytes:
-        """``.logfs/leader``: the leader ZooKeeper names (``leader_info``); without ZooKeeper a leader's mount names
-        itself, a follower's mount (``logfs follow --mount``) nobody (node_id -1)."""
-        if self.leader_info is not None:
-            doc = self.leader_info()
-        elif self.replication is not None:
-            config = self.store.config
-            doc = {"node_id": config.node_id, "mount": config.advertised_mount or self.mountpoint,
-                   "leader_epoch": self.replication.leader_epoch}  # fmt: skip
-        else:
-            doc = {"node_id": -1, "mount": "", "leader_epoch": -1}
-        return json.dumps(doc).encode() + b"\n"
-
-    async def render_state(self, node: Node) -> bytes:
-        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster."""
-        data = await self._render_state(node)
-        if self.cluster_state is None:
-            return data
-        doc = json.loads(data)
-        doc.update(self.cluster_state())
-        return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-
-    async def _render_state(self, node: Node) -> bytes:
-        """The ``state`` file: a leader's epoch, ISR and replicas (this node at its LEO, caught up now; each follower
-        as its fetches left it), or what a follower's last fetch told it."""
-        log = self._log(node)
-        if self.follower is not None:  # a follower's mount: the leader's epoch and ISR as its last fetch told
-            epoch, isr = self.follower(node.topic, node.partition)
-            job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
-                                    role="follower", leader_epoch=epoch, isr=isr, replicas={})  # fmt: skip
-        else:
-            assert self.replication is not None
-            leader = self.replication.partition(node.topic, node.partition)
-            job = functools.partial(_state_with_cleaner, self.cleaner, log, node.topic, node.partition,
-                                    leader_epoch=leader.leader_epoch, isr=leader.isr,
-                                    replicas=leader.replicas_view())  # fmt: skip
-        return cast(bytes, await self._read_thread(job))
-
     def _remember_hw_sizes(self, sized: list[tuple[HwKey, StoredBatches | None, tuple[int, int | None]]]) -> None:
         if len(self._hw_sizes) + len(sized) > HW_SIZES_MAX:
             self._hw_sizes.clear()
         for key, segment, (size, mtime_ns) in sized:
             self._hw_sizes[key] = (size, mtime_ns, segment)
-
-    def _replication_gauges(self, topic: str, partition: int) -> dict[str, Any]:
-        """The ISR and the followers' LEOs of one partition, for ``.logfs/metrics``."""
-        if self.follower is not None:
-            _, isr = self.follower(topic, partition)
-            return {"isr": tuple(isr)}
-        assert self.replication is not None
-        leader = self.replication.partition(topic, partition)
-        return {
-            "isr": leader.isr,
-            "under_min_isr": leader.under_min_isr,
-            "replicas": {r: leader.replica_state(r).log_end_offset for r in leader.followers},
-        }
-
-    def render_metrics(self) -> bytes:
-        gauges = {
-            (tp.topic, tp.partition): PartitionGauges(
-                log.log_start_offset,
-                log.high_watermark,
-                log.log_end_offset,
-                log.size_bytes,
-                len(log.segments),
-                log.recovery_point,
-                log.durable_offset,
-                **self._replication_gauges(tp.topic, tp.partition),
-            )
-            for tp, log in self.store.logs()
-        }
-        cache = self.cache.statistics()
-        stats = self.metrics.statistics(
-            gauges,
-            follow_readers=self.follows.count,
-            fresh_inodes=self.tree.fresh_entries,
-            render_cache={
-                "segment_indexes": cache.segment_indexes,
-                "entries": cache.entries,
-                "rendered_bytes": cache.rendered_bytes,
-                "hits": cache.rendered_hits,
-                "misses": cache.rendered_misses,
-            },
-        )
-        extra = "" if self.extra_metrics is None else self.extra_metrics()
-        failure = self.store.failure
-        health = render_store_health(failure.offline is not None, failure.read_errors, failure.corrupt_batches)
-        cleaner = "" if self.cleaner is None else self.cleaner.metrics_text()
-        return render(stats) + health + self._followers_live().encode() + extra.encode() + cleaner.encode()
-
-    def _followers_live(self) -> str:
-        """A leader's ``logfs_follower_live`` lines: whether each follower is live, so that a topic created now
-        starts with it in the ISR (core/replication/replica.py, ``LeaderReplicas.live_followers``)."""
-        replication = self.replication
-        if replication is None or not replication.leaders.followers:
-            return ""
-        leaders = replication.leaders
-        live = set(leaders.live_followers())
-        lines = [
-            "# HELP logfs_follower_live 1 when the follower sent a fetch request within replica.lag.time.max.ms "
-            "(a partition created now starts with it in the ISR).",
-            "# TYPE logfs_follower_live gauge",
-        ]
-        lines += [f'logfs_follower_live{{replica="{r}"}} {int(r in live)}' for r in leaders.followers]
-        return "\n".join(lines) + "\n"
-
-
-def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, partition: int, **kwargs: Any) -> bytes:
-    """``state`` with a compacted topic's dirty section (``mount/cleaning.py``). Worker thread: reads the disk."""
-    dirty = None if cleaner is None else cleaner.state_of(topic, partition, log)
-    return render_state(log, topic, partition, cleaner=dirty, **kwargs)
 
 
 def _hw_sizes(log: Log, cache: RenderCache, ranges: list[HwRange]) -> list[tuple[int, int | None] | None]:

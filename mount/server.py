@@ -142,7 +142,7 @@ def standard_tasks(ops: Operations, store: Store) -> list[Callable[[], Awaitable
     SIGINT/SIGTERM → a clean shutdown, the store's periodic work, and the log cleaner (``mount/cleaning.py``:
     one per store, whatever role the node plays, as every Kafka broker cleans its own replicas)."""
     cleaner = CleanerTask(store)
-    ops.reader.cleaner = cleaner
+    ops.reader.status.cleaner = cleaner
     return [functools.partial(_on_signals, ops), functools.partial(_tick, store), cleaner.run]
 
 
@@ -172,7 +172,7 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
     read_only = ops.read_only and not ops.store.config.zookeeper_connect
     options = set(MOUNT_OPTIONS | ({"ro"} if read_only else set()))
     where = os.path.realpath(mountpoint)  # before mounting: after it, resolving it would ask this very process
-    ops.reader.mountpoint = ops.reader.mountpoint or where
+    ops.reader.status.mountpoint = ops.reader.status.mountpoint or where
     pyfuse3.init(ops, str(mountpoint), options)
     logging.getLogger("pyfuse3").addFilter(_GONE_REQUEST_REPLIES)  # once: a filter object is added only once
     _log.info(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 
 import realdata
-from benchutil import mount, requests_of, timed, unmount
+from benchutil import follow_latency, mount, requests_of, timed, unmount
 
 from logfs.core.configtext import parse_store_config
 from logfs.core.store import Store
@@ -147,29 +146,6 @@ def core_reads(root: Path, config: StoreConfig, views: list[tuple[str, Format, b
         store.close()
 
 
-def latency(mnt: Path, count: int) -> tuple[float, float]:
-    reader = subprocess.Popen(["cat", str(mnt / "lat/0/follow/latest")], stdout=subprocess.PIPE, bufsize=0)
-    assert reader.stdout is not None
-    time.sleep(0.3)
-    fd = os.open(mnt / "lat/0/append", os.O_WRONLY)
-    samples = []
-    try:
-        for i in range(count):
-            line = b"%08d\n" % i
-            start = time.perf_counter()
-            os.write(fd, line)
-            got = b""
-            while not got.endswith(b"\n"):
-                got += reader.stdout.read(64)
-            samples.append(time.perf_counter() - start)
-    finally:
-        os.close(fd)
-        reader.kill()
-        reader.wait()
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
-
-
 def mb(path: Path) -> float:
     return path.stat().st_size / 1e6
 
@@ -255,7 +231,7 @@ def main() -> None:
             reads.append((f"`cat` of {kind} segment's `hw/` file, uniform ({len(hw_names)} files)", hw_records,
                           mb(closed), cat(closed)))  # fmt: skip
             os.sync()  # the earlier rows' writeback must not sit in the latency samples
-            p50, p99 = latency(mnt, args.latency)
+            p50, p99 = follow_latency(mnt, "lat", args.latency)
             rows.append((
                 f"write → blocked `follow/latest` reader, {args.latency} records",
                 f"p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms",

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import realdata
-from benchutil import mount, timed, unmount
+from benchutil import follow_latency, mount, requests_of, timed, unmount
 
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
@@ -95,30 +94,6 @@ def core_read(store_dir: Path, topic: str, fmt: Format) -> tuple[float, int]:
         store.close()
 
 
-def latency(mnt: Path, topic: str, count: int) -> tuple[float, float]:
-    """(p50, p99) seconds from one write through ``append`` to a blocked ``follow/latest`` reader having it."""
-    reader = subprocess.Popen(["cat", str(mnt / topic / "0" / "follow" / "latest")], stdout=subprocess.PIPE, bufsize=0)
-    assert reader.stdout is not None
-    time.sleep(0.3)
-    fd = os.open(mnt / topic / "0" / "append", os.O_WRONLY)
-    samples = []
-    try:
-        for i in range(count):
-            line = b"%08d\n" % i
-            start = time.perf_counter()
-            os.write(fd, line)
-            got = b""
-            while not got.endswith(b"\n"):
-                got += reader.stdout.read(64)
-            samples.append(time.perf_counter() - start)
-    finally:
-        os.close(fd)
-        reader.kill()
-        reader.wait()
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
-
-
 def spark_rows(mnt: Path, disk: Path, mib: float, seed: int, runs: int) -> tuple[int, float, float]:
     """Events as lines through ``append`` into four partitions and the same lines in one file on disk; (rows, best
     seconds of the logfs source, best seconds of spark.read.text)."""
@@ -133,16 +108,8 @@ def spark_rows(mnt: Path, disk: Path, mib: float, seed: int, runs: int) -> tuple
         mine = lines[p::4]
         fd = os.open(mnt / topic / str(p) / "append", os.O_WRONLY)
         try:
-            pending: list[bytes] = []
-            size = 0
-            for line in mine:
-                pending.append(line + b"\n")
-                size += len(line) + 1
-                if size >= WRITE_BYTES:
-                    os.write(fd, b"".join(pending))
-                    pending, size = [], 0
-            if pending:
-                os.write(fd, b"".join(pending))
+            for request in requests_of([line + b"\n" for line in mine], WRITE_BYTES):
+                os.write(fd, b"".join(request))
         finally:
             os.close(fd)
     from logfs.spark.source import local_session
@@ -216,7 +183,7 @@ def main() -> None:
                     )
                 )
         os.mkdir(mnt / "lat")
-        runs = [latency(mnt, "lat", args.latency) for _ in range(args.latency_runs)]
+        runs = [follow_latency(mnt, "lat", args.latency) for _ in range(args.latency_runs)]
         p50, p99 = min(runs)
         rows.append((f"write -> blocked `follow/latest` (best of {len(runs)} runs of {args.latency:,})",
                      f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms",

@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: timing a call, a ``logfs mount`` started and stopped around a measurement, and
-the printing of a result table (aligned text, or Markdown for the docs).
+"""What the benchmark scripts share: timing a call, a ``logfs mount`` started and stopped around a measurement, the
+write → ``follow/latest`` latency, and the printing of a result table (aligned text, or Markdown for the docs).
 
 Imported as ``benchutil``: the benchmarks run as ``python scripts/bench_<x>.py``, so scripts/ is ``sys.path[0]``.
 
@@ -82,3 +82,31 @@ def print_rows(
     for line in [head, *lines]:
         cells = zip(line, widths, strict=True)
         print("  ".join(str(c).rjust(w) if right(i) else str(c).ljust(w) for i, (c, w) in enumerate(cells)))
+
+
+def follow_latency(mnt: Path, topic: str, count: int) -> tuple[float, float]:
+    """(p50, p99) seconds from one write through ``append`` to a blocked ``follow/latest`` reader having it: one line
+    at a time into partition 0 of ``topic``, which must exist."""
+    import statistics
+    import subprocess
+
+    reader = subprocess.Popen(["cat", str(mnt / topic / "0" / "follow" / "latest")], stdout=subprocess.PIPE, bufsize=0)
+    assert reader.stdout is not None
+    time.sleep(0.3)
+    fd = os.open(mnt / topic / "0" / "append", os.O_WRONLY)
+    samples = []
+    try:
+        for i in range(count):
+            line = b"%08d\n" % i
+            start = time.perf_counter()
+            os.write(fd, line)
+            got = b""
+            while not got.endswith(b"\n"):
+                got += reader.stdout.read(64)
+            samples.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        reader.kill()
+        reader.wait()
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]

@@ -43,12 +43,12 @@ def serve_cluster(store_path: Path, mountpoint: Path, config: StoreConfig) -> in
 async def _run(store: Store, mountpoint: Path) -> int:
     ops = Operations(store, follower=lambda topic, partition: (-1, ()))
     node = ClusterNode(ops, store, store.config, Path(mountpoint).absolute())
-    ops.reader.leader_info = node.leader_file
-    ops.reader.cluster_state = node.state_fields
-    groups = ops.reader.extra_metrics
+    ops.reader.status.leader_info = node.leader_file
+    ops.reader.status.cluster_state = node.state_fields
+    groups = ops.reader.status.extra_metrics
 
     def metrics() -> str:
         return (groups() if groups is not None else "") + node.render_metrics()
 
-    ops.reader.extra_metrics = metrics
+    ops.reader.status.extra_metrics = metrics
     return await run_mount(ops, mountpoint, [*standard_tasks(ops, store), node.run])

@@ -76,7 +76,7 @@ async def _run_mounted(leader_mount: Path, store: Store, replica_id: int, mountp
         await stop_mount(ops)
 
     cleaner = CleanerTask(store)  # replicas clean their own logs, as Kafka's do
-    ops.reader.cleaner = cleaner
+    ops.reader.status.cleaner = cleaner
     background: list[Callable[[], Awaitable[None]]] = [follower.run, on_signals, cleaner.run]
     code = await run_mount(ops, mountpoint, background)
     await follower.drain_leader_calls()
