@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,8 +47,9 @@ from logfs.core.log.changes import Change, ChangeSink, ignore_changes
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
+from logfs.core.log.roll import RollBounds, roll_jitter
 from logfs.core.log.scan import Segments
-from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, RollBounds, SegmentPart
+from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, SegmentPart
 from logfs.core.logdirfailure import channel_for_dir
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn, collect_aborted
@@ -270,11 +270,11 @@ class LocalLog:
         return self.roll_bounds(now, by_time=by_time).rolls(size, max_timestamp, last_offset)
 
     def roll_bounds(self, now: int, *, by_time: bool = True) -> RollBounds:
-        """The roll rules of the active segment as bounds (``LogSegment.roll_bounds``), valid until it changes."""
+        """The roll rules of the active segment as bounds (``SegmentRoll.roll_bounds``), valid until it changes."""
         segment_ms = self.config.segment_ms if by_time else NO_LIMIT
         if by_time and self.config.compact:  # Kafka's LogConfig.maxSegmentMs: max.compaction.lag.ms rolls too
             segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
-        return self.active_segment.roll_bounds(self.config.segment_bytes, segment_ms, now)
+        return self.active_segment.roll.roll_bounds(self.config.segment_bytes, segment_ms, now)
 
     def roll(self, expected_next_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)``; the old one gets its final time index
@@ -514,9 +514,3 @@ def new_segment(
         log_size_bytes=log_size_bytes,
         file_suffix=file_suffix,
     )
-
-
-def roll_jitter(jitter_ms: int, segment_ms: int) -> int:
-    """Kafka's ``abs(random) % min(segment.jitter.ms, segment.ms)``, fixed per segment."""
-    bound = min(jitter_ms, segment_ms)
-    return random.randrange(bound) if bound > 0 else 0

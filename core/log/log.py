@@ -11,7 +11,7 @@ the bytes mean, each piece with one owner under ``_lock``:
 
 Appends. :meth:`append_as_leader` takes one producer batch: once checked, its offsets start at the LEO and its
 leader epoch is stamped in place, its maxTimestamp corrected (or set to now for LOG_APPEND_TIME), and it is appended
-to the active segment, rolling first when a roll rule says so (``LogSegment.should_roll``). :meth:`append_as_follower`
+to the active segment, rolling first when a roll rule says so (``LocalLog.should_roll``). :meth:`append_as_follower`
 takes batches whose offsets the leader assigned: they must start at or above the LEO (UnexpectedAppendOffset); a gap
 rolls to a new segment based at the incoming first offset. :meth:`append_end_txn_marker` writes COMMIT and ABORT
 markers.
