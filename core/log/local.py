@@ -10,11 +10,8 @@ State and its single owner (this class):
   appended since the last flush, and the rolled segments still to flush;
 * the segments renamed ``.deleted``, unlinked once ``file.delete.delay.ms`` has passed.
 
-Reads (Kafka's ``LocalLog.read``): :meth:`read` answers up to a bound the Log gives it (its isolation: HW, LSO or
-LEO; docs/storage.md, "Rules worth knowing"): at the bound or between it and the LEO an empty result, above the LEO
-OffsetOutOfRange, otherwise bytes from the start of the batch holding the offset, at most ``max_bytes`` (at least one
-batch with ``min_one_message``) and never past the bound. :meth:`offset_metadata` finds where an offset lies (Kafka's
-``convertToOffsetMetadataOrThrow``). Both walk the segment snapshot unpinned, as Kafka's do (``core/log/scan.py``).
+Reads (Kafka's ``LocalLog.read``, ``convertToOffsetMetadataOrThrow``) walk the snapshot and the LEO this class
+publishes, without the lock: they are plain functions in ``core/log/localread.py``.
 
 Retention (Kafka's ``deletableSegments`` and ``removeAndDeleteSegments``): the Log picks the rule and gives the HW;
 :meth:`deletable_segments` walks the oldest segments under it and :meth:`remove_and_delete_segments` renames them
@@ -35,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,18 +39,16 @@ from pathlib import Path
 from logfs.core.config import LogConfig
 from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import OffsetOutOfRange, StorageError
+from logfs.core.errors import StorageError
 from logfs.core.log.changes import Change, ChangeSink, ignore_changes
 from logfs.core.log.handles import HandleCache
-from logfs.core.log.index import TimestampOffset
 from logfs.core.log.retention import Rule, SegmentSummary, deletable_prefix
+from logfs.core.log.roll import RollBounds, roll_jitter
 from logfs.core.log.scan import Segments
-from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, RollBounds, SegmentPart
+from logfs.core.log.segment import DELETED_SUFFIX, LogSegment, SegmentPart
 from logfs.core.logdirfailure import channel_for_dir
-from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata
-from logfs.core.txn.index import AbortedTxn, collect_aborted
+from logfs.core.offsets import LogOffsetMetadata
 from logfs.core.txn.producersnapshot import sync_snapshot_files
-from logfs.core.txn.stableoffset import with_aborted_transactions
 
 _log = logging.getLogger(__name__)
 
@@ -169,78 +163,6 @@ class LocalLog:
     def has_pending_deletes(self) -> bool:
         return bool(self._pending_deletes)
 
-    # --- reads (any thread, no lock: the snapshot and the LEO are published values) ------------------------------
-
-    def read(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        max_offset_metadata: LogOffsetMetadata,
-        min_one_message: bool,
-        log_start_offset: int,
-    ) -> FetchDataInfo:
-        """Kafka's ``LocalLog.read``: bytes from the start of the batch holding ``start_offset``, at most
-        ``max_bytes`` (at least one batch with ``min_one_message``), never past ``max_offset_metadata`` (the Log's
-        isolation bound); empty at the bound or between it and the LEO, OffsetOutOfRange above the LEO or below the
-        first segment (naming ``log_start_offset``, which the Log checked already)."""
-        end = self._leo
-        bound = max_offset_metadata
-        view = self._segments
-        if start_offset == bound.message_offset:
-            return FetchDataInfo(bound, b"")
-        if start_offset > end.message_offset:
-            raise OffsetOutOfRange(start_offset, log_start_offset, end.message_offset)
-        if start_offset > bound.message_offset:
-            return FetchDataInfo(self.offset_metadata(start_offset, log_start_offset), b"")
-        if view.floor_index(start_offset) < 0:
-            raise OffsetOutOfRange(start_offset, log_start_offset, end.message_offset)
-        # The segments from the floor, unpinned as Kafka's: the bytes are copied out before the read returns, and a
-        # RangeScan would cost each read ~1.3 us of its ~12 (core/log/scan.py).
-        for segment in view.from_floor(start_offset):
-            if bound.message_offset_only or bound.segment_base_offset < segment.base_offset:
-                return FetchDataInfo(self.offset_metadata(start_offset, log_start_offset), b"")
-            max_position = bound.relative_position if bound.segment_base_offset == segment.base_offset else None
-            fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
-            if fetched is not None:
-                return fetched
-        return FetchDataInfo(end, b"")
-
-    def add_aborted_transactions(self, fetched: FetchDataInfo) -> FetchDataInfo:
-        """``fetched`` with the aborted transactions of its range (a TXN_COMMITTED read's; docs/storage.md,
-        "Idempotent producers and transactions")."""
-        view = self._segments
-        return with_aborted_transactions(view.bases, view.segments, fetched, self._leo.message_offset)
-
-    def offset_metadata(self, offset: int, log_start_offset: int) -> LogOffsetMetadata:
-        """Where ``offset`` lies (segment and position of its batch); the LEO's when at the end. Kafka's
-        ``LocalLog.convertToOffsetMetadataOrThrow``: OffsetOutOfRange below the first segment."""
-        end = self._leo
-        if offset >= end.message_offset:
-            return end
-        view = self._segments
-        if view.floor_index(offset) < 0:
-            raise OffsetOutOfRange(offset, log_start_offset, end.message_offset)
-        for segment in view.from_floor(offset):  # unpinned, as read
-            found = segment.translate_offset(offset)
-            if found is not None:
-                return LogOffsetMetadata(offset, segment.base_offset, found.position)
-        return end
-
-    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from the segment holding
-        ``start_offset`` on."""
-        return collect_aborted(self._segments.from_floor(start_offset), start_offset, upper_bound_offset)
-
-    def fetch_offset_by_timestamp(self, timestamp: int, log_start_offset: int) -> TimestampOffset | None:
-        """The first record with timestamp ≥ ``timestamp`` at or after ``log_start_offset``."""
-        for segment in self._segments.segments:
-            if segment.largest_timestamp < timestamp:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp, log_start_offset)
-            if found is not None:
-                return found
-        return None
-
     # --- appends and rolls (under the lock) ---------------------------------------------------------------------------
 
     def append(self, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int, data: bytes | bytearray
@@ -270,11 +192,11 @@ class LocalLog:
         return self.roll_bounds(now, by_time=by_time).rolls(size, max_timestamp, last_offset)
 
     def roll_bounds(self, now: int, *, by_time: bool = True) -> RollBounds:
-        """The roll rules of the active segment as bounds (``LogSegment.roll_bounds``), valid until it changes."""
+        """The roll rules of the active segment as bounds (``SegmentRoll.roll_bounds``), valid until it changes."""
         segment_ms = self.config.segment_ms if by_time else NO_LIMIT
         if by_time and self.config.compact:  # Kafka's LogConfig.maxSegmentMs: max.compaction.lag.ms rolls too
             segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
-        return self.active_segment.roll_bounds(self.config.segment_bytes, segment_ms, now)
+        return self.active_segment.roll.roll_bounds(self.config.segment_bytes, segment_ms, now)
 
     def roll(self, expected_next_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)``; the old one gets its final time index
@@ -514,9 +436,3 @@ def new_segment(
         log_size_bytes=log_size_bytes,
         file_suffix=file_suffix,
     )
-
-
-def roll_jitter(jitter_ms: int, segment_ms: int) -> int:
-    """Kafka's ``abs(random) % min(segment.jitter.ms, segment.ms)``, fixed per segment."""
-    bound = min(jitter_ms, segment_ms)
-    return random.randrange(bound) if bound > 0 else 0

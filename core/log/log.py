@@ -11,15 +11,15 @@ the bytes mean, each piece with one owner under ``_lock``:
 
 Appends. :meth:`append_as_leader` takes one producer batch: once checked, its offsets start at the LEO and its
 leader epoch is stamped in place, its maxTimestamp corrected (or set to now for LOG_APPEND_TIME), and it is appended
-to the active segment, rolling first when a roll rule says so (``LogSegment.should_roll``). :meth:`append_as_follower`
+to the active segment, rolling first when a roll rule says so (``LocalLog.should_roll``). :meth:`append_as_follower`
 takes batches whose offsets the leader assigned: they must start at or above the LEO (UnexpectedAppendOffset); a gap
 rolls to a new segment based at the incoming first offset. :meth:`append_end_txn_marker` writes COMMIT and ABORT
 markers.
 
 Reads (:meth:`read`; docs/storage.md, "Rules worth knowing"): below the log start offset is OffsetOutOfRange, checked
-here; the rest is the local log's read (``LocalLog.read``) up to the isolation bound this class gives it: the HW for
-HIGH_WATERMARK, the LSO for TXN_COMMITTED (which also carries the aborted transactions of the fetched range), the LEO
-for LOG_END.
+here; the rest is the local log's read (``core/log/localread.py``) up to the isolation bound this class gives it:
+the HW for HIGH_WATERMARK, the LSO for TXN_COMMITTED (which also carries the aborted transactions of the fetched
+range), the LEO for LOG_END.
 
 Retention (:meth:`delete_old_segments`) never deletes at or above the HW; deleted segments are renamed
 ``.deleted`` and unlinked by :meth:`delete_expired_files` after ``file.delete.delay.ms``. A reader that pinned a
@@ -44,6 +44,7 @@ from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import LockBusy, OffsetOutOfRange, UnexpectedAppendOffset
 from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
 from logfs.core.format.varint import INT32_MAX
+from logfs.core.log import localread
 from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch, check_leader_request
 from logfs.core.log.appendruns import append_request
 from logfs.core.log.batchcheck import NO_OFFSET_BOUND, ReadBounds, pack_epochs
@@ -422,9 +423,9 @@ class Log:
         min_one_message: bool = True,
     ) -> FetchDataInfo:
         """Kafka's read (``UnifiedLog.read``; docs/storage.md, "Rules worth knowing"): OffsetOutOfRange below the log
-        start offset, then the local log's read up to the isolation bound (``LocalLog.read``); TXN_COMMITTED reads stop
-        at the LSO and carry the aborted transactions of the fetched range (docs/storage.md, "Idempotent producers and
-        transactions"). Any thread."""
+        start offset, then the local log's read up to the isolation bound (``localread.read``); TXN_COMMITTED reads
+        stop at the LSO and carry the aborted transactions of the fetched range (docs/storage.md, "Idempotent producers
+        and transactions"). Any thread."""
         log_start = self._log_start_offset
         if start_offset < log_start:
             raise OffsetOutOfRange(start_offset, log_start, self.local.log_end_offset)
@@ -434,9 +435,9 @@ class Log:
             bound = self.local.log_end_offset_metadata
         else:
             bound = self.fetch_last_stable_offset_metadata()
-            fetched = self.local.read(start_offset, max_bytes, bound, min_one_message, log_start)
-            return self.local.add_aborted_transactions(fetched)
-        return self.local.read(start_offset, max_bytes, bound, min_one_message, log_start)
+            fetched = localread.read(self.local, start_offset, max_bytes, bound, min_one_message, log_start)
+            return localread.add_aborted_transactions(self.local, fetched)
+        return localread.read(self.local, start_offset, max_bytes, bound, min_one_message, log_start)
 
     def bound(self, isolation: Isolation) -> int:
         """Where a read at ``isolation`` ends now: the log end offset, the HW, or the last stable offset (never above
@@ -476,7 +477,7 @@ class Log:
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from the segment holding
         ``start_offset`` on. Any thread."""
-        return self.local.collect_aborted_transactions(start_offset, upper_bound_offset)
+        return localread.collect_aborted_transactions(self.local, start_offset, upper_bound_offset)
 
     def fetch_last_stable_offset_metadata(self) -> LogOffsetMetadata:
         """The LSO with its position (the HW's when they are equal). Any thread."""
@@ -495,7 +496,7 @@ class Log:
         log_start = self._log_start_offset
         if offset < log_start:
             raise OffsetOutOfRange(offset, log_start, self.local.log_end_offset)
-        return self.local.offset_metadata(offset, log_start)
+        return localread.offset_metadata(self.local, offset, log_start)
 
     def fetch_high_watermark_metadata(self) -> LogOffsetMetadata:
         """The HW with its position, materialised from a message-only value the first time it is needed.
@@ -517,7 +518,7 @@ class Log:
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record with timestamp ≥ ``timestamp`` at or after the log start offset (Kafka's
         ``UnifiedLog.fetchOffsetByTimestamp``). Any thread."""
-        return self.local.fetch_offset_by_timestamp(timestamp, self._log_start_offset)
+        return localread.fetch_offset_by_timestamp(self.local, timestamp, self._log_start_offset)
 
     # --- the high watermark (writer) ---------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ the mount's ``at/``, ``hw/``, ``committed/`` and ``follow/`` views) and under th
    reading (:attr:`RangeScan.offset`) means retention removed the segment under it, so it is OffsetOutOfRange (the
    offset is gone), not a failing disk. This rule lives in :meth:`RangeScan.__exit__` and nowhere else.
 
-Kafka's read (``LocalLog.read``, one segment's bytes copied out) and the offset lookup (``LocalLog.offset_metadata``)
+Kafka's read (``LocalLog.read``, one segment's bytes copied out) and the offset lookup (``localread.offset_metadata``)
 walk :meth:`Segments.from_floor` themselves, unpinned as Kafka's are: a RangeScan (an object, a generator, a ``with``)
 would cost each of them ~1.3 us of its ~12 (measured on 20,000 random 1-byte reads).
 

@@ -10,6 +10,8 @@ and answers the three questions a log asks of it:
   may end mid-batch when ``max_bytes`` cuts it; at least one whole batch with ``min_one_message``)?
 * ``find_offset_by_timestamp(ts)``: the first record with a timestamp at or after ``ts``?
 
+When it rolls is asked of :attr:`LogSegment.roll` (``core/log/roll.py``: the roll rules and the clock they count on).
+
 Recovery (``core/log/recovery.py``) validates the ``.log``, moves damage aside and rebuilds the indexes through
 :meth:`begin_recovery` and :meth:`end_recovery`; the segment itself knows nothing of producers.
 
@@ -27,7 +29,6 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptIndex, OffsetOverflow
@@ -37,6 +38,7 @@ from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from logfs.core.log.logfile import BatchPosition, LogFile
+from logfs.core.log.roll import SegmentRoll
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition
 from logfs.core.txn.index import AbortedTxn, TransactionIndex
@@ -66,24 +68,6 @@ def offset_from_filename(name: str) -> int:
     return int(name.split(".", 1)[0])
 
 
-class RollBounds(NamedTuple):
-    """When an append to a segment rolls it first (``LogSegment.roll_bounds``): Kafka's roll rules, worked out."""
-
-    bytes_left: int  # an append of more bytes rolls (segment.bytes)
-    max_timestamp: int | None  # an append with a later max timestamp rolls (segment.ms); None: no such bound
-    min_offset: int  # an append ending outside [min_offset, max_offset] rolls (relative-offset overflow)
-    max_offset: int
-    now: bool  # every append rolls: a full index, or segment.ms passed by the wall clock
-
-    def rolls(self, size: int, max_timestamp: int, last_offset: int) -> bool:
-        return (
-            self.now
-            or size > self.bytes_left
-            or (self.max_timestamp is not None and max_timestamp > self.max_timestamp)
-            or not self.min_offset <= last_offset <= self.max_offset
-        )
-
-
 class LogSegment:
     """One segment. See the module docstring for the rules and the thread contract."""
 
@@ -107,17 +91,24 @@ class LogSegment:
         self._index_interval_bytes = index_interval_bytes
         self._max_index_bytes = max_index_bytes
         self._handles = handles
-        self.roll_jitter_ms = roll_jitter_ms
         stem = directory / filename_prefix(base_offset)
         log_path = stem.with_suffix(LOG_SUFFIX + file_suffix)
         self._log = LogFile(log_path, size_bytes=log_size_bytes, on_open=self.touch)
         self._offset_index = OffsetIndex(stem.with_suffix(INDEX_SUFFIX + file_suffix), base_offset, max_index_bytes)
         self._time_index = TimeIndex(stem.with_suffix(TIME_INDEX_SUFFIX + file_suffix), base_offset, max_index_bytes)
         self._txn_index = TransactionIndex(stem.with_suffix(TXN_INDEX_SUFFIX + file_suffix), base_offset)
-        self._created_ms = created_ms if created_ms is not None else wall_clock_ms()
         self._bytes_since_last_index_entry = 0
-        self._rolling_based_timestamp: int | None = None
         self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily from the time index
+        created = created_ms if created_ms is not None else wall_clock_ms()
+        # when the segment rolls: its roll rules and the clock segment.ms counts on (roll.py)
+        self.roll = SegmentRoll(
+            self._log,
+            self._offset_index,
+            self._time_index,
+            base_offset,
+            roll_jitter_ms=roll_jitter_ms,
+            created_ms=created,
+        )
         self.stored = StoredBatches(self)  # the checked batches readers above the log get (storedbatches.py)
 
     def __repr__(self) -> str:
@@ -245,7 +236,7 @@ class LogSegment:
             raise OffsetOverflow(parts[-1][1], self._base_offset, f"segment {self._log.path}")
         self.touch()
         if self._log.size_bytes == 0:
-            self._rolling_based_timestamp = parts[0][2]
+            self.roll.first_append(parts[0][2])
         position = self._log.append_parts([p[0] for p in parts])
         current = self._max_ts_and_offset()
         interval = self._index_interval_bytes
@@ -338,51 +329,6 @@ class LogSegment:
 
     # --- rolling ------------------------------------------------------------------------------------------------------
 
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        """How long this segment has been "open" for segment.ms: by record timestamps when it has them."""
-        t = self._roll_timestamp()
-        if t is not None and t >= 0:
-            return message_timestamp - t
-        return now_ms - self._created_ms
-
-    def _roll_timestamp(self) -> int | None:
-        """The timestamp segment.ms counts from: the first batch's max timestamp (read once), None when empty."""
-        if self._rolling_based_timestamp is None and self._log.size_bytes > 0:
-            first = next(iter(self._log.batches()), None)
-            if first is not None:
-                self._rolling_based_timestamp = first.max_timestamp
-        return self._rolling_based_timestamp
-
-    def should_roll(
-        self,
-        *,
-        segment_bytes: int,
-        segment_ms: int,
-        messages_bytes: int,
-        max_timestamp_in_messages: int,
-        max_offset_in_messages: int,
-        now_ms: int,
-    ) -> bool:
-        """Kafka's four roll rules: size, time (never an empty segment), a full index, relative-offset overflow."""
-        bounds = self.roll_bounds(segment_bytes, segment_ms, now_ms)
-        return bounds.rolls(messages_bytes, max_timestamp_in_messages, max_offset_in_messages)
-
-    def roll_bounds(self, segment_bytes: int, segment_ms: int, now_ms: int) -> RollBounds:
-        """:meth:`should_roll`'s rules as bounds on what is appended, worked out once: a multi-batch append asks them
-        of each batch (``core/log/appendruns.py``) without asking the segment again, since nothing is written in
-        between."""
-        size = self._log.size_bytes
-        max_timestamp = None
-        now = self._offset_index.is_full() or self._time_index.is_full()
-        if size > 0:
-            limit = segment_ms - self.roll_jitter_ms
-            t = self._roll_timestamp()
-            if t is not None and t >= 0:
-                max_timestamp = limit + t  # time_waited_for_roll by record timestamps
-            else:
-                now = now or now_ms - self._created_ms > limit
-        return RollBounds(segment_bytes - size, max_timestamp, self._base_offset, self._base_offset + INT32_MAX, now)
-
     def on_become_inactive_segment(self) -> None:
         """The final time index entry and trimmed indexes, when the log rolls past this segment. Writer thread."""
         mx = self._max_ts_and_offset()
@@ -406,8 +352,7 @@ class LogSegment:
         self._time_index.resize(self._max_index_bytes)
         removed = 0 if mapping is None else self._log.truncate_to(mapping.position)
         if self._log.size_bytes == 0:
-            self._created_ms = wall_clock_ms() if now_ms is None else now_ms
-            self._rolling_based_timestamp = None
+            self.roll.emptied(wall_clock_ms() if now_ms is None else now_ms)
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset = None
         if self._time_index.entries():
@@ -447,7 +392,7 @@ class LogSegment:
         if trim:
             self._time_index.trim_to_valid_size()
         self._max_timestamp_and_offset = max_timestamp
-        self._rolling_based_timestamp = None
+        self.roll.recovered()
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
 
     def sanity_check(self, *, full: bool = True) -> None:

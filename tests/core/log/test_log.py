@@ -182,7 +182,7 @@ def test_time_based_roll_honours_the_segments_jitter(tmp_path: Path) -> None:
     now = now_ms()
     log.append_as_leader(singleton(b"test", now), 0, now_ms=now)
     log.roll()
-    jitter = log.active_segment.roll_jitter_ms
+    jitter = log.active_segment.roll.roll_jitter_ms
     assert 0 < jitter < max_jitter
 
     def append() -> None:

@@ -184,12 +184,12 @@ def test_truncated_empty_segment_does_not_roll_until_offset_overflows(tmp_path: 
 
     now += 500
     reopened.truncate_to(57, now_ms=now)
-    assert reopened.time_waited_for_roll(now, NO_TIMESTAMP) == 0
+    assert reopened.roll.time_waited_for_roll(now, NO_TIMESTAMP) == 0
     assert not reopened.time_index.is_full()
     assert not reopened.offset_index.is_full()
 
     def should_roll(max_offset: int) -> bool:
-        return reopened.should_roll(
+        return reopened.roll.should_roll(
             segment_bytes=INT32_MAX,
             segment_ms=max_segment_ms,
             messages_bytes=1024,
@@ -200,6 +200,6 @@ def test_truncated_empty_segment_does_not_roll_until_offset_overflows(tmp_path: 
 
     assert not should_roll(100)
     now += max_segment_ms + 1  # segment.ms has passed, but the segment is empty
-    assert reopened.time_waited_for_roll(now, NO_TIMESTAMP) == max_segment_ms + 1
+    assert reopened.roll.time_waited_for_roll(now, NO_TIMESTAMP) == max_segment_ms + 1
     assert not should_roll(100)
     assert should_roll(INT32_MAX + 200)  # the next offset does not fit the segment
