@@ -51,7 +51,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -63,24 +62,21 @@ from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.store import Store
-from logfs.mount.direntry import listed_only
+from logfs.mount.directories import Directories
 from logfs.mount.errno import errno_name, handler
 from logfs.mount.errors import (
     BadFileHandle,
-    InvalidName,
     IsADirectory,
-    MountRefusal,
     NoEntry,
-    NotADirectory,
     NotPermitted,
     ReadOnlyMount,
     WrongAccessMode,
 )
 from logfs.mount.follow import FollowReaders
-from logfs.mount.groups import GROUP_DIR_KINDS, Groups
+from logfs.mount.groups import Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
-from logfs.mount.names import decode_name, parse_partition_name
+from logfs.mount.names import decode_name
 from logfs.mount.nodes import GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.openwrite import open_write_handle
 from logfs.mount.reads import Reader
@@ -129,7 +125,6 @@ class Operations(pyfuse3.Operations):
         self.metrics = Metrics()
         self.max_follow_readers = max_follow_readers or store.config.max_follow_readers
         self._handles: dict[int, Handle] = {}
-        self._dirs: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.partitions = Partitions()
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
@@ -160,6 +155,9 @@ class Operations(pyfuse3.Operations):
                              read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
         self.writer.groups = self.groups
         self.reader.status.extra_metrics = self.groups.render_metrics
+        self.dirs = Directories(
+            store, self.tree, self.reader, self.writer, self.groups, write_thread=self._write_thread
+        )
 
     @property
     def max_tasks(self) -> int:
@@ -316,100 +314,30 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        node = self.tree.entry(inode).node
-        if not node.kind.is_dir:
-            raise NotADirectory(str(node))
-        self.reader.check_exists(node)
-        hw_names = self.reader.hw_names(node) if node.kind is Kind.HW_DIR else None
         fh = self._next_fh
         self._next_fh += 1
-        if node.kind in GROUP_DIR_KINDS:
-            self._dirs[fh] = await self.groups.children(node)
-        else:
-            self._dirs[fh] = self.tree.children(node, hw_names)  # listed as of opendir
+        await self.dirs.open(fh, inode)  # listed as of opendir (mount/directories.py)
         return fh
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        """pyfuse3 answers READDIRPLUS, where an entry sent with attributes is a lookup the kernel caches. A file is
-        listed without one (``mount/direntry.py``): its first stat or open looks it up, with attributes exact then,
-        and a listing renders no ``state``, sizes no ``hw/`` file and leaves the kernel no inode to forget. A
-        directory carries its attributes (cheap), so that ``ls -R`` and ``find`` descend without a lookup; a fresh
-        kind gets its own fresh inode (counted only once sent)."""
-        listing = self._dirs.get(fh, [])
-        for i in range(start_id, len(listing)):
-            name, child = listing[i]
-            if not child.kind.is_dir:
-                try:
-                    self.reader.check_exists(child)
-                except MountRefusal:
-                    continue  # gone since opendir (a deleted topic)
-                listed = listed_only(self.tree.listed_inode(child), child.kind.mode)
-                if listed is not None:
-                    if not pyfuse3.readdir_reply(token, name.encode(), listed, i + 1):
-                        break
-                    continue
-            if child.kind.fresh:
-                entry = self.tree.add_fresh(child, None, created_ns=time.time_ns())
-            else:
-                entry = self.tree.entry(self.tree.stable_inode(child))
-            try:
-                attr = await self.reader.attributes(entry)
-            except MountRefusal:
-                self.tree.forget(entry.inode, 0)
-                continue  # gone since opendir (an hw/ file retention deleted, a deleted topic)
-            if not pyfuse3.readdir_reply(token, name.encode(), attr, i + 1):
-                self.tree.forget(entry.inode, 0)
-                break
-            self.tree.remember(entry)
+        await self.dirs.reply(fh, start_id, token)
 
     @handler
     async def releasedir(self, fh: int) -> None:
-        self._dirs.pop(fh, None)
+        self.dirs.release(fh)
 
     @handler
     async def mkdir(
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         self._refuse_if_read_only()
-        parent = self.tree.entry(parent_inode).node
-        text = decode_name(name, InvalidName)
-        if parent.kind is Kind.ROOT:
-            await self._write_thread(self.store.create_topic, text)
-            node = Node(Kind.TOPIC, text)
-            _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
-        elif parent.kind is Kind.TOPIC:
-            partition = parse_partition_name(text)
-            if partition is None:
-                raise InvalidName(f"{text!r} is not a partition number")
-            await self._write_thread(self.store.add_partition, parent.topic, partition)
-            node = Node(Kind.PARTITION, parent.topic, partition)
-            _log.info("added partition %d to topic %s", partition, parent.topic)
-        elif parent.kind is Kind.TXN_DIR and self.transactions is not None:
-            await self.transactions.begin(text)  # EEXIST while one of that id is open; EINVAL for a bad id
-            node = Node(Kind.TXN, txn=text)
-        else:
-            raise NotPermitted(f"mkdir in {parent}")
-        entry = self.tree.entry(self.tree.stable_inode(node))
-        return await self.reader.attributes(entry)
+        return await self.dirs.make(parent_inode, name, self.transactions)
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         self._refuse_if_read_only()
-        parent = self.tree.entry(parent_inode).node
-        text = decode_name(name)
-        if parent.kind is Kind.GROUPS_DIR:
-            await self.groups.delete(text)
-            return
-        if parent.kind is Kind.ROOT and text != ".logfs":
-            if text == OFFSETS_TOPIC:
-                raise NotPermitted(f"{OFFSETS_TOPIC} is internal: rmdir .logfs/groups/<group> deletes a group")
-            if not self.store.has_topic(text):
-                raise NoEntry(f"no topic {text!r}")
-            await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
-            return
-        self.tree.resolve(parent, text)  # ENOENT for what does not exist
-        raise NotPermitted(f"rmdir in {parent}")  # partitions, at/, hw/ …: nothing else is ever removed
+        await self.dirs.remove(parent_inode, name)
 
     # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------
 
