@@ -56,6 +56,7 @@ before the log's own lock (the HW move), never after. Properties are single attr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -338,6 +339,11 @@ class LeaderPartition:
             if replica_id not in self._isr and self._can_join(new):
                 self._isr = tuple(sorted((*self._isr, replica_id)))
                 joined = True
+                # It counts as caught up now: it reached the HW. Without this a follower whose first fetch came
+                # after appends (its lastCaughtUp still 0) left again at the next check, before its next fetch
+                # could catch it up: the ISR flapped and logged a departure (docs/replication.md, "Join").
+                new = dataclasses.replace(new, last_caught_up_ms=max(new.last_caught_up_ms, now))
+                self._replicas[replica_id] = new
                 if self._on_isr_change is not None:
                     self._on_isr_change()
                 _log.info("%s: replica %d joins the ISR at offset %d (ISR %s, leader epoch %d)",

@@ -326,6 +326,20 @@ def test_a_follower_that_joins_behind_the_leo_holds_the_hw_until_it_fetches_on(t
     assert log.high_watermark == 6
 
 
+def test_a_follower_that_joins_behind_the_leo_counts_as_caught_up_when_it_joins(tmp_path: Path) -> None:
+    """Its first fetch came after appends, so no fetch caught it up yet: it does not leave at the next check (the
+    mount checks every 500 ms, before its next fetch could catch it up), only after replica.lag.time.max.ms."""
+    log = new_log(tmp_path)
+    append(log, 4, 0)
+    p = leader(log, epoch=1, replicas=(LEADER, F1))
+    append(log, 2, 1)
+    fetch(p, F1, 4, now=T0 + 100)
+    assert p.isr == (LEADER, F1) and p.replica_state(F1).last_caught_up_ms == T0 + 100
+    assert not p.maybe_shrink_isr(T0 + 600).isr_changed
+    assert p.maybe_shrink_isr(T0 + 100 + LAG_MS + 1).isr_changed  # never fetched on: it leaves after the lag
+    assert p.isr == (LEADER,)
+
+
 @contextlib.contextmanager
 def held_elsewhere(lock: Any) -> Iterator[None]:
     """``lock`` held by another thread (an append in a worker, as the mount sees it) for the block's duration."""
