@@ -32,11 +32,11 @@ from logfs.core.format.batch import (
     ATTRIBUTES_OFFSET,
     DELETE_HORIZON_MASK,
     TimestampType,
-    batch_size_at,
     read_header,
 )
 from logfs.core.format.compression import Compression
 from logfs.core.format.decode import decode_records
+from logfs.core.format.framewalk import FrameWalk
 from logfs.core.format.validate import validate_batch
 from logfs.core.format.varint import INT32_MAX
 from logfs.core.log.batchcheck import BAD_EPOCH, BAD_OFFSETS, NO_OFFSET_BOUND, pack_epochs, scan_python
@@ -147,34 +147,33 @@ def _dump_log(path: Path, *, records: bool, result: DumpResult) -> Iterator[str]
 
 
 def _dump_batches(buf: memoryview, *, records: bool, result: DumpResult, seg: _Segment) -> Iterator[str]:
-    position = 0
+    # The framing walk every reader of a .log shares (core/format/framewalk.py), over the whole mapped file in one
+    # "read": each frame's data is the file, so a batch's place in it is its position.
+    walk = FrameWalk(lambda position, size: buf[position : position + size], 0, len(buf), first_read=len(buf))
     expected = seg.base_offset  # the next offset if nothing were missing: a batch past it shows a gap
     last_good = -1  # the position of the last batch whose offsets passed
-    while position < len(buf):
-        try:
-            size = batch_size_at(buf, position)
-        except CorruptRecord as exc:
-            result.damaged += 1
-            yield f"corrupt at position {position}: {exc.reason}; {len(buf) - position} bytes not read"
-            return
-        if size is None:
-            result.damaged += 1
-            yield f"torn tail at position {position}: {len(buf) - position} bytes, less than a whole batch"
-            return
-        result.batches += 1
-        problem = ""
-        if size >= 61:
-            header = read_header(buf, position)
-            problem = _header_problem(buf, position, size, seg, expected, last_good)
-            if not problem:
-                if header.base_offset > expected:
-                    yield seg.gap_line(expected, header.base_offset)
-                expected = max(expected, header.last_offset + 1)
-                last_good = position
-        yield _batch_line(buf, position, size, records=records, result=result, header_problem=problem)
-        if records:
-            yield from _record_lines(buf, position, seg)
-        position += size
+    try:
+        for data, position, size, _, _ in walk:
+            result.batches += 1
+            problem = ""
+            if size >= 61:
+                header = read_header(data, position)
+                problem = _header_problem(data, position, size, seg, expected, last_good)
+                if not problem:
+                    if header.base_offset > expected:
+                        yield seg.gap_line(expected, header.base_offset)
+                    expected = max(expected, header.last_offset + 1)
+                    last_good = position
+            yield _batch_line(data, position, size, records=records, result=result, header_problem=problem)
+            if records:
+                yield from _record_lines(data, position, seg)
+    except CorruptRecord as exc:
+        result.damaged += 1
+        yield f"corrupt at position {walk.end}: {exc.reason}; {len(buf) - walk.end} bytes not read"
+        return
+    if walk.torn:
+        result.damaged += 1
+        yield f"torn tail at position {walk.end}: {len(buf) - walk.end} bytes, less than a whole batch"
 
 
 def _header_problem(buf: memoryview, position: int, size: int, seg: _Segment, expected: int, last_good: int) -> str:

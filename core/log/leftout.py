@@ -77,7 +77,7 @@ class LeftOutBatches:
     def _scan(self, hi: int) -> None:
         aborted = self.aborted
         scanned = self._scanned
-        for buf, at, size, position in self.stored.batches(self._scanned, hi):
+        for buf, at, size, position, _ in self.stored.batches(self._scanned, hi):
             # Only a transactional batch can be left out (control batches are transactional too): one byte decides
             # for all the others, so a segment without transactions costs the walk alone.
             if buf[at + _ATTRIBUTES_LOW] & _TRANSACTIONAL_OR_CONTROL and aborted.leaves_out(read_header(buf, at)):

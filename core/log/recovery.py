@@ -27,7 +27,8 @@ from typing import Protocol
 from logfs.core.durable import fsync_dir
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import CorruptRecord, InvalidRecord
-from logfs.core.format.batch import BatchHeader, batch_size_at, declared_batch_size
+from logfs.core.format.batch import BatchHeader
+from logfs.core.format.framewalk import FrameWalk
 from logfs.core.format.validate import validate_batch
 from logfs.core.log.index import NO_TIMESTAMP, TimestampOffset
 from logfs.core.log.logfile import BatchPosition
@@ -74,59 +75,29 @@ def scan_segment(
     ``ensureValid``, and offsets (see :func:`_check_offsets`).
 
     A torn tail ends the scan silently; an invalid batch ends it with a reason. Reads the file once, in
-    8 MiB chunks. Changes nothing.
+    8 MiB chunks, through the framing walk every reader of a ``.log`` shares (``core/format/framewalk.py``).
+    Changes nothing.
     """
     segment.touch()
     log = segment.log_file
     total = log.size_bytes
-    valid = 0
     batches = 0
     next_offset = segment.base_offset
-    position = 0
-    while position < total:
-        chunk = log.read(position, RECOVERY_READ_BYTES)
-        at = 0
-        try:
-            while (size := batch_size_at(chunk, at)) is not None:
-                h = validate_batch(chunk, at, client=False, size=size, deep=False).header
-                _check_offsets(segment, h, next_offset)
-                if on_producer_batch is not None and h.producer_id >= 0:
-                    on_producer_batch(h, chunk, at)
-                if on_batch is not None:
-                    on_batch(
-                        BatchPosition(
-                            position + at, size, h.base_offset, h.last_offset, h.max_timestamp,
-                            h.partition_leader_epoch,
-                        )
-                    )  # fmt: skip
-                at += size
-                valid = position + at
-                next_offset = h.last_offset + 1
-                batches += 1
-        except (CorruptRecord, InvalidRecord) as exc:
-            return ScanResult(valid, total, exc.reason, False, batches, next_offset)
-        if at == 0:
-            # Not one whole batch in the chunk: the file ends inside a batch, or the batch outgrows a chunk.
-            declared = declared_batch_size(chunk)
-            if declared is None or position + declared > total:
-                break
-            chunk = log.read(position, declared)
-            try:
-                h = validate_batch(chunk, 0, client=False, size=declared, deep=False).header
-                _check_offsets(segment, h, next_offset)
-            except (CorruptRecord, InvalidRecord) as exc:
-                return ScanResult(valid, total, exc.reason, False, batches, next_offset)
+    walk = FrameWalk(log.read, 0, total, first_read=RECOVERY_READ_BYTES)
+    try:
+        for data, at, size, position, _ in walk:
+            h = validate_batch(data, at, client=False, size=size, deep=False).header
+            _check_offsets(segment, h, next_offset)
             if on_producer_batch is not None and h.producer_id >= 0:
-                on_producer_batch(h, chunk, 0)
+                on_producer_batch(h, data, at)
             if on_batch is not None:
-                on_batch(BatchPosition(position, declared, h.base_offset, h.last_offset, h.max_timestamp,
+                on_batch(BatchPosition(position, size, h.base_offset, h.last_offset, h.max_timestamp,
                                        h.partition_leader_epoch))  # fmt: skip
-            at = declared
-            valid = position + at
             next_offset = h.last_offset + 1
             batches += 1
-        position += at
-    return ScanResult(valid, total, None, valid < total, batches, next_offset)
+    except (CorruptRecord, InvalidRecord) as exc:  # walk.end: where the last batch that passed ends
+        return ScanResult(walk.end, total, exc.reason, False, batches, next_offset)
+    return ScanResult(walk.end, total, None, walk.torn, batches, next_offset)
 
 
 def _check_offsets(segment: LogSegment, h: BatchHeader, next_offset: int) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logfs.core.errors import CorruptRecord, CorruptStoredBatch, StorageError
-from logfs.core.format.batch import LENGTH_OFFSET, LOG_OVERHEAD, iter_batch_positions
+from logfs.core.format.framewalk import Frame, FrameWalk, by_read
 from logfs.core.log.batchcheck import check_batches, check_span, read_checked
 from logfs.core.log.leftout import LeftOutBatches
 from logfs.core.log.logfile import BatchPosition
@@ -79,56 +79,32 @@ class StoredBatches:
         """The newest record timestamp in the segment (-1 when its records carry none): an ``hw/`` file's mtime."""
         return self._segment.max_timestamp_so_far
 
-    def batches(self, lo: int, hi: int) -> Iterator[tuple[bytes, int, int, int]]:
-        """``(buffer, at, size, position)`` of each batch in ``[lo, hi)`` (both batch boundaries), read in pieces of
-        SCAN_READ_BYTES (or one whole batch when it is larger), each piece checked before it is yielded.
-        StorageError when the bytes are not there (a truncation under a reader); CorruptStoredBatch for a batch that
-        fails its CRC or framing."""
+    def batches(self, lo: int, hi: int) -> Iterator[Frame[bytes]]:
+        """``(buffer, at, size, position, base offset)`` of each batch in ``[lo, hi)`` (both batch boundaries): the
+        framing walk (``core/format/framewalk.py``) in pieces of SCAN_READ_BYTES (or one whole batch when it is
+        larger), each piece checked before a batch of it is yielded. StorageError when the bytes are not there (a
+        truncation under a reader); CorruptStoredBatch for a batch that fails its CRC or framing."""
         log_file = self._segment.log_file
-        position = lo
         min_base: int | None = None  # above the last offset of the batches already yielded (the check's carry)
-        while position < hi:
-            buf = log_file.read(position, min(SCAN_READ_BYTES, hi - position))
-            last = check_batches(log_file, buf, position, hi, min_base)  # never hand out bad bytes
+
+        def check(buf: bytes, position: int) -> None:  # never hand out bad bytes
+            nonlocal min_base
+            last = check_batches(log_file, buf, position, hi, min_base)
             if last is not None:
                 min_base = last + 1
-            used = 0
-            for at, size in iter_batch_positions(buf):
-                yield buf, at, size, position + at
-                used = at + size
-            if used == 0:  # one batch larger than a piece
-                declared = int.from_bytes(buf[LENGTH_OFFSET:LOG_OVERHEAD], "big", signed=True) + LOG_OVERHEAD
-                if len(buf) < LOG_OVERHEAD or declared <= len(buf) or position + declared > hi:
-                    raise StorageError(
-                        f"{log_file.path}: no whole batch at byte {position} before byte {hi} (truncated under a read?)"
-                    )
-                buf = log_file.read(position, declared)
-                if len(buf) != declared:
-                    raise StorageError(
-                        f"{log_file.path}: batch at byte {position} is cut short (truncated under a read?)"
-                    )
-                min_base = check_span(log_file, buf, position, min_base) + 1
-                yield buf, 0, declared, position
-                used = declared
-            position += used
+
+        walk = FrameWalk(log_file.read, lo, hi, first_read=SCAN_READ_BYTES, on_read=check)
+        yield from walk
+        if walk.end != hi:
+            raise StorageError(
+                f"{log_file.path}: no whole batch at byte {walk.end} before byte {hi} (truncated under a read?)"
+            )
 
     def buffers(self, lo: int, hi: int) -> Iterator[tuple[bytes, int, list[int], list[int]]]:
         """The batches of ``[lo, hi)`` grouped by the read that holds them: ``(buffer, its position in the file,
         batch positions in it, batch sizes)``, so a renderer walks all of one read's batches in one call (see
         :meth:`batches`)."""
-        current: bytes | None = None
-        base = 0
-        positions: list[int] = []
-        sizes: list[int] = []
-        for buf, at, size, position in self.batches(lo, hi):
-            if buf is not current:
-                if current is not None:
-                    yield current, base, positions, sizes
-                current, base, positions, sizes = buf, position - at, [], []
-            positions.append(at)
-            sizes.append(size)
-        if current is not None:
-            yield current, base, positions, sizes
+        return by_read(self.batches(lo, hi))
 
     def span(self, lo: int, hi: int) -> bytes:
         """The stored bytes of ``[lo, hi)``, whole batches, every one checked. StorageError when they are not all

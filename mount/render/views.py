@@ -125,7 +125,7 @@ def render_follow_chunk(
         for part in read:
             stored = part.stored
             index = None if fmt is Format.KAFKA else cache.segment_index(stored, fmt, topic, partition)
-            for buf, at, size, position in stored.batches(part.lo, part.hi):
+            for buf, at, size, position, _ in stored.batches(part.lo, part.hi):
                 header = read_header(buf, at)
                 data: bytes | memoryview
                 if skip is not None and skip.leaves_out(header):

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from logfs.core.format.batch import BatchHeader, iter_batch_positions, read_header
+from logfs.core.format.batch import BatchHeader, read_header
 from logfs.core.format.control import parse_control_key
 from logfs.core.format.decode import record_columns, records_from_columns
+from logfs.core.format.framewalk import FrameWalk, by_read
 from logfs.core.log.cleaner.filtering import BatchFilter, FilterCounts, ProducerLast
 from logfs.core.log.cleaner.merge import SegmentSizes, plan_merges
 from logfs.core.log.cleaner.offsetmap import SHORT_KEY_BYTES, OffsetMap, key_id
@@ -92,23 +93,13 @@ def _chunks(
     segment: LogSegment, position: int, throttle: Throttle
 ) -> Iterator[tuple[bytes, list[tuple[int, BatchHeader]]]]:
     """The segment's batches from ``position`` on, read a chunk at a time: ``(chunk, [(position in chunk,
-    header)…])``. A batch larger than a chunk is read whole; a torn tail ends the walk (recovery's business)."""
-    size = segment.size_bytes
-    while position < size:
-        data = segment.log_file.read(position, READ_CHUNK_BYTES)
-        found = [(p, read_header(data, p)) for p, _ in iter_batch_positions(data)]
-        if not found:
-            head = segment.log_file.read(position, 12)
-            if len(head) < 12:
-                return
-            declared = int.from_bytes(head[8:12], "big", signed=True) + 12
-            data = segment.log_file.read(position, declared)
-            if len(data) < declared:
-                return
-            found = [(0, read_header(data, 0))]
-        throttle(len(data))
-        yield data, found
-        position += found[-1][0] + found[-1][1].size
+    header)…])``, by the framing walk every reader of a ``.log`` shares (``core/format/framewalk.py``). A batch
+    larger than a chunk is read whole; a torn tail ends the walk (recovery's business)."""
+    log_file = segment.log_file
+    walk = FrameWalk(log_file.read, position, segment.size_bytes, first_read=READ_CHUNK_BYTES,
+                     on_read=lambda data, _: throttle(len(data)))  # fmt: skip
+    for data, _, ats, _ in by_read(walk):
+        yield data, [(at, read_header(data, at)) for at in ats]
 
 
 def build_offset_map(

@@ -41,7 +41,7 @@ def offsets_read(log: Log, start: int, end: int | None, isolation: Isolation) ->
     with log.read_range(start, end, isolation) as read:
         for part in read:
             assert part.lo <= part.full_lo <= part.full_hi <= part.hi or part.full_lo >= part.full_hi
-            for buf, at, size, _ in part.stored.batches(part.lo, part.hi):
+            for buf, at, size, _, _ in part.stored.batches(part.lo, part.hi):
                 for record in decode_records(bytes(buf[at : at + size])):
                     if record.offset >= read.start and record.offset < read.end:
                         out.append(record.offset)
@@ -90,7 +90,7 @@ def test_parts_cut_the_first_and_last_batch_at_the_range_and_span_whole_batches_
         assert all(p.from_offset is None for p in parts[1:]) and all(p.until_offset is None for p in parts[:-1])
         assert all(p.closed for p in parts[:-1]) and parts[-1].filter_until == 80
         for part in parts:  # the whole batches between the cut ones hold only offsets inside the range
-            for buf, at, _, _ in part.stored.batches(part.full_lo, part.full_hi):
+            for buf, at, _, _, _ in part.stored.batches(part.full_lo, part.full_hi):
                 header = read_header(buf, at)
                 assert header.base_offset >= 4 and header.last_offset < 80
         with log.read_range(3, 81, Isolation.HIGH_WATERMARK) as read:  # batch boundaries: nothing to cut
