@@ -1,14 +1,12 @@
-"""The local log's reads (Kafka's ``LocalLog.read``, ``convertToOffsetMetadataOrThrow``, ``addAbortedTransactions``):
-plain functions over what a :class:`~logfs.core.log.local.LocalLog` publishes.
+"""The local log's lookups (Kafka's ``convertToOffsetMetadataOrThrow``, ``addAbortedTransactions``, the timestamp
+lookup): plain functions over what a :class:`~logfs.core.log.local.LocalLog` publishes. The reads of stored bytes
+themselves all go through the one range read (``core/log/rangeread.py``).
 
 Why apart from the LocalLog. The LocalLog owns the segments and the LEO and changes them under the log's lock; a read
 only looks at what it published (the immutable segment snapshot, ``LocalLog.snapshot``, and the LEO with its
 position), from any thread, without the lock. These functions are that read side, called by the Log
-(``core/log/log.py``) with the bound its isolation gives (docs/storage.md, "Rules worth knowing"): at the bound or
-between it and the LEO an empty result, above the LEO OffsetOutOfRange, otherwise bytes from the start of the batch
-holding the offset, at most ``max_bytes`` (at least one batch with ``min_one_message``) and never past the bound.
-:func:`offset_metadata` finds where an offset lies. Both walk the segment snapshot unpinned, as Kafka's do
-(``core/log/scan.py``).
+(``core/log/log.py``): :func:`offset_metadata` finds where an offset lies (walking the segment snapshot unpinned, as
+Kafka's does: ``core/log/scan.py``), :func:`add_aborted_transactions` completes a read_committed answer.
 
 Threads: any, no lock (the snapshot and the LEO are published values).
 """
@@ -25,41 +23,6 @@ from logfs.core.txn.stableoffset import with_aborted_transactions
 
 if TYPE_CHECKING:
     from logfs.core.log.local import LocalLog
-
-
-def read(
-    local: LocalLog,
-    start_offset: int,
-    max_bytes: int,
-    max_offset_metadata: LogOffsetMetadata,
-    min_one_message: bool,
-    log_start_offset: int,
-) -> FetchDataInfo:
-    """Kafka's ``LocalLog.read``: bytes from the start of the batch holding ``start_offset``, at most
-    ``max_bytes`` (at least one batch with ``min_one_message``), never past ``max_offset_metadata`` (the Log's
-    isolation bound); empty at the bound or between it and the LEO, OffsetOutOfRange above the LEO or below the
-    first segment (naming ``log_start_offset``, which the Log checked already)."""
-    end = local.log_end_offset_metadata
-    bound = max_offset_metadata
-    view = local.snapshot
-    if start_offset == bound.message_offset:
-        return FetchDataInfo(bound, b"")
-    if start_offset > end.message_offset:
-        raise OffsetOutOfRange(start_offset, log_start_offset, end.message_offset)
-    if start_offset > bound.message_offset:
-        return FetchDataInfo(offset_metadata(local, start_offset, log_start_offset), b"")
-    if view.floor_index(start_offset) < 0:
-        raise OffsetOutOfRange(start_offset, log_start_offset, end.message_offset)
-    # The segments from the floor, unpinned as Kafka's: the bytes are copied out before the read returns, and a
-    # RangeScan would cost each read ~1.3 us of its ~12 (core/log/scan.py).
-    for segment in view.from_floor(start_offset):
-        if bound.message_offset_only or bound.segment_base_offset < segment.base_offset:
-            return FetchDataInfo(offset_metadata(local, start_offset, log_start_offset), b"")
-        max_position = bound.relative_position if bound.segment_base_offset == segment.base_offset else None
-        fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
-        if fetched is not None:
-            return fetched
-    return FetchDataInfo(end, b"")
 
 
 def add_aborted_transactions(local: LocalLog, fetched: FetchDataInfo) -> FetchDataInfo:

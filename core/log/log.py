@@ -57,9 +57,9 @@ from logfs.core.log.index import TimestampOffset
 from logfs.core.log.local import LocalLog
 from logfs.core.log.logfile import LogFile
 from logfs.core.log.producers import LogProducers
-from logfs.core.log.rangeread import RangeRead, open_range_read
+from logfs.core.log.rangeread import RangeRead, open_range_read, read_fetch
 from logfs.core.log.retention import Rule, log_start_rule, retention_bytes_rule, retention_ms_rule
-from logfs.core.log.scan import RangeScan, Segments
+from logfs.core.log.scan import Segments
 from logfs.core.log.segment import LogSegment
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import AppendInfo, FetchDataInfo, Isolation, LogOffsetMetadata
@@ -423,9 +423,9 @@ class Log:
         min_one_message: bool = True,
     ) -> FetchDataInfo:
         """Kafka's read (``UnifiedLog.read``; docs/storage.md, "Rules worth knowing"): OffsetOutOfRange below the log
-        start offset, then the local log's read up to the isolation bound (``localread.read``); TXN_COMMITTED reads
-        stop at the LSO and carry the aborted transactions of the fetched range (docs/storage.md, "Idempotent producers
-        and transactions"). Any thread."""
+        start offset, then the bytes up to the isolation bound, taken from the one range read
+        (``rangeread.read_fetch``); TXN_COMMITTED reads stop at the LSO and carry the aborted transactions of the
+        fetched range (docs/storage.md, "Idempotent producers and transactions"). Any thread."""
         log_start = self._log_start_offset
         if start_offset < log_start:
             raise OffsetOutOfRange(start_offset, log_start, self.local.log_end_offset)
@@ -435,9 +435,10 @@ class Log:
             bound = self.local.log_end_offset_metadata
         else:
             bound = self.fetch_last_stable_offset_metadata()
-            fetched = localread.read(self.local, start_offset, max_bytes, bound, min_one_message, log_start)
+        fetched = read_fetch(self, start_offset, max_bytes, bound, isolation, min_one_message)
+        if isolation is Isolation.TXN_COMMITTED:
             return localread.add_aborted_transactions(self.local, fetched)
-        return localread.read(self.local, start_offset, max_bytes, bound, min_one_message, log_start)
+        return fetched
 
     def bound(self, isolation: Isolation) -> int:
         """Where a read at ``isolation`` ends now: the log end offset, the HW, or the last stable offset (never above
@@ -467,12 +468,6 @@ class Log:
         One object per segment: a cache may key on it (a cleaned segment is a new one). Any thread."""
         segment = self.local.snapshot.floor(offset)
         return None if segment is None else segment.stored
-
-    def scan(self, start_offset: int, end_offset: int, *, pins: contextlib.ExitStack | None = None) -> RangeScan:
-        """The segments holding offsets ``[start_offset, end_offset)``, from the floor of ``start_offset``, as they
-        are now, each pinned while it is read (``pins``: until the caller's ExitStack closes); a StorageError inside
-        the scan once retention passed its offset is OffsetOutOfRange. See ``core/log/scan.py``. Any thread."""
-        return RangeScan(self, self.local.snapshot, start_offset, end_offset, pins=pins)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from the segment holding

@@ -37,7 +37,7 @@ from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.log.batchcheck import check_left_out
 from logfs.core.log.scan import RangeScan, batch_at
 from logfs.core.log.storedbatches import StoredBatches
-from logfs.core.offsets import Isolation
+from logfs.core.offsets import FetchDataInfo, Isolation, LogOffsetMetadata
 
 if TYPE_CHECKING:
     from logfs.core.log.log import Log
@@ -86,7 +86,7 @@ class RangeRead:
         self.end = end
         self.isolation = isolation
         self._aborted: AbortedBatches | None = None
-        self._scan: RangeScan | None = log.scan(start, end, pins=pins) if end > start else None
+        self._scan = RangeScan(log, log.segment_snapshot, start, end, pins=pins) if end > start else None
 
     def __repr__(self) -> str:
         return f"RangeRead([{self.start}, {self.end}), {self.isolation.name})"
@@ -184,3 +184,45 @@ def open_range_read(
     bound = log.bound(isolation)
     end = bound if end is None else min(end, bound)
     return RangeRead(log, start, end, isolation, pins)
+
+
+def read_fetch(
+    log: Log,
+    start: int,
+    max_bytes: int,
+    bound: LogOffsetMetadata,
+    isolation: Isolation,
+    min_one_message: bool,
+) -> FetchDataInfo:
+    """Kafka's answer to a read (``LocalLog.read``) taken from the range read: the stored bytes from the batch holding
+    ``start``, at most ``max_bytes`` (at least that whole batch with ``min_one_message``), never into the batch that
+    holds ``bound`` (the isolation bound with its position, which Kafka's read stops before), from one segment.
+
+    Empty at the bound, or between it and the log end (then with ``start``'s own metadata); OffsetOutOfRange past the
+    log end. The bytes are checked like every range read's (``StoredBatches.read``): a fetch never returns bad bytes.
+    The ``Log.read`` of Kafka's shape (the follower's probe before a truncation, the ported scenarios of Kafka's log
+    tests) is this function, so there is one read of stored batches.
+    """
+    if start == bound.message_offset:
+        return FetchDataInfo(bound, b"")
+    leo = log.log_end_offset_metadata
+    if start > leo.message_offset:
+        raise OffsetOutOfRange(start, log.log_start_offset, leo.message_offset)
+    if start > bound.message_offset or bound.message_offset_only:
+        return FetchDataInfo(log.offset_metadata(start), b"")
+    with RangeRead(log, start, bound.message_offset, isolation, None) as read:
+        for part in read:  # the first segment with a batch at or after start
+            stored = part.stored
+            if bound.segment_base_offset < stored.base_offset:  # a bound known on an older segment: Kafka's case 4
+                return FetchDataInfo(log.offset_metadata(start), b"")
+            first = next(iter(stored.headers(part.lo, part.hi)))
+            metadata = LogOffsetMetadata(start, stored.base_offset, part.lo)
+            adjusted = max(max_bytes, first.size) if min_one_message else max_bytes
+            if adjusted == 0:
+                return FetchDataInfo(metadata, b"")
+            # Never into the batch holding the bound (its position, when the bound lies in this segment).
+            limit = bound.relative_position if bound.segment_base_offset == stored.base_offset else part.hi
+            size = min(limit - part.lo, adjusted)
+            data = stored.read(part.lo, limit, part.lo, size) if size > 0 else b""
+            return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < first.size)
+    return FetchDataInfo(leo, b"")

@@ -1,10 +1,10 @@
 """Reading a range of offsets: the one floor-segment scan behind every range read of a log (Kafka's ``LocalLog.read``
 walk).
 
-Every reader of a range of a partition walks offsets ``[start, end)`` the same way (:meth:`Log.scan`): under the one
-range read (``core/log/rangeread.py``: the leader's answer to a follower's fetch, ``core/replication/fetch.py``, and
-the mount's ``at/``, ``hw/``, ``committed/`` and ``follow/`` views) and under the cleaner's map of a dirty section
-(``core/log/cleaner/clean.py``). Theory of operation:
+Every reader of a range of a partition walks offsets ``[start, end)`` the same way: a :class:`RangeScan`, under the one
+range read (``core/log/rangeread.py``: the leader's answer to a follower's fetch, ``core/replication/fetch.py``, the
+mount's ``at/``, ``hw/``, ``committed/`` and ``follow/`` views, Kafka's ``Log.read`` and the cleaner's map of a dirty
+section, ``core/log/cleaner/clean.py``), which is its only user. Theory of operation:
 
 1. The segments are taken as they are at that moment: a :class:`Segments` snapshot, immutable (the log replaces it
    on every roll, deletion and truncation), so a scan never locks and never sees a change half made.
@@ -117,7 +117,7 @@ class RangeScan:
 
     Use it as a context manager around everything that reads the range, iterating it for the segments::
 
-        with log.scan(start, end) as scan:
+        with RangeScan(log, log.segment_snapshot, start, end) as scan:
             for segment, next_base_offset in scan:
                 ...  # read segment from the batch holding scan.offset
 

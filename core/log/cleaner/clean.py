@@ -43,6 +43,7 @@ from logfs.core.log.cleaner.swap import create_cleaned_segment, discard_cleaned_
 from logfs.core.log.cleaner.transactions import CleanedTransactionMetadata
 from logfs.core.log.log import Log
 from logfs.core.log.segment import LogSegment, SegmentPart
+from logfs.core.offsets import Isolation
 
 # Kafka reads 256 KiB at a time; a chunk is walked in one call (scan.py), so a larger one costs fewer rounds
 # of Python, but the Python work of a chunk holds the GIL: 1 MiB keeps it to ~1 ms (see throttler.PAUSE_S).
@@ -108,18 +109,24 @@ def build_offset_map(
     """Fill ``offset_map`` from the dirty section ``[start, end)`` (module docstring, step 1); True if it filled."""
     transactions = CleanedTransactionMetadata()
     transactions.add_aborted_transactions(log.collect_aborted_transactions(start, end))
-    with log.scan(start, end) as scan:
-        for segment, next_base in scan:
-            position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
-            for data, batches in _chunks(segment, position, throttle):
+    # The one range read of the log (core/log/rangeread.py), its bytes checked before a key is taken from them (a
+    # damaged batch stops the round, it is not mapped). It starts where Kafka's map starts reading: at the offset
+    # index's entry for start (the segment's first batch when it has none), so the map reads the records Kafka's reads.
+    floor = log.segment_snapshot.floor(start)
+    read_from = max(floor.offset_index.lookup(start).offset, log.log_start_offset) if floor is not None else start
+    with log.read_range(min(read_from, start), end, Isolation.LOG_END) as read:
+        for part in read:
+            for data, _, ats, _ in part.stored.buffers(part.lo, part.hi):
+                throttle(len(data))
                 stats.map_bytes_read += len(data)
+                batches = [(at, read_header(data, at)) for at in ats]
                 full, ended = _map_chunk(data, batches, start, end, transactions, offset_map, stats)
                 if full:
                     return True
                 if ended:
                     break
-            upper = end if next_base is None or next_base > end else next_base
-            offset_map.latest_offset = upper - 1
+            offset_map.latest_offset = part.filter_until - 1
+        offset_map.latest_offset = read.end - 1
     return False
 
 

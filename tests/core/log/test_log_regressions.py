@@ -18,6 +18,7 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
+from logfs.core.log.scan import RangeScan
 from logfs.core.store import Store
 
 
@@ -62,7 +63,7 @@ def test_a_scan_racing_a_truncation_ends_instead_of_raising(tmp_path: Path) -> N
     log = new_log(tmp_path)
     for i in range(3):
         log.append_as_leader(encode_values([os.urandom(10_000).hex().encode()], 1000 + i), 0)
-    with log.scan(0, log.log_end_offset) as scan:
+    with RangeScan(log, log.segment_snapshot, 0, log.log_end_offset) as scan:
         segment, _ = next(iter(scan))
         batches = segment.batches()
         next(batches)
