@@ -9,17 +9,14 @@ the bytes mean, each piece with one owner under ``_lock``:
   (``core/log/epoch.py``);
 * the producer state and the last stable offset (``core/log/producers.py``), and retention.
 
-Appends. :meth:`append_as_leader` takes one producer batch: once checked, its offsets start at the LEO and its
-leader epoch is stamped in place, its maxTimestamp corrected (or set to now for LOG_APPEND_TIME), and it is appended
-to the active segment, rolling first when a roll rule says so (``LocalLog.should_roll``). :meth:`append_as_follower`
-takes batches whose offsets the leader assigned: they must start at or above the LEO (UnexpectedAppendOffset); a gap
-rolls to a new segment based at the incoming first offset. :meth:`append_end_txn_marker` writes COMMIT and ABORT
-markers.
+Appends. :meth:`append_as_leader` (one producer batch), :meth:`append_batches_as_leader` (a request's batches),
+:meth:`append_as_follower` (offsets the leader assigned) and :meth:`append_end_txn_marker` check their batches
+(``core/log/appendcheck.py``) outside the lock, then write them under it through the write path,
+``core/log/appends.py``, which orders what an append changes.
 
-Reads (:meth:`read`; docs/storage.md, "Rules worth knowing"): below the log start offset is OffsetOutOfRange, checked
-here; the rest is the local log's read (``core/log/localread.py``) up to the isolation bound this class gives it:
-the HW for HIGH_WATERMARK, the LSO for TXN_COMMITTED (which also carries the aborted transactions of the fetched
-range), the LEO for LOG_END.
+Reads. Every read of stored batches is the one range read (:meth:`read_range`, ``core/log/rangeread.py``), up to
+the isolation bound this class gives (:meth:`bound`: the HW, the LSO for read_committed, the LEO for replicas);
+:meth:`read` is Kafka's answer shape over it. Below the log start offset is OffsetOutOfRange.
 
 Retention (:meth:`delete_old_segments`) never deletes at or above the HW; deleted segments are renamed
 ``.deleted`` and unlinked by :meth:`delete_expired_files` after ``file.delete.delay.ms``. A reader that pinned a
@@ -32,7 +29,6 @@ thread). Reads and the offset properties are safe from any thread at any time.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import threading
@@ -41,13 +37,12 @@ from pathlib import Path
 
 from logfs.core.config import LogConfig
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import LockBusy, OffsetOutOfRange, UnexpectedAppendOffset
-from logfs.core.format.batch import TimestampType, assign_offset_and_epoch, set_max_timestamp
-from logfs.core.format.varint import INT32_MAX
+from logfs.core.errors import LockBusy, OffsetOutOfRange
+from logfs.core.format.batch import TimestampType
 from logfs.core.log import localread
-from logfs.core.log.appendcheck import CheckedBatch, check_follower_append, check_leader_batch, check_leader_request
-from logfs.core.log.appendruns import append_request
-from logfs.core.log.batchcheck import NO_OFFSET_BOUND, ReadBounds, pack_epochs
+from logfs.core.log.appendcheck import check_follower_append, check_leader_batch, check_leader_request
+from logfs.core.log.appends import Appender
+from logfs.core.log.batchcheck import ReadBounds
 from logfs.core.log.batchcheck import register as register_bounds
 from logfs.core.log.changes import Change, ChangeSink
 from logfs.core.log.epoch import LeaderEpochFileCache
@@ -64,7 +59,6 @@ from logfs.core.log.segment import LogSegment
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.offsets import AppendInfo, FetchDataInfo, Isolation, LogOffsetMetadata
 from logfs.core.txn.index import AbortedTxn
-from logfs.core.txn.producerentry import BatchMetadata
 from logfs.core.txn.producerstate import PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 
 _log = logging.getLogger(__name__)
@@ -104,6 +98,7 @@ class Log:
         if producer_state is None:
             producer_state = ProducerStateManager(directory, leo.message_offset)
         self._producers = LogProducers(directory, producer_state, self._hw.offset, self._log_start_offset)
+        self._appender = Appender(self.local, epoch_cache, self._producers, self._update_lso)
         register_bounds(directory, self)  # reads check batch offsets and epochs against this log
 
     @property
@@ -121,19 +116,7 @@ class Log:
         and the leader-epoch cache. Any thread, no lock: the snapshot of segments and the cache's copy are
         consistent enough because every bound only grows while a segment's bytes exist (a truncation below a reader
         makes its read fail, as it does anyway)."""
-        snapshot = self.local.snapshot
-        bases = snapshot.bases
-        i = bisect.bisect_right(bases, segment_base)
-        upper = bases[i] - 1 if i < len(bases) else self.local.log_end_offset - 1
-        max_last = min(upper, segment_base + INT32_MAX)
-        min_base, first_max_last = segment_base, NO_OFFSET_BOUND
-        if position > 0 and i > 0 and snapshot.segments[i - 1].log_file is log_file:
-            below, at = snapshot.segments[i - 1].offset_index.offsets_around(position)
-            if below is not None:
-                min_base = max(min_base, below + 1)
-            if at is not None:
-                first_max_last = at
-        return ReadBounds(min_base, first_max_last, max_last, pack_epochs(self.epoch_cache.epoch_entries()))
+        return localread.read_bounds(self.local, self.epoch_cache, segment_base, log_file, position)
 
     def __repr__(self) -> str:
         return (
@@ -263,7 +246,7 @@ class Log:
         now = wall_clock_ms() if now_ms is None else now_ms
         checked = check_leader_batch(batch, leader_epoch, self.config, now)
         with self._lock:
-            return self._append_one(checked, leader_epoch, now)
+            return self._appender.one(checked, leader_epoch, now)
 
     def append_batches_as_leader(
         self, batches: Sequence[bytes | bytearray | memoryview], leader_epoch: int, now_ms: int | None = None
@@ -277,9 +260,9 @@ class Log:
         appended, the rest not (as one :meth:`append_as_leader` per batch would). Then, under the lock, they are
         stamped and written in runs (``appendruns.append_request``: a run to one segment in one ``pwritev``, its
         index entries in one go, the LEO published and the epoch recorded once; a producer's batches checked in
-        order against the state the run's earlier ones leave); a batch the producer rules refuse, or one
-        the roll rules roll for, goes alone (:meth:`_append_one`) after the run before it. A run that fails to be
-        written (a full disk) leaves nothing of itself in the log; the runs before it stay.
+        order against the state the run's earlier ones leave); a batch the producer rules refuse, or one the roll
+        rules roll for, goes alone (``Appender.one``, core/log/appends.py) after the run before it. A run that fails
+        to be written (a full disk) leaves nothing of itself in the log; the runs before it stay.
         """
         now = wall_clock_ms() if now_ms is None else now_ms
         config = self.config
@@ -288,38 +271,8 @@ class Log:
             return [], error
         log_append = config.message_timestamp_type == TimestampType.LOG_APPEND_TIME
         with self._lock:
-            infos, failed = append_request(
-                checked, self.local, self.epoch_cache, self._append_one, self._producers, self._update_lso,
-                leader_epoch, now, log_append,
-            )  # fmt: skip
+            infos, failed = self._appender.request(checked, leader_epoch, now, log_append)
         return infos, failed or error
-
-    def _append_one(self, checked: CheckedBatch, leader_epoch: int, now: int) -> AppendInfo:
-        """Append one checked batch at the LEO: the producer rules, the stamps, the roll, the write. Under the lock."""
-        data, valid, log_append = checked
-        header = valid.header
-        size = header.size
-        max_ts = now if log_append else valid.max_timestamp
-        first = self.local.log_end_offset
-        update = None
-        if header.producer_id >= 0:  # the one check a non-idempotent batch pays
-            found = self._producers.state.prepare_client_batch(header, first, max_ts)
-            if isinstance(found, BatchMetadata):
-                return AppendInfo(
-                    found.first_offset, found.last_offset, found.timestamp, found.last_offset,
-                    found.timestamp if log_append else -1, 0, 0, duplicate=True,
-                )  # fmt: skip
-            update = found
-        ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
-        set_max_timestamp(data, 0, size, ts_type, max_ts)
-        assign_offset_and_epoch(data, 0, first, leader_epoch)
-        last = first + header.last_offset_delta
-        rolled = self._maybe_roll(size, max_ts, last, first, now)
-        self.local.append(last, max_ts, last, data, header.records_count)  # the LEO first: see LocalLog.append
-        if update is not None and self._producers.apply(update, self.local.active_segment):
-            self._update_lso()
-        self.epoch_cache.assign(leader_epoch, first)
-        return AppendInfo(first, last, max_ts, last, now if log_append else -1, header.records_count, size, rolled)
 
     def append_end_txn_marker(
         self,
@@ -339,16 +292,7 @@ class Log:
         """
         now = wall_clock_ms() if now_ms is None else now_ms
         with self._lock:
-            offset = self.local.log_end_offset
-            update, data = self._producers.prepare_marker(
-                producer_id, producer_epoch, offset, commit, coordinator_epoch, leader_epoch, now
-            )
-            rolled = self._maybe_roll(len(data), now, offset, offset, now)
-            self.local.append(offset, now, offset, data, 1)
-            if self._producers.apply(update, self.local.active_segment):
-                self._update_lso()
-            self.epoch_cache.assign(leader_epoch, offset)
-            return AppendInfo(offset, offset, now, offset, -1, 1, len(data), rolled)
+            return self._appender.marker(producer_id, producer_epoch, commit, coordinator_epoch, leader_epoch, now)
 
     def _update_lso(self) -> None:
         """Recompute and publish the first unstable offset and the LSO. Writer, under the lock."""
@@ -368,29 +312,8 @@ class Log:
         checked = check_follower_append(data, self.config)
         if checked is None:
             return None
-        first, last, max_ts = checked.first_offset, checked.last_offset, checked.max_timestamp
         with self._lock:
-            if first < self.local.log_end_offset:
-                raise UnexpectedAppendOffset(first, last, self.local.log_end_offset)
-            rolled = self._maybe_roll(checked.size, max_ts, last, first, now, by_time=roll)
-            self.local.append(last, max_ts, checked.offset_of_max_timestamp, data, checked.records)
-            if checked.producers:
-                self._producers.apply_replicated(checked, data, self.local.active_segment)
-                self._update_lso()
-            for h in checked.headers:
-                if h.partition_leader_epoch >= 0:
-                    self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-            return AppendInfo(
-                first, last, max_ts, checked.offset_of_max_timestamp, -1, checked.records, checked.size, rolled
-            )  # fmt: skip
-
-    def _maybe_roll(
-        self, size: int, max_ts: int, last_offset: int, first_offset: int, now: int, *, by_time: bool = True
-    ) -> bool:
-        if self.local.should_roll(size, max_ts, last_offset, now, by_time=by_time):
-            self.roll(max(first_offset, self.local.log_end_offset), now)
-            return True
-        return False
+            return self._appender.follower(checked, data, now, roll)
 
     def roll(self, expected_next_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, LEO)`` (``LocalLog.roll``: the old one is
@@ -400,13 +323,7 @@ class Log:
         base of an empty active segment re-creates it (its files go as a deletion does). Writer.
         """
         with self._lock:
-            old_base = self.local.active_segment.base_offset
-            segment = self.local.roll(expected_next_offset, now_ms)
-            if segment.base_offset != old_base:
-                # Kafka's roll snapshot: recovering the new segment can start from it. Not fsynced here: flush_rolled
-                # does it with the rolled segment (a snapshot lost to a crash is only a longer replay).
-                self._producers.snapshot_at(segment.base_offset, sync=False)
-            return segment
+            return self._appender.roll(expected_next_offset, now_ms)
 
     def flush_rolled(self) -> None:
         """fsync the segments left by rolls since the last call and raise the recovery point to them
@@ -429,13 +346,7 @@ class Log:
         log_start = self._log_start_offset
         if start_offset < log_start:
             raise OffsetOutOfRange(start_offset, log_start, self.local.log_end_offset)
-        if isolation is Isolation.HIGH_WATERMARK:
-            bound = self.fetch_high_watermark_metadata()
-        elif isolation is Isolation.LOG_END:
-            bound = self.local.log_end_offset_metadata
-        else:
-            bound = self.fetch_last_stable_offset_metadata()
-        fetched = read_fetch(self, start_offset, max_bytes, bound, isolation, min_one_message)
+        fetched = read_fetch(self, start_offset, max_bytes, isolation, min_one_message)
         if isolation is Isolation.TXN_COMMITTED:
             return localread.add_aborted_transactions(self.local, fetched)
         return fetched

@@ -186,23 +186,22 @@ def open_range_read(
     return RangeRead(log, start, end, isolation, pins)
 
 
-def read_fetch(
-    log: Log,
-    start: int,
-    max_bytes: int,
-    bound: LogOffsetMetadata,
-    isolation: Isolation,
-    min_one_message: bool,
-) -> FetchDataInfo:
+def read_fetch(log: Log, start: int, max_bytes: int, isolation: Isolation, min_one_message: bool) -> FetchDataInfo:
     """Kafka's answer to a read (``LocalLog.read``) taken from the range read: the stored bytes from the batch holding
     ``start``, at most ``max_bytes`` (at least that whole batch with ``min_one_message``), never into the batch that
-    holds ``bound`` (the isolation bound with its position, which Kafka's read stops before), from one segment.
+    holds the isolation bound (with its position: Kafka's read stops before that batch), from one segment.
 
     Empty at the bound, or between it and the log end (then with ``start``'s own metadata); OffsetOutOfRange past the
     log end. The bytes are checked like every range read's (``StoredBatches.read``): a fetch never returns bad bytes.
     The ``Log.read`` of Kafka's shape (the follower's probe before a truncation, the ported scenarios of Kafka's log
     tests) is this function, so there is one read of stored batches.
     """
+    if isolation is Isolation.HIGH_WATERMARK:
+        bound = log.fetch_high_watermark_metadata()
+    elif isolation is Isolation.LOG_END:
+        bound = log.log_end_offset_metadata
+    else:
+        bound = log.fetch_last_stable_offset_metadata()
     if start == bound.message_offset:
         return FetchDataInfo(bound, b"")
     leo = log.log_end_offset_metadata

@@ -17,6 +17,7 @@ from logfs.core.errors import ProducerError
 from logfs.core.format.batch import Record
 from logfs.core.format.compression import Compression
 from logfs.core.format.encode import encode_batch
+from logfs.core.log.appends import Appender
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.loader import load_log
 from logfs.core.log.log import Log
@@ -143,13 +144,13 @@ def test_an_idempotent_producers_request_is_written_in_runs(tmp_path: Path, monk
         sequences[pid] += 3
     log = new_log(tmp_path / "t-0", LogConfig())
     alone = []
-    real = Log._append_one
+    real = Appender.one
 
-    def counted(self: Log, *args: object) -> AppendInfo:
+    def counted(self: Appender, *args: object) -> AppendInfo:
         alone.append(args)
         return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Log, "_append_one", counted)
+    monkeypatch.setattr(Appender, "one", counted)
     infos, error = log.append_batches_as_leader([bytearray(b) for b in request], 0, now)
     assert error is None and len(infos) == 40 and log.log_end_offset == 120
     assert len(alone) == 1
