@@ -37,11 +37,13 @@ class LogOffsetMetadata:
 
 
 class LogOffsetPosition(NamedTuple):
-    """Kafka's translateOffset result: the batch holding an offset (its last offset, position, size)."""
+    """Kafka's translateOffset result: the batch holding an offset (its last offset, position, size), and its base
+    offset, which the walk that found it read anyway (``LogFile.search_for_offset``)."""
 
     offset: int
     position: int
     size: int
+    base_offset: int
 
 
 @dataclass(frozen=True, slots=True)

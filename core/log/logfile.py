@@ -346,9 +346,9 @@ class LogFile:
 
     def search_for_offset(
         self, target_offset: int, start_position: int, entry_offset: int | None = None
-    ) -> tuple[int, int, int] | None:
-        """``(last offset, position, size)`` of the first batch from ``start_position`` whose last offset is at or
-        after ``target_offset`` (Kafka's searchForOffsetWithSize), or None. Any thread.
+    ) -> tuple[int, int, int, int] | None:
+        """``(last offset, position, size, base offset)`` of the first batch from ``start_position`` whose last offset
+        is at or after ``target_offset`` (Kafka's searchForOffsetWithSize), or None. Any thread.
 
         The hot half of every offset lookup, so it takes only the two header fields it needs per batch from the
         framing walk (``core/format/framewalk.py``, headers mode) rather than decoding full headers as :meth:`batches`
@@ -395,7 +395,7 @@ class LogFile:
                         )  # fmt: skip
                     unmet = False
                 if last_offset >= target_offset:
-                    return last_offset, position, size
+                    return last_offset, position, size, base_offset
                 prev_last = last_offset
             if walk.overrun:
                 # The published size ends at a batch boundary: a batch declaring more than is left is damage.

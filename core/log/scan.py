@@ -43,8 +43,6 @@ from typing import NamedTuple, Protocol
 from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.log.segment import LogSegment
 
-BASE_OFFSET_BYTES = 8  # a stored batch opens with its base offset, an int64 (core/format/batch.py)
-
 
 @dataclass(frozen=True, slots=True)
 class Segments:
@@ -89,13 +87,13 @@ class StoredBatch(NamedTuple):
 
 def batch_at(segment: LogSegment, offset: int) -> StoredBatch | None:
     """The first batch of ``segment`` whose last offset is at or after ``offset``, with its base offset (the offset
-    index, a short scan of headers, then one more read of 8 bytes); None when the segment has no such batch."""
+    index, then a short walk of headers); None when the segment has no such batch."""
     found = segment.translate_offset(offset)
     if found is None:
         return None
-    log_file = segment.log_file
-    base = int.from_bytes(log_file.read(found.position, BASE_OFFSET_BYTES), "big", signed=True)
+    base = found.base_offset
     if not segment.base_offset <= base <= found.offset:  # the CRC does not cover baseOffset: framing (issue 16)
+        log_file = segment.log_file
         raise log_file.failure_channel.corrupt_batch(
             log_file.path, found.position, f"has base offset {base} outside [{segment.base_offset}, {found.offset}]"
         )
