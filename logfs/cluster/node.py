@@ -4,11 +4,11 @@ controller and elect, and switches its mount's role in place as ZooKeeper's lead
 
 Theory of operation.
 
-* **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over (``logfs/cluster/zk.py``) and,
-  after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in a worker thread: register if not
-  registered; take the controller's part (``logfs/cluster/controller.py``: become the controller when there is none;
-  as controller, elect when needed and write every partition state, then the leadership); then read the leadership
-  (watched) and act on it.
+* **One loop** (:meth:`ClusterNode.run`) reads the words kazoo's callbacks hand over
+  (``logfs/cluster/zksession.py``) and, after each batch of them (and at least every ``RECONCILE_S``), *reconciles* in
+  a worker thread: register if not registered; take the controller's part (``logfs/cluster/controller.py``: become
+  the controller when there is none; as controller, elect when needed and write every partition state, then the
+  leadership); then read the leadership (watched) and act on it.
 * **Acting** (``rules.decide``): a newer epoch naming this node → lead: stop fetching, take every partition in that
   epoch with the ISR ZooKeeper records (``LeaderReplicas``), record the epoch in the store's replica state, and serve
   writes and fetches (``Operations.set_role``). Naming another node → follow it: its advertised mount is tailed by
@@ -43,8 +43,9 @@ import trio
 from logfs.cluster.controller import Controller
 from logfs.cluster.isr import IsrRecorder
 from logfs.cluster.rules import NO_LEADER, NO_LEADERSHIP, Action, Broker, Leadership, decide
-from logfs.cluster.zk import SESSION_CONNECTED, SESSION_EXPIRED, ZooKeeper
+from logfs.cluster.zk import ZooKeeper
 from logfs.cluster.zkerrors import StillRegistered, ZkUnavailable
+from logfs.cluster.zksession import SESSION_CONNECTED, SESSION_EXPIRED
 from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.errors import LogfsError

@@ -5,7 +5,7 @@ leader, and :class:`~logfs.cluster.node.ClusterNode` (a task beside the main loo
 ZooKeeper's elections say. The mount point stays mounted through every role change.
 
 Threads: the main thread runs :func:`serve_cluster`; trio's worker threads the blocking work; kazoo its own threads
-(``logfs/cluster/zk.py``).
+(``logfs/cluster/zksession.py``).
 """
 
 from __future__ import annotations

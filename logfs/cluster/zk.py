@@ -1,8 +1,9 @@
-"""The only module that talks to ZooKeeper (kazoo): the cluster's znodes, read and written with Kafka's layout and
-conditional writes, and kazoo's events handed to trio.
-
-The znodes and their layout: ``logfs/cluster/znodes.py``; what a call answers besides its result (ZkUnavailable,
-Fenced, …): ``logfs/cluster/zkerrors.py``.
+"""The cluster's operations on its znodes (``logfs/cluster/znodes.py``), read and written with Kafka's layout and
+conditional writes: registration, the controller's election, the leadership, the partition states and deletions. Apart
+from the session (``logfs/cluster/zksession.py``, the base class of ``ZooKeeper``) because what the cluster asks of
+ZooKeeper is one idea and how kazoo is driven another: here kazoo is neither imported nor seen running; requests go
+through the session's plumbing (kazoo's calls and transactions on its client) and come back as logfs's types
+(``logfs/cluster/zkerrors.py``).
 
 At scale (10,000 partitions; docs/replication.md, "Elections at scale"): nothing here is one request per
 partition in series. An election writes the state znodes in multis of at most ``MULTI_MAX_OPS`` writes and
@@ -12,13 +13,11 @@ own multi with the same check, only once every state multi applied. A controller
 leaves states in the new epoch under a leadership still in the old one: nodes act only on the leadership, so none
 acts on the half-written election; a leader of the old epoch that records an ISR meets a newer version and is fenced
 (or, named again, waits to adopt); and the next controller elects above every recorded epoch and rewrites every
-state, completing it (``rules.plan_election``). Reads of every state go in multiReads (``MultiRead``); the leader's
-own state writes (new partitions, ISR changes) go in multis too, and the writes of a refused multi are made again
-one request each.
+state, completing it (``rules.plan_election``). Reads of every state go in multiReads (``zksession.MultiRead``); the
+leader's own state writes (new partitions, ISR changes) go in multis too, and the writes of a refused multi are made
+again one request each.
 
-Threads: kazoo runs its own threads; their callbacks (session state, one-shot watches) only hand a word to trio
-(``trio.lowlevel.TrioToken.run_sync_soon`` → a memory channel) and never touch anything else. Every other method is
-a blocking call for a trio worker thread (never the trio thread), with a deadline of ``REQUEST_TIMEOUT_S``.
+Threads: every method is a blocking call for a trio worker thread (never the trio thread).
 """
 
 from __future__ import annotations
@@ -26,34 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections import deque, namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-import trio
-from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    EXCEPTIONS,
-    BadVersionError,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    RolledBackError,
-    UnimplementedError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import (
-    MultiHeader,
-    Transaction,
-    ZnodeStat,
-    int_struct,
-    multiheader_struct,
-    read_buffer,
-    read_string,
-    stat_struct,
-    write_string,
-)
 
 from logfs.cluster.rules import (
     NO_LEADERSHIP,
@@ -64,7 +37,17 @@ from logfs.cluster.rules import (
     controller_data,
     controller_id,
 )
-from logfs.cluster.zkerrors import Conflict, Fenced, StillRegistered, Superseded, ZkUnavailable
+from logfs.cluster.zkerrors import (
+    BadVersion,
+    Conflict,
+    Fenced,
+    NodeExists,
+    NoNode,
+    RolledBack,
+    StillRegistered,
+    Superseded,
+)
+from logfs.cluster.zksession import GET_CHILDREN, GET_DATA, MULTI_DEPTH, MULTI_MAX_BYTES, MULTI_MAX_OPS, ZkSession
 from logfs.cluster.znodes import (
     BROKERS,
     CONTROLLER,
@@ -73,228 +56,15 @@ from logfs.cluster.znodes import (
     LEADERSHIP,
     TOPICS,
     Versioned,
-    split_connect,
     state_path,
 )
 
 _log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 5.0  # a call that ZooKeeper does not answer in time fails (the caller retries or fences)
-# A controller multi carries at most this many state writes and this many bytes of request (kazoo's serialised
-# Transaction): a quarter of jute.maxbuffer's default 1 MB, so a multi is never refused for its size, with room for
-# topic names of 249 characters. 1,000 state writes of an ordinary topic name are about 150 KB.
-MULTI_MAX_OPS = 1000
-MULTI_MAX_BYTES = 256 * 1024
-# At most this many asynchronous requests in flight on the session (reads and the leader's writes): enough to keep
-# the connection busy, few enough that a slow answer times out one request, not thousands queued behind it.
-PIPELINE_DEPTH = 512
-# Multis in flight at once: ZooKeeper answers a session's requests in order, heartbeats included, so a heartbeat sent
-# behind many large multis waits for all of them; a few keep the connection busy without starving it.
-MULTI_DEPTH = 4
 
-# Events handed to trio (words on the channel).
-SESSION_CONNECTED = "connected"
-SESSION_SUSPENDED = "suspended"
-SESSION_EXPIRED = "expired"
-CHANGED = "changed"  # a watched znode or child list changed: read again
-
-
-@dataclass(slots=True)
-class MultiLog:
-    """What the controller's multis cost, for the logs and the tests: how many were sent and the largest request
-    body in bytes (kazoo's serialised Transaction, the size ZooKeeper checks against ``jute.maxbuffer``)."""
-
-    sent: int = 0
-    largest: int = 0
-
-    def record(self, size: int) -> None:
-        self.sent += 1
-        self.largest = max(self.largest, size)
-
-
-GET_DATA, GET_CHILDREN = 4, 8  # ZooKeeper's OpCode.getData and OpCode.getChildren
-
-
-class MultiRead(namedtuple("MultiRead", "operations")):
-    """ZooKeeper's multiRead (OpCode 22, ZooKeeper 3.6+): many getData / getChildren in one request, each answered
-    on its own (a missing znode is that op's NoNodeError, not the request's). kazoo has no call for it; this is its
-    wire format in kazoo's request shape (``type``, ``serialize``, ``deserialize``), sent as kazoo sends a
-    Transaction. Why: kazoo wakes its connection thread once per request, and on a loaded machine each wake-up
-    costs about half a millisecond of thread switching, so 10,000 single gets took seconds; 10 multiReads do not."""
-
-    type = 22
-
-    def serialize(self) -> bytearray:
-        b = bytearray()
-        for kind, path in self.operations:
-            b.extend(MultiHeader(kind, False, -1).serialize() + write_string(path) + b"\0")  # no watch
-        return b + multiheader_struct.pack(-1, True, -1)
-
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        out: list[Any] = []
-        header, offset = MultiHeader.deserialize(data, offset)
-        while not header.done:
-            if header.type == GET_DATA:
-                value, offset = read_buffer(data, offset)
-                out.append((value, ZnodeStat._make(stat_struct.unpack_from(data, offset))))
-                offset += stat_struct.size
-            elif header.type == GET_CHILDREN:
-                (count,) = int_struct.unpack_from(data, offset)
-                offset += int_struct.size
-                names = []
-                for _ in range(max(count, 0)):
-                    name, offset = read_string(data, offset)
-                    names.append(name)
-                out.append(names)
-            else:  # -1: this op's error
-                (err,) = int_struct.unpack_from(data, offset)
-                offset += int_struct.size
-                out.append(EXCEPTIONS[err]())
-            header, offset = MultiHeader.deserialize(data, offset)
-        return out
-
-
-class ZooKeeper:
-    """One node's ZooKeeper session. Build on the trio thread (it captures the trio token); ``events`` yields the
-    words kazoo's callbacks hand over. See the module docstring."""
-
-    def __init__(self, connect: str, session_timeout_ms: int) -> None:
-        hosts, self.chroot = split_connect(connect)
-        self.connect = connect
-        # Reconnect attempts at most a fifth of the session timeout apart (kazoo's default backs off up to 60 s): a
-        # ZooKeeper restarted within the timeout must see the session again before it expires it.
-        retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_jitter": 0.1,
-                 "max_delay": max(0.05, session_timeout_ms / 5000)}  # fmt: skip
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry=retry)
-        self._token = trio.lowlevel.current_trio_token()
-        self._send, self.events = trio.open_memory_channel[str](1000)
-        self._client.add_listener(self._on_state)
-        self.session = SESSION_SUSPENDED  # the last state kazoo reported (read on the trio thread)
-        self.multis = MultiLog()  # the controller's multis since this session object was made
-        self._multi_read = True  # until the server says it has no multiRead
-
-    # --- kazoo's threads: hand over, nothing else ---------------------------------------------------------------------
-
-    def _post(self, word: str) -> None:
-        def send() -> None:
-            if word in (SESSION_CONNECTED, SESSION_SUSPENDED, SESSION_EXPIRED):
-                self.session = word
-            try:
-                self._send.send_nowait(word)
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                pass  # a full channel already holds a word that makes the node read everything again
-
-        try:
-            self._token.run_sync_soon(send)
-        except trio.RunFinishedError:
-            pass
-
-    def _on_state(self, state: str) -> None:
-        self._post({KazooState.CONNECTED: SESSION_CONNECTED, KazooState.SUSPENDED: SESSION_SUSPENDED,
-                    KazooState.LOST: SESSION_EXPIRED}.get(state, SESSION_SUSPENDED))  # fmt: skip
-
-    def _watch(self, _event: Any) -> None:
-        self._post(CHANGED)
-
-    def nudge(self) -> None:
-        """From the trio thread: make the node reconcile now."""
-        try:
-            self._send.send_nowait(CHANGED)
-        except trio.WouldBlock:
-            pass
-
-    # --- lifecycle (worker thread) ------------------------------------------------------------------------------------
-
-    def start(self, timeout_s: float) -> None:
-        """Connect (a new session) and make the persistent parents. ZkUnavailable when ZooKeeper does not answer."""
-        try:
-            self._client.start(timeout=timeout_s)
-            for path in (BROKERS, TOPICS, DELETE_TOPICS, "/logfs"):
-                self._client.ensure_path(self._p(path))
-        except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(f"ZooKeeper at {self.connect}: {exc!r}") from None
-
-    def stop(self) -> None:
-        """Close the session (its ephemeral znodes go at once) and stop kazoo's threads."""
-        try:
-            self._client.stop()
-            self._client.close()
-        except KazooException:
-            pass
-
-    # --- plumbing -----------------------------------------------------------------------------------------------------
-
-    def _p(self, path: str) -> str:
-        return self.chroot + path
-
-    def _do(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A kazoo async call, awaited with a deadline; ZkUnavailable for anything but the caller's typed errors."""
-        try:
-            return fn(*args, **kwargs).get(timeout=REQUEST_TIMEOUT_S)
-        except (NoNodeError, NodeExistsError, BadVersionError):
-            raise
-        except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(repr(exc)) from None
-
-    def _many(self, starts: Sequence[Callable[[], Any]], depth: int = PIPELINE_DEPTH) -> list[Any]:
-        """Pipelining: start every request (at most ``depth`` in flight), each ``start`` a kazoo *_async
-        call, and collect the answers in order: a result, or the ZooKeeper error of that request (NoNode, NodeExists,
-        BadVersion… for the caller to judge). ZooKeeper answers a session's requests in the order they were sent,
-        so a request may rely on an earlier one in the list (a parent created before its child).
-        ZkUnavailable when any request is not answered (connection loss, session expiry, timeout)."""
-        results: list[Any] = [None] * len(starts)
-        pending: deque[tuple[int, Any]] = deque()
-
-        def collect() -> None:
-            index, async_result = pending.popleft()
-            try:
-                results[index] = async_result.get(timeout=REQUEST_TIMEOUT_S)
-            except KazooTimeoutError as exc:
-                raise ZkUnavailable(f"no answer in {REQUEST_TIMEOUT_S} s: {exc!r}") from None
-            except KazooException as exc:
-                results[index] = exc
-
-        for index, start in enumerate(starts):
-            if len(pending) >= depth:
-                collect()
-            pending.append((index, start()))
-        while pending:
-            collect()
-        for result in results:
-            if isinstance(result, KazooException) and not isinstance(result, _ANSWERS):
-                raise ZkUnavailable(repr(result))
-        return results
-
-    def _read_many(self, kind: int, paths: Sequence[str]) -> list[Any]:
-        """getData (``GET_DATA``: (bytes, stat)) or getChildren (``GET_CHILDREN``: names) of every path, in
-        multiReads of at most ``MULTI_MAX_OPS`` pipelined; each answer or its error (NoNodeError) in order. A server
-        without multiRead (before 3.6) gets single requests instead."""
-        chunks = [[(kind, self._p(path)) for path in paths[i : i + MULTI_MAX_OPS]]
-                  for i in range(0, len(paths), MULTI_MAX_OPS)]  # fmt: skip
-        if self._multi_read:
-            answers = self._many([functools.partial(self._send_request, MultiRead(c)) for c in chunks], MULTI_DEPTH)
-            if not any(isinstance(a, UnimplementedError) for a in answers):
-                return [r for answer in answers for r in answer]
-            self._multi_read = False
-            _log.info("ZooKeeper at %s has no multiRead: reading znodes one request each", self.connect)
-        single = self._client.get_async if kind == GET_DATA else self._client.get_children_async
-        return self._many([functools.partial(single, self._p(path)) for path in paths])
-
-    def _send_request(self, request: Any) -> Any:
-        """Queue a request kazoo has no method for, as kazoo's own TransactionRequest.commit_async does."""
-        async_result = self._client.handler.async_result()
-        self._client._call(request, async_result)
-        return async_result
-
-    def _get(self, path: str, *, watch: bool = False) -> tuple[bytes, Any]:
-        return self._do(self._client.get_async, self._p(path), self._watch if watch else None)
-
-    def _children(self, path: str, *, watch: bool = False) -> list[str]:
-        try:
-            return self._do(self._client.get_children_async, self._p(path), self._watch if watch else None)
-        except NoNodeError:
-            return []
+class ZooKeeper(ZkSession):
+    """One node's ZooKeeper session (see ``zksession.ZkSession``) and the cluster's operations on its znodes. See
+    the module docstring."""
 
     # --- brokers ------------------------------------------------------------------------------------------------------
 
@@ -304,10 +74,10 @@ class ZooKeeper:
         path = f"{BROKERS}/{broker.node_id}"
         try:
             created = self._do(self._client.create_async, self._p(path), broker.encode(), ephemeral=True)
-        except NodeExistsError:
+        except NodeExists:
             try:
                 _, stat = self._get(path)
-            except NoNodeError:
+            except NoNode:
                 raise StillRegistered(f"{path} just went: try again") from None
             if stat.ephemeralOwner != self._client.client_id[0]:
                 raise StillRegistered(f"{path} belongs to an earlier session (ephemeral owner "
@@ -322,7 +92,7 @@ class ZooKeeper:
         node as restarted and elects again)."""
         try:
             self._do(self._client.delete_async, self._p(f"{BROKERS}/{broker.node_id}"))
-        except NoNodeError:
+        except NoNode:
             pass
         return self.register(broker)
 
@@ -333,7 +103,7 @@ class ZooKeeper:
             try:
                 data, stat = self._get(f"{BROKERS}/{name}")
                 live[int(name)] = (int(stat.czxid), Broker.decode(int(name), data))
-            except (NoNodeError, ValueError, BadZnode) as exc:
+            except (NoNode, ValueError, BadZnode) as exc:
                 _log.debug("broker %s: %r", name, exc)
         return live
 
@@ -342,12 +112,12 @@ class ZooKeeper:
     def controller(self, *, watch: bool = True) -> int | None:
         """The controller's node id, or None when there is none; watches ``/controller``."""
         try:
-            stat = self._do(self._client.exists_async, self._p(CONTROLLER), self._watch if watch else None)
+            stat = self._exists(CONTROLLER, watch=watch)
             if stat is None:
                 return None
             data, _ = self._get(CONTROLLER)
             return controller_id(data)
-        except (NoNodeError, BadZnode):
+        except (NoNode, BadZnode):
             return None
 
     def try_become_controller(self, node_id: int) -> tuple[int, int] | None:
@@ -355,7 +125,7 @@ class ZooKeeper:
         the epoch znode's version) when this node won, None when another did."""
         try:
             self._do(self._client.create_async, self._p(CONTROLLER_EPOCH), b"0")
-        except NodeExistsError:
+        except NodeExists:
             pass
         data, stat = self._get(CONTROLLER_EPOCH)
         epoch = int(data or b"0") + 1
@@ -367,12 +137,6 @@ class ZooKeeper:
             return None
         return epoch, int(results[1].version)
 
-    def _commit(self, tx: Any) -> list[Any]:
-        try:
-            return tx.commit_async().get(timeout=REQUEST_TIMEOUT_S)
-        except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(repr(exc)) from None
-
     # --- leadership and partition states ------------------------------------------------------------------------------
 
     def leadership(self, *, watch: bool = True) -> tuple[Leadership, int]:
@@ -380,9 +144,9 @@ class ZooKeeper:
         (an exists watch when it is missing, so its creation is seen)."""
         try:
             data, stat = self._get(LEADERSHIP, watch=watch)
-        except NoNodeError:
+        except NoNode:
             if watch:
-                self._do(self._client.exists_async, self._p(LEADERSHIP), self._watch)
+                self._exists(LEADERSHIP, watch=True)
             return NO_LEADERSHIP, -1
         try:
             return Leadership.decode(data), int(stat.version)
@@ -412,7 +176,7 @@ class ZooKeeper:
                     raise answer
                 data, stat = answer
                 states[key] = Versioned(PartitionState.decode(data), int(stat.version))
-            except (NoNodeError, BadZnode) as exc:
+            except (NoNode, BadZnode) as exc:
                 _log.debug("partition %s-%s: %r", key[0], key[1], exc)
         return states
 
@@ -459,16 +223,16 @@ class ZooKeeper:
         else:
             last.set_data(self._p(LEADERSHIP), leadership.encode(), version=leadership_version)
         for multi in chunks:
-            self.multis.record(len(Transaction(multi.operations).serialize()))
+            self.multis.record(multi)
         answers = self._many([multi.commit_async for multi in chunks], MULTI_DEPTH)
         refused = [results for results in answers if _failed(results)]
-        if any(isinstance(r, Exception) or not isinstance(r[0], RolledBackError) for r in refused):  # the check
+        if any(isinstance(r, Exception) or not isinstance(r[0], RolledBack) for r in refused):  # the check
             raise Fenced(f"the election in epoch {leadership.leader_epoch} was refused: /controller_epoch changed "
                          f"({len(answers) - len(refused)} of {len(answers)} state multis applied)")  # fmt: skip
         if refused:
             raise Conflict(f"the election in epoch {leadership.leader_epoch}: {len(refused)} of {len(answers)} state "
                            f"multis met a newer partition state; the leadership was not written")  # fmt: skip
-        self.multis.record(len(Transaction(last.operations).serialize()))
+        self.multis.record(last)
         (results,) = self._many([last.commit_async])
         if _failed(results):
             raise Fenced(f"the leadership of epoch {leadership.leader_epoch} was refused: {results!r}")
@@ -597,7 +361,7 @@ class ZooKeeper:
                 return int(stat.version)
             if found.leader == state.leader and found.leader_epoch > state.leader_epoch:
                 raise Superseded(f"{topic}-{partition}: leader epoch {found.leader_epoch} names this leader")
-        except (NoNodeError, BadZnode):
+        except (NoNode, BadZnode):
             pass
         raise Fenced(f"{topic}-{partition}: the state changed under the leader (expected version {version})")
 
@@ -618,14 +382,9 @@ class ZooKeeper:
         """``/admin/delete_topics/<topic>`` with the ids that deleted it, and its state znodes gone."""
         try:
             self._do(self._client.create_async, self._p(f"{DELETE_TOPICS}/{topic}"), _ids(done_by))
-        except NodeExistsError:
+        except NodeExists:
             pass
-        try:
-            self._client.delete(self._p(f"{TOPICS}/{topic}"), recursive=True)
-        except NoNodeError:
-            pass
-        except KazooException as exc:
-            raise ZkUnavailable(repr(exc)) from None
+        self._delete_tree(f"{TOPICS}/{topic}")
 
     def pending_deletions(self, *, watch: bool = True) -> dict[str, tuple[set[int], int]]:
         """Topics deleted on a leader: topic → (ids that applied the deletion, znode version)."""
@@ -639,7 +398,7 @@ class ZooKeeper:
                 data, stat = answer
                 done = json.loads(data or b"[]")
                 pending[topic] = ({int(i) for i in done}, int(stat.version))
-            except (NoNodeError, ValueError, TypeError) as exc:
+            except (NoNode, ValueError, TypeError) as exc:
                 _log.debug("deletion %s: %r", topic, exc)
         return pending
 
@@ -649,7 +408,7 @@ class ZooKeeper:
         for _ in range(5):
             try:
                 data, stat = self._get(path)
-            except NoNodeError:
+            except NoNode:
                 return
             done = {int(i) for i in json.loads(data or b"[]")} | {node_id}
             try:
@@ -658,7 +417,7 @@ class ZooKeeper:
                 else:
                     self._do(self._client.set_async, self._p(path), _ids(done), stat.version)
                 return
-            except (BadVersionError, NoNodeError):
+            except (BadVersion, NoNode):
                 continue
 
 
@@ -671,10 +430,6 @@ def _raised(answer: int | Fenced | Superseded) -> int:
     if isinstance(answer, Exception):
         raise answer
     return answer
-
-
-# ZooKeeper's answers about one znode (the caller judges them); any other error means the session cannot be trusted.
-_ANSWERS = (NoNodeError, NodeExistsError, BadVersionError, RolledBackError, UnimplementedError)
 
 
 def _ids(ids: Iterable[int]) -> bytes:

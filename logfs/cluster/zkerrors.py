@@ -1,7 +1,11 @@
-"""What a call to ZooKeeper (``logfs/cluster/zk.py``) can answer besides its result, as types the node, the controller
-and the ISR recorder (``logfs/cluster/node.py``, ``controller.py``, ``isr.py``) judge: nothing decided, a
-registration to wait out, a write refused (fenced), refused for a newer epoch naming the same leader (adopt it), or
-refused by a partition state's version only (read again). No kazoo: kazoo's own errors never leave ``zk.py``.
+"""What a call to ZooKeeper can answer besides its result, as plain types: kazoo's own errors never leave
+``logfs/cluster/zksession.py``, the session, which answers in these.
+
+Two audiences. The node, the controller and the ISR recorder (``logfs/cluster/node.py``, ``controller.py``,
+``isr.py``) judge what the cluster's operations (``logfs/cluster/zk.py``) answer: nothing decided, a registration to
+wait out, a write refused (fenced), refused for a newer epoch naming the same leader (adopt it), or refused by a
+partition state's version only (read again). ``zk.py`` judges what the session answers about one znode: the kinds of
+Refused.
 """
 
 from __future__ import annotations
@@ -28,3 +32,28 @@ class Conflict(Exception):
     """A controller multi was refused by a partition state's version, not by ``/controller_epoch``: the state changed
     since the controller read it (the leader recorded an ISR). The controller is still the controller: it reads the
     states again and tries again."""
+
+
+class Refused(Exception):
+    """ZooKeeper's answer about one znode to a request, or to one op of a multi: the znode is not as the request
+    expected. The kinds ``zk.py`` judges are below; another (an op after a refused one in a multi) is this, named."""
+
+
+class NoNode(Refused):
+    """No such znode."""
+
+
+class NodeExists(Refused):
+    """A creation met an existing znode."""
+
+
+class BadVersion(Refused):
+    """A write or check conditional on a version met another."""
+
+
+class RolledBack(Refused):
+    """An op of a refused multi, before the one refused: it would have applied, but a multi is all or nothing."""
+
+
+class Unimplemented(Refused):
+    """The server has no such request (multiRead before ZooKeeper 3.6)."""

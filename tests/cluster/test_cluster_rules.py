@@ -149,7 +149,8 @@ def test_a_node_acts_only_on_newer_epochs() -> None:
 
 
 def test_only_the_zookeeper_module_imports_kazoo() -> None:
-    """kazoo runs its own threads: it is confined to logfs/cluster/zk.py, whose callbacks only hand words to trio."""
+    """kazoo runs its own threads: it is confined to logfs/cluster/zksession.py, whose callbacks only hand words to
+    trio and whose answers are logfs's types (logfs/cluster/zkerrors.py)."""
     import re
     from pathlib import Path
 
@@ -161,4 +162,4 @@ def test_only_the_zookeeper_module_imports_kazoo() -> None:
         for path in (root / folder).rglob("*.py")
         if pattern.search(path.read_text())
     )
-    assert importers == ["logfs/cluster/zk.py"]
+    assert importers == ["logfs/cluster/zksession.py"]

@@ -27,8 +27,9 @@ from conftest import clear_mount, finish_mount, start_mount
 from follower_procs import wait_for
 
 from logfs.cluster.rules import Leader, Leadership, PartitionState, plan_election
-from logfs.cluster.zk import MULTI_MAX_BYTES, MULTI_MAX_OPS, MultiLog, ZooKeeper
+from logfs.cluster.zk import ZooKeeper
 from logfs.cluster.zkerrors import Conflict, Fenced
+from logfs.cluster.zksession import MULTI_MAX_BYTES, MULTI_MAX_OPS, MultiLog
 from logfs.cluster.znodes import CONTROLLER, LEADERSHIP, state_path
 
 T = TypeVar("T")

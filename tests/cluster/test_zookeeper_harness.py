@@ -17,8 +17,9 @@ from zkserver import ZooKeeperServer, four_letter
 
 
 def client(hosts: str, timeout_s: float = 1.0) -> KazooClient:
-    # Reconnect attempts at most a fifth of the session apart, as logfs/cluster/zk.py does: kazoo's default backoff
-    # doubles to 60 s, and a server restarted after a 2.5 s outage gives a session only its timeout to come back.
+    # Reconnect attempts at most a fifth of the session apart, as logfs/cluster/zksession.py does: kazoo's default
+    # backoff doubles to 60 s, and a server restarted after a 2.5 s outage gives a session only its timeout to come
+    # back.
     retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_jitter": 0.1, "max_delay": max(0.05, timeout_s / 5)}
     zk = KazooClient(hosts=hosts, timeout=timeout_s, connection_retry=retry)
     zk.start(timeout=10)

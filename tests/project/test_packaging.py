@@ -3,7 +3,7 @@ anywhere — the checkout itself included, without ``-P`` — in the three ways 
 
 - The wheel, installed in a fresh virtual environment with only the runtime dependencies (plus the ``fuse`` extra,
   which logfs.mount needs to import), imports every module and runs ``logfs --help``. Modules that need the
-  ``spark`` extra (or the ``cluster`` extra: kazoo, for logfs.cluster.zk) may fail to import only for want
+  ``spark`` extra (or the ``cluster`` extra: kazoo, for logfs.cluster.zksession) may fail to import only for want
   of it. It holds the compiled record walker (setup.py); a wheel
   built without a compiler lacks it and works the same on the pure-Python walker.
 - The development environment's editable install is strict and maps logfs.core to the checkout's core/ folder,
