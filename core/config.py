@@ -109,6 +109,10 @@ docs/replication.md, "acks=all through the mount"); docs/config.md holds the sam
                                                             delete (5 minutes).
     max.follow.readers                  1000                int, at least 1. logfs's own: follow/ handles that may be
                                                             open at once in the whole mount; one more fails with EMFILE.
+    mount.allow.other                   false               true, false. Share every mount this process makes with other
+                                                            users (FUSE's allow_other, the kernel checking each node's
+                                                            owner and mode); --allow-other sets it. Users other than
+                                                            root need user_allow_other in /etc/fuse.conf.
     node.id                             0                   int, at least 0. This store's replica id; a store remembers
                                                             the first id it served under (meta.properties) and refuses
                                                             another.
@@ -119,6 +123,10 @@ docs/replication.md, "acks=all through the mount"); docs/config.md holds the sam
     replica.lag.time.max.ms             30000               long, at least 1. A follower that has not caught up with the
                                                             leader's log end offset for this long leaves the ISR (30
                                                             seconds).
+    replica.users                                           string. On a mount shared with --allow-other: the users
+                                                            (names or uids, comma-separated) whose lookups under
+                                                            .logfs/fetch/ may fetch, besides the mounting user and root
+                                                            (a fetch moves the ISR and the high watermark).
     request.timeout.ms                  30000               int, at least 0. How long fsync(2) waits for the in-sync
                                                             replicas (acks=all) before it fails with EIO (30 seconds).
     transaction.timeout.ms              60000               int, 1 to 900000. A transaction left open this long is

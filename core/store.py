@@ -15,6 +15,8 @@ Layout (docs/storage.md, "On disk")::
                                         and fails to start on any other, so logfs keeps no directory of its own);
                                         a name too long for a file name is shortened
                                         (overrides_file_name, core/topicnames.py)
+      .logfs-topic.<topic>.owner        who owns a topic, a group (.logfs-group.<group>.owner) and the root
+                                        (.logfs-root.owner): core/owners.py
 
 Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
 time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
@@ -59,6 +61,7 @@ from logfs.core.log.handles import MAX_OPEN_SEGMENTS_DEFAULT, HandleCache
 from logfs.core.log.loader import EventSink, load_log
 from logfs.core.log.log import Log
 from logfs.core.logdirfailure import Failure, LogDirFailureChannel, register, unregister
+from logfs.core.owners import Owner, Owners
 from logfs.core.storeconfig import StoreConfig
 from logfs.core.storedir import (
     CLEAN_SHUTDOWN_FILE,
@@ -87,12 +90,13 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NewTopic:
-    """One topic of :meth:`Store.create_topics`: its name, partition count (None: ``num.partitions``) and config
-    overrides."""
+    """One topic of :meth:`Store.create_topics`: its name, partition count (None: ``num.partitions``), config
+    overrides, and owner (None: the store's default, ``core/owners.py``)."""
 
     name: str
     partitions: int | None = None
     overrides: dict[str, str] | None = None
+    owner: Owner | None = None
 
 
 class Store:
@@ -128,6 +132,7 @@ class Store:
         # is the same without walking it (logfs/cluster/isr.py's sync of the ISRs it recorded).
         self.topology_version = 0
         self._overrides: dict[str, dict[str, str]] = {}
+        self.owners = Owners(path)  # who owns each topic, group and the root (core/owners.py)
         # The periodic work and its state (core/storetasks.py), over this registry of logs.
         self.tasks = StoreTasks(path, config, self._logs)
         self._closed = False
@@ -196,6 +201,7 @@ class Store:
         with os.scandir(self.path) as it:
             entries = sorted((e.name, e.is_dir()) for e in it)
         files = {name for name, is_dir in entries if not is_dir}
+        self.owners.prime(files)
         for name, is_dir in entries:
             if not is_dir:
                 continue
@@ -296,6 +302,8 @@ class Store:
             for new in topics:
                 if new.overrides:
                     self.set_topic_overrides(new.name, new.overrides)
+                if new.owner is not None:  # before the topic exists: it never shows without its owner
+                    self.owners.set(Owners.topic_file(new.name), new.owner)
             self._create_partitions([TopicPartition(new.name, p) for new in topics for p in range(counts[new.name])])
 
     def add_partition(self, topic: str, partition: int) -> None:
@@ -352,6 +360,7 @@ class Store:
                 shutil.rmtree(doomed, ignore_errors=True)
             self._overrides_path(topic).unlink(missing_ok=True)
             self._overrides.pop(topic, None)
+            self.owners.forget(Owners.topic_file(topic))
             fsync_dir(self.path)
             self.tasks.write_checkpoints(hw=True, offsets=True)
 

@@ -105,6 +105,17 @@ class StoreConfig:
         minimum=0,
     ))  # fmt: skip
     # Automatic failover through ZooKeeper (issue 17: logfs/cluster/, docs/replication.md); off without it.
+    mount_allow_other: bool = field(default=False, metadata=key_field(
+        "mount.allow.other", ValueType.BOOLEAN,
+        "Share every mount this process makes with other users (FUSE's allow_other, the kernel checking each "
+        "node's owner and mode); `--allow-other` sets it. Users other than root need user_allow_other in "
+        "/etc/fuse.conf.",
+    ))  # fmt: skip
+    replica_users: str = field(default="", metadata=key_field(
+        "replica.users", ValueType.STRING,
+        "On a mount shared with --allow-other: the users (names or uids, comma-separated) whose lookups under "
+        ".logfs/fetch/ may fetch, besides the mounting user and root (a fetch moves the ISR and the high watermark).",
+    ))  # fmt: skip
     zookeeper_connect: str = field(default="", metadata=key_field(
         "zookeeper.connect", ValueType.STRING,
         "HOST:PORT[,HOST:PORT…][/chroot] of ZooKeeper: the node joins a cluster that elects its leader there "

@@ -63,10 +63,18 @@ def delete_dir_name(tp: TopicPartition) -> str:
 
 
 def overrides_file_name(topic: str) -> str:
-    """``.logfs-topic.<topic>.properties``; for a name too long to fit a file name with the ``.tmp`` of its atomic
-    replacement, the topic's first characters, ``~`` (which no topic name holds) and a digest of the whole name."""
-    name = f"{TOPIC_OVERRIDES_PREFIX}{topic}{TOPIC_OVERRIDES_SUFFIX}"
-    if len(name.encode()) + len(".tmp") <= MAX_FILE_NAME_BYTES:
-        return name
-    digest = hashlib.sha256(topic.encode()).hexdigest()[:32]
-    return f"{TOPIC_OVERRIDES_PREFIX}{topic[:150]}~{digest}{TOPIC_OVERRIDES_SUFFIX}"
+    """``.logfs-topic.<topic>.properties`` (see :func:`store_file_name`)."""
+    return store_file_name(TOPIC_OVERRIDES_PREFIX, topic, TOPIC_OVERRIDES_SUFFIX)
+
+
+def store_file_name(prefix: str, name: str, suffix: str) -> str:
+    """``<prefix><name><suffix>``, a file of the store root about a topic or group; for a name too long to fit a file
+    name with the ``.tmp`` of its atomic replacement, the name's first characters, ``~`` (which no topic or group
+    name holds) and a digest of the whole name."""
+    full = f"{prefix}{name}{suffix}"
+    if len(full.encode()) + len(".tmp") <= MAX_FILE_NAME_BYTES:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+    return f"{prefix}{name[:150]}~{digest}{suffix}"
+
+

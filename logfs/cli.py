@@ -245,12 +245,18 @@ def _progress_line(verb: str) -> Callable[[int, int], None]:
     help="A store-wide default for this process (Kafka's names: num.partitions, segment.bytes …); repeatable.",
 )
 @click.option(
+    "--allow-other",
+    is_flag=True,
+    help="Share the mount with other users: each topic shows and enforces its owner and mode (FUSE's allow_other; "
+    "docs/mount.md, \"Sharing a mount\"). Sets mount.allow.other=true.",
+)
+@click.option(
     "--unclean",
     is_flag=True,
     help="Lead STORE even if it was out of the ISR when it last followed a leader (Kafka's unclean leader election: "
     "records the old leader acknowledged may be lost).",
 )
-def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean: bool) -> None:
+def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], allow_other: bool, unclean: bool) -> None:
     """Serve STORE as a filesystem at MOUNTPOINT, in the foreground, until SIGINT, SIGTERM or `logfs umount`.
 
     STORE is the leader of every partition, in a new leader epoch; followers (`logfs follow`) fetch through
@@ -266,7 +272,7 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
     from logfs.core.errors import ConfigError
 
     try:
-        config = parse_store_config(config_pairs)
+        config = parse_store_config((*config_pairs, *(["mount.allow.other=true"] if allow_other else [])))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if config.zookeeper_connect and unclean:
@@ -305,8 +311,19 @@ def mount(store: Path, mountpoint: Path, config_pairs: tuple[str, ...], unclean:
     metavar="KEY=VALUE",
     help="A store-wide setting for this process (as `logfs mount --config`); repeatable.",
 )
+@click.option(
+    "--allow-other",
+    is_flag=True,
+    help="Share the mount with other users: each topic shows and enforces its owner and mode (FUSE's allow_other; "
+    "docs/mount.md, \"Sharing a mount\"). Sets mount.allow.other=true.",
+)
 def follow(
-    leader_mount: Path, store: Path, replica_id: int, mountpoint: Path | None, config_pairs: tuple[str, ...]
+    leader_mount: Path,
+    store: Path,
+    replica_id: int,
+    mountpoint: Path | None,
+    config_pairs: tuple[str, ...],
+    allow_other: bool,
 ) -> None:
     """Replicate every topic and partition of the leader mounted at LEADER_MOUNT into STORE, as replica N.
 
@@ -321,7 +338,8 @@ def follow(
     from logfs.core.errors import ConfigError
 
     try:
-        config = parse_store_config((*config_pairs, f"node.id={replica_id}"))
+        shared = ["mount.allow.other=true"] if allow_other else []
+        config = parse_store_config((*config_pairs, *shared, f"node.id={replica_id}"))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if any(pair.partition("=")[0].strip() == "node.id" for pair in config_pairs):

@@ -15,7 +15,8 @@ import time
 import pyfuse3
 
 from logfs.core.groups.records import OFFSETS_TOPIC
-from logfs.core.store import Store
+from logfs.core.store import NewTopic, Store
+from logfs.mount.access import Access, Caller
 from logfs.mount.direntry import listed_only
 from logfs.mount.errors import InvalidName, MountRefusal, NoEntry, NotADirectory, NotPermitted
 from logfs.mount.groups import GROUP_DIR_KINDS, Groups
@@ -34,9 +35,18 @@ class Directories:
     """Listings by directory handle, and mkdir / rmdir. Trio thread."""
 
     def __init__(
-        self, store: Store, tree: Tree, reader: Reader, writer: Writer, groups: Groups, *, write_thread: Runner
+        self,
+        store: Store,
+        tree: Tree,
+        reader: Reader,
+        writer: Writer,
+        groups: Groups,
+        access: Access,
+        *,
+        write_thread: Runner,
     ) -> None:
         self.store = store
+        self.access = access
         self.tree = tree
         self.reader = reader
         self.writer = writer
@@ -92,43 +102,49 @@ class Directories:
     def release(self, fh: int) -> None:
         self._listings.pop(fh, None)
 
-    async def make(self, parent_inode: int, name: bytes, transactions: Transactions | None) -> pyfuse3.EntryAttributes:
-        """mkdir: a topic in the root, a partition in a topic, a transaction in ``.logfs/transactions/`` (a leader's
-        ``transactions``); NotPermitted anywhere else."""
+    async def make(
+        self, parent_inode: int, name: bytes, mode: int, caller: Caller, transactions: Transactions | None
+    ) -> pyfuse3.EntryAttributes:
+        """mkdir by ``caller``: a topic in the root (``caller``'s, with ``mode``), a partition in a topic (its owner's
+        to add), a transaction in ``.logfs/transactions/`` (a leader's ``transactions``); NotPermitted elsewhere."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name, InvalidName)
         if parent.kind is Kind.ROOT:
-            await self._write_thread(self.store.create_topic, text)
+            new = NewTopic(text, owner=self.access.new_topic(caller, mode))
+            await self._write_thread(self.store.create_topics, [new])
             node = Node(Kind.TOPIC, text)
             _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
         elif parent.kind is Kind.TOPIC:
             partition = parse_partition_name(text)
             if partition is None:
                 raise InvalidName(f"{text!r} is not a partition number")
+            self.access.check_topic_owner(caller, parent.topic, "adding a partition")
             await self._write_thread(self.store.add_partition, parent.topic, partition)
             node = Node(Kind.PARTITION, parent.topic, partition)
             _log.info("added partition %d to topic %s", partition, parent.topic)
         elif parent.kind is Kind.TXN_DIR and transactions is not None:
             await transactions.begin(text)  # EEXIST while one of that id is open; EINVAL for a bad id
+            self.access.began(text, caller)
             node = Node(Kind.TXN, txn=text)
         else:
             raise NotPermitted(f"mkdir in {parent}")
         entry = self.tree.entry(self.tree.stable_inode(node))
         return await self.reader.attributes(entry)
 
-    async def remove(self, parent_inode: int, name: bytes) -> None:
-        """rmdir: an empty topic, or a consumer group; NotPermitted for everything else (partitions, ``at/``,
-        ``hw/`` …: nothing else is ever removed)."""
+    async def remove(self, parent_inode: int, name: bytes, caller: Caller) -> None:
+        """rmdir by ``caller``: an empty topic, or a consumer group (on a shared mount, its owner's or root's);
+        NotPermitted for everything else (partitions, ``at/``, ``hw/`` …: nothing else is ever removed)."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name)
         if parent.kind is Kind.GROUPS_DIR:
-            await self.groups.delete(text)
+            await self.groups.delete(text, caller)
             return
         if parent.kind is Kind.ROOT and text != ".logfs":
             if text == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is internal: rmdir .logfs/groups/<group> deletes a group")
             if not self.store.has_topic(text):
                 raise NoEntry(f"no topic {text!r}")
+            self.access.check_topic_owner(caller, text, "deleting it")
             await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
             return
         self.tree.resolve(parent, text)  # ENOENT for what does not exist

@@ -57,6 +57,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.NotADirectory, errno.ENOTDIR, DEBUG),
     (mount.IsADirectory, errno.EISDIR, DEBUG),
     (mount.WrongAccessMode, errno.EACCES, DEBUG),
+    (mount.AccessDenied, errno.EACCES, DEBUG),
     (mount.TooManyReaders, errno.EMFILE, DEBUG),
     (mount.Interrupted, errno.EINTR, DEBUG),
     (mount.InvalidName, errno.EINVAL, DEBUG),
@@ -191,7 +192,8 @@ def _refused(ops: Any, name: str, args: tuple[Any, ...], code: int, reason: str,
     try:  # nothing but FUSEError may leave a handler, this bookkeeping's own bug included
         where = target(name, args)
         if where is not None:
-            ops.metrics.refusals.refused(where[0], where[1], errno_name(code), reason, logged=logged)
+            op, path, uid = where
+            ops.metrics.refusals.refused(op, path, errno_name(code), reason, uid=uid, logged=logged)
     except Exception:
         _log.exception("recording a refusal of %s failed", name)
         return False

@@ -62,6 +62,12 @@ class IsADirectory(MountRefusal):
     """open of a directory."""
 
 
+class AccessDenied(MountRefusal):
+    """On a shared mount, a request the caller may not make whatever the modes say: a change to a topic (its
+    config, a partition, deleting it or its records) by someone other than its owner or root, a fetch by someone
+    not in ``replica.users`` (mount/access.py)."""
+
+
 class WrongAccessMode(MountRefusal):
     """A write-only file opened for reading, or a read-only file for writing."""
 

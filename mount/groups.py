@@ -55,7 +55,9 @@ from logfs.core.groups.offsets import (
 )
 from logfs.core.groups.records import OFFSETS_TOPIC, partition_for_group
 from logfs.core.log.log import Log
+from logfs.core.owners import Owners
 from logfs.core.store import Store
+from logfs.mount.access import Access, Caller
 from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders, FollowStart
 from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
@@ -95,12 +97,14 @@ class Groups:
         partitions: Partitions,
         follows: FollowReaders,
         replication: LeaderReplication | None,
+        access: Access,
         *,
         read_thread: Runner,
         write_thread: Runner,
     ) -> None:
-        """``replication`` None: a follower's mount (reads only)."""
+        """``replication`` None: a follower's mount (reads only). ``access``: who owns each group (mount/access.py)."""
         self.store = store
+        self.access = access
         self.tree = tree
         self.partitions = partitions
         self.follows = follows
@@ -192,13 +196,18 @@ class Groups:
 
     # --- opens --------------------------------------------------------------------------------------------------
 
-    async def open(self, entry: Entry, access: int, pid: int, sync: bool) -> tuple[Handle, bool]:
-        """The handle of a group file (and whether it is a stream, direct_io either way)."""
+    async def open(self, entry: Entry, access: int, caller: Caller, sync: bool) -> tuple[Handle, bool]:
+        """The handle of a group file (and whether it is a stream, direct_io either way). A commit, a config change
+        or a group ``follow`` (which commits) by ``caller`` claims a group nobody owns yet (mount/access.py)."""
         node = entry.node
         kind = node.kind
+        pid = caller.pid
         if kind in GROUP_WRITE_KINDS and access != os.O_RDONLY:
             self._leader()
-            return WriteHandle(entry, LineFramer(1024 * 1024), read_write=access == os.O_RDWR, sync=sync), False
+            await self.access.claim_group(caller, node.group)
+            commit = WriteHandle(entry, LineFramer(1024 * 1024), read_write=access == os.O_RDWR, sync=sync,
+                                 caller=caller)  # fmt: skip
+            return commit, False
         if kind is Kind.GROUP_OFFSET:
             return SnapshotHandle(entry, await self.render_offset(node)), False
         if kind is Kind.GROUP_CONFIG:
@@ -207,6 +216,7 @@ class Groups:
             return SnapshotHandle(entry, await self.render_lag(node.group)), False
         if kind is Kind.GROUP_FOLLOW:
             self._leader()
+            await self.access.claim_group(caller, node.group)
             h = await self.follows.open(entry, pid)
             start = h.position  # where this reader starts (a later lookup may move the inode's start)
             self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, start, start,
@@ -335,10 +345,11 @@ class Groups:
             await self._write_thread(self.store.log(OFFSETS_TOPIC, p).flush_records)
         await self._leader().wait_replicated(OFFSETS_TOPIC, dict(h.touched), self.store.config.request_timeout_ms)
 
-    async def delete(self, group: str) -> None:
-        """rmdir of a group: a tombstone per commit (flushed, replicated), and its settings forgotten. ENOENT for a
-        group with neither."""
+    async def delete(self, group: str, caller: Caller) -> None:
+        """rmdir of a group by ``caller`` (its owner's or root's, on a shared mount): a tombstone per commit (flushed,
+        replicated), and its settings and owner forgotten. ENOENT for a group with neither."""
         replication = self._leader()
+        self.access.check_group_owner(caller, group)
         await self.catch_up(group)
         keys = sorted(self.offsets.commits(group))
         if not keys and group not in self.configs.groups():
@@ -347,6 +358,7 @@ class Groups:
             p, end = await self._append(replication, group, tombstone_batch(group, keys, now_ms()), True)
             await replication.wait_replicated(OFFSETS_TOPIC, {p: end}, self.store.config.request_timeout_ms)
         await self._write_thread(self.configs.delete, group)
+        await self._write_thread(self.store.owners.forget, Owners.group_file(group))
         _log.info("deleted group %s (%d commit(s))", group, len(keys))
 
 

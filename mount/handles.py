@@ -28,6 +28,7 @@ import trio
 
 from logfs.core.format.framing import BatchFramer, LineFramer
 from logfs.core.log.storedbatches import StoredBatches
+from logfs.mount.access import Caller
 from logfs.mount.errors import BrokenFraming
 from logfs.mount.nodes import Node
 from logfs.mount.render.rangeview import RangeView
@@ -87,6 +88,7 @@ class WriteHandle(Handle):
     touched: dict[int, int] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)
     txn: tuple[str, int] | None = None  # under .logfs/transactions/<id>/: (id, the producer epoch at open)
+    caller: Caller | None = None  # who opened it: a command names topics its opener must own (mount/access.py)
 
 
 @dataclass(eq=False)

@@ -62,6 +62,7 @@ from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.store import Store
+from logfs.mount.access import Access, Caller, caller_of, replica_user_ids
 from logfs.mount.directories import Directories
 from logfs.mount.errno import errno_name, handler
 from logfs.mount.errors import (
@@ -116,7 +117,8 @@ class Operations(pyfuse3.Operations):
         """``follower`` makes this a follower's mount (``logfs follow --mount``): read-only (EROFS for every change;
         the server also mounts it ``ro``), its HW left as the follower sets it, ``state`` with role "follower".
         Otherwise this node leads every partition in ``leader_epoch`` (``core/replication/promotion.py`` starts one;
-        None: the store's latest epoch, for a caller that starts none)."""
+        None: the store's latest epoch, for a caller that starts none). ``mount.allow.other``: a mount shared with other
+        users (mount/access.py)."""
         super().__init__()
         self.store = store
         self.follower = follower
@@ -129,6 +131,10 @@ class Operations(pyfuse3.Operations):
         self.partitions = Partitions()
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._write_limiter = trio.CapacityLimiter(WRITE_THREADS)
+        self.permissions = Access(
+            store, shared=store.config.mount_allow_other, uid=os.getuid(), gid=os.getgid(),
+            replica_users=replica_user_ids(store.config.replica_users), write_thread=self._write_thread,
+        )  # fmt: skip
         # The leader's replication: taking every partition applies the HW rule at once (with no followers the HW is
         # the LEO: after a crash the checkpointed HW lags, and this node's disk is all the ISR there is).
         self.replication = None if follower is not None else LeaderReplication(
@@ -137,7 +143,7 @@ class Operations(pyfuse3.Operations):
         )  # fmt: skip
         self.writer = Writer(
             store, self.partitions, self.metrics, read_thread=self._read_thread, write_thread=self._write_thread,
-            replication=self.replication,
+            replication=self.replication, access=self.permissions,
         )  # fmt: skip
         self.cache = RenderCache()
         self.follows = FollowReaders(store, self.partitions, self.metrics, self.cache, read_thread=self._read_thread,
@@ -145,18 +151,18 @@ class Operations(pyfuse3.Operations):
         self.reader = Reader(
             store, self.tree, self.partitions, self.metrics, self._handles, self.follows, self.cache,
             read_thread=self._read_thread, write_thread=self._write_thread, replication=self.replication,
-            follower=follower,
+            follower=follower, access=self.permissions,
         )  # fmt: skip
         self.transactions = None if self.replication is None else Transactions(
             store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
         )  # fmt: skip
         self.writer.transactions = self.transactions
-        self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication,
+        self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication, self.permissions,
                              read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
         self.writer.groups = self.groups
         self.reader.status.extra_metrics = self.groups.render_metrics
         self.dirs = Directories(
-            store, self.tree, self.reader, self.writer, self.groups, write_thread=self._write_thread
+            store, self.tree, self.reader, self.writer, self.groups, self.permissions, write_thread=self._write_thread
         )
 
     @property
@@ -191,7 +197,7 @@ class Operations(pyfuse3.Operations):
         """Called by ``@handler`` for every errno answered (``logfs_errors_total``)."""
         self.metrics.error(errno_name(code))
 
-    def refusal_target(self, handler: str, args: tuple[Any, ...]) -> tuple[str, str] | None:
+    def refusal_target(self, handler: str, args: tuple[Any, ...]) -> tuple[str, str, int | None] | None:
         """What a failed request refused, for ``@handler``'s refusal log and ``.logfs/errors`` (mount/refusals.py)."""
         return refusal_target(handler, args, self._handles, self.tree)
 
@@ -276,7 +282,7 @@ class Operations(pyfuse3.Operations):
         else:
             node = self.tree.resolve(parent, text)
         if node.kind.is_fetch:
-            self._check_fetch(node)
+            self._check_fetch(node, caller_of(ctx))
         if not node.kind.fresh:
             self.reader.check_exists(node)
             if node.kind is Kind.HW_FILE:
@@ -295,10 +301,12 @@ class Operations(pyfuse3.Operations):
         self.tree.remember(entry)
         return attr
 
-    def _check_fetch(self, node: Node) -> None:
-        """``.logfs/fetch/`` is a leader's (ENOENT in a follower's mount), for its followers only (EPERM)."""
+    def _check_fetch(self, node: Node, caller: Caller) -> None:
+        """``.logfs/fetch/`` is a leader's (ENOENT in a follower's mount), for its followers only (EPERM), and on a
+        shared mount for the users of ``replica.users`` only (EACCES: a fetch moves the ISR and the HW)."""
         if self.replication is None:
             raise NoEntry("a follower's mount serves no fetches")
+        self.permissions.check_fetch(caller)
         self.replication.check_replica(node)
 
     @handler
@@ -332,12 +340,12 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         self._refuse_if_read_only()
-        return await self.dirs.make(parent_inode, name, self.transactions)
+        return await self.dirs.make(parent_inode, name, mode, caller_of(ctx), self.transactions)
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         self._refuse_if_read_only()
-        await self.dirs.remove(parent_inode, name)
+        await self.dirs.remove(parent_inode, name, caller_of(ctx))
 
     # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------
 
@@ -373,8 +381,12 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any) -> pyfuse3.EntryAttributes:
+        """chmod, chgrp and chown of the mount root, a topic or a consumer group on a shared mount (mount/access.py);
+        NotPermitted for the rest (truncate, utimes, and every other file)."""
         self._refuse_if_read_only()
-        raise NotPermitted("setattr")  # truncate, chmod, chown, utimes
+        entry = self.tree.entry(inode)
+        await self.permissions.setattr(entry.node, attr, fields, caller_of(ctx))
+        return await self.reader.attributes(entry)
 
     @handler
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
@@ -402,29 +414,33 @@ class Operations(pyfuse3.Operations):
         if kind.read_only and access != os.O_RDONLY:
             raise WrongAccessMode(f"{node} is for reading")
         if kind is Kind.FETCH_SESSION:
-            return self._open_session(entry, access)
+            return self._open_session(entry, access, caller_of(ctx))
         if kind in GROUP_KINDS:
             if access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW:
                 self._refuse_if_read_only()  # commits and group follow files: a leader's
-            h, _ = await self.groups.open(entry, access, ctx.pid, bool(flags & os.O_DSYNC))
+            h, _ = await self.groups.open(entry, access, caller_of(ctx), bool(flags & os.O_DSYNC))
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             self._refuse_if_read_only()
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
+            if kind is Kind.CONFIG:
+                self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
             h = open_write_handle(self.store, self.transactions, self.reader, entry, flags, access)
+            h.caller = caller_of(ctx)
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
-        h, info = await self.reader.open(entry, ctx.pid)
+        h, info = await self.reader.open(entry, caller_of(ctx))
         info.fh = self._new_fh(h)
         return info
 
-    def _open_session(self, entry: Entry, access: int) -> pyfuse3.FileInfo:
+    def _open_session(self, entry: Entry, access: int, caller: Caller) -> pyfuse3.FileInfo:
         """``.logfs/fetch/<replica id>/.session``: a new fetch session (``mount/session.py``), O_RDWR only."""
         if self.replication is None:
             raise NoEntry("a follower's mount serves no fetches")
         if access != os.O_RDWR:
             raise WrongAccessMode(f"{entry.node} is opened O_RDWR: requests are written, answers read")
+        self.permissions.check_fetch(caller)
         self.replication.check_replica(entry.node)
         session = FetchSession(self.replication, lambda: self.replication, entry.node.replica, self.partitions,
                                self._read_thread)  # fmt: skip

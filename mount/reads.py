@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Mapping
 from typing import cast
@@ -41,6 +40,7 @@ import pyfuse3
 from logfs.core.log.log import Log
 from logfs.core.log.storedbatches import StoredBatches
 from logfs.core.store import Store
+from logfs.mount.access import Access, Caller
 from logfs.mount.errors import BadFileHandle, MountRefusal, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders
 from logfs.mount.handles import FollowHandle, Handle, HwHandle, Partitions, SnapshotHandle, ViewHandle, WriteHandle
@@ -93,6 +93,7 @@ class Reader:
         write_thread: Runner,
         replication: LeaderReplication | None,
         follower: ReplicaView | None,
+        access: Access,
     ) -> None:
         """``handles``: the mount's open handles (read here, owned by ``Operations``); ``follows``: its follow/
         readers; ``cache``: its rendering cache. ``follower``: a follower's mount (``state`` shows what its last
@@ -109,8 +110,7 @@ class Reader:
         self._write_thread = write_thread
         # (id of the log, committed, start, end) → (size, mtime, segment) of that hw/ file (see _hw_attributes)
         self._hw_sizes: dict[HwKey, tuple[int, int | None, StoredBatches | None]] = {}
-        self._uid = os.getuid()
-        self._gid = os.getgid()
+        self.access = access  # who owns each node, and its mode (mount/access.py)
         self._mounted_ns = time.time_ns()
         self._listing: Entry | None = None  # the last .logfs/partitions inode a lookup gave (see lookup_fresh)
         # state, config, .logfs/leader and .logfs/metrics: what they say (mount/statusfiles.py)
@@ -132,10 +132,8 @@ class Reader:
         a = pyfuse3.EntryAttributes()
         a.st_ino = inode
         a.generation = 0
-        a.st_mode = node.kind.mode
+        a.st_uid, a.st_gid, a.st_mode = self.access.attributes(node)
         a.st_nlink = 2 if node.kind.is_dir else 1
-        a.st_uid = self._uid
-        a.st_gid = self._gid
         a.st_rdev = 0
         a.st_size = size
         a.st_blksize = WRITE_BLKSIZE if node.kind.write_only else READ_BLKSIZE
@@ -319,9 +317,10 @@ class Reader:
 
     # --- opens ----------------------------------------------------------------------------------------------------
 
-    async def open(self, entry: Entry, pid: int) -> tuple[Handle, pyfuse3.FileInfo]:
-        """The handle of a read file opened by process ``pid``, and how the kernel should cache it (the caller
-        gives it its number, ``info.fh``)."""
+    async def open(self, entry: Entry, caller: Caller) -> tuple[Handle, pyfuse3.FileInfo]:
+        """The handle of a read file opened by ``caller``, and how the kernel should cache it (the caller gives it its
+        number, ``info.fh``)."""
+        pid = caller.pid
         node = entry.node
         kind = node.kind
         self.metrics.read_opened(kind.value[0])
@@ -365,8 +364,8 @@ class Reader:
             data = await self.status.render_state(node)
         elif kind is Kind.CONFIG:
             data = self.status.render_config(node.topic)
-        elif kind is Kind.ERRORS:
-            data = self.metrics.refusals.render()
+        elif kind is Kind.ERRORS:  # each user reads their own refusals; root and the mounting user everyone's
+            data = self.metrics.refusals.render(None if self.access.may_see_all_refusals(caller) else caller.uid)
         elif kind is Kind.LEADER:
             data = self.status.render_leader()
         else:

@@ -54,27 +54,32 @@ OPEN: Final = "open for writing"
 MKDIR: Final = "mkdir"
 RMDIR: Final = "rmdir"
 FSYNC: Final = "fsync"
+SETATTR: Final = "setattr"  # chmod, chown, chgrp (and what is refused outright: truncate, utimes)
 
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """One refused request: when (epoch seconds), what, where, the errno's name, and why."""
+    """One refused request: when (epoch seconds), what, where, the errno's name, why, and whose (a uid; None when
+    the request named no one)."""
 
     time_s: float
     op: str
     path: str
     errno_name: str
     reason: str
+    uid: int | None = None
 
     def to_json(self) -> str:
         stamp = datetime.datetime.fromtimestamp(self.time_s, datetime.UTC)
-        fields = {
+        fields: dict[str, str | int] = {
             "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "op": self.op,
             "path": self.path,
             "errno": self.errno_name,
             "reason": self.reason,
         }
+        if self.uid is not None:
+            fields["uid"] = self.uid
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -107,9 +112,12 @@ class RefusalLog:
         self._clock = clock
         self.total = 0  # every refusal recorded since the mount started
 
-    def refused(self, op: str, path: str, errno_name: str, reason: str, *, logged: bool = False) -> None:
-        """Record one refusal; log it at WARNING unless ``logged`` (already logged louder) or rate-limited."""
-        refusal = Refusal(time.time(), op, path, errno_name, reason)
+    def refused(
+        self, op: str, path: str, errno_name: str, reason: str, *, uid: int | None = None, logged: bool = False
+    ) -> None:
+        """Record one refusal of ``uid``'s request; log it at WARNING unless ``logged`` (already logged louder) or
+        rate-limited."""
+        refusal = Refusal(time.time(), op, path, errno_name, reason, uid)
         self._ring.append(refusal)
         self.total += 1
         if logged:
@@ -136,9 +144,10 @@ class RefusalLog:
         for op, bucket in self._buckets.items():
             self._report_held_back(op, bucket)
 
-    def render(self) -> bytes:
-        """``.logfs/errors``: the kept refusals as JSON lines, oldest first."""
-        return "".join(r.to_json() + "\n" for r in self._ring).encode()
+    def render(self, uid: int | None = None) -> bytes:
+        """``.logfs/errors``: the kept refusals as JSON lines, oldest first; with ``uid``, only that user's (what one
+        user tried to write is not another's to read: mount/access.py)."""
+        return "".join(r.to_json() + "\n" for r in self._ring if uid is None or r.uid == uid).encode()
 
 
 def _printable(path: str) -> str:
@@ -153,25 +162,28 @@ _WRITE_HANDLERS: Final = frozenset({"write", "flush", "fsync"})
 
 def refusal_target(
     handler: str, args: Sequence[Any], handles: Mapping[int, Handle], tree: Tree
-) -> tuple[str, str] | None:
-    """``(op, path)`` of a failed ``handler(*args)`` request that refused a change the user asked for; None for any
-    other request (a lookup, a read, an open for reading). Never raises: it runs while an error is being answered.
-    """
+) -> tuple[str, str, int | None] | None:
+    """``(op, path, uid)`` of a failed ``handler(*args)`` request that refused a change the user ``uid`` asked for;
+    None for any other request (a lookup, a read, an open for reading). Never raises: it runs while an error is being
+    answered."""
     try:
         if handler in _WRITE_HANDLERS:
             h = handles.get(args[0])
             if not isinstance(h, WriteHandle):
                 return None
             op = FSYNC if handler == "fsync" else CONFIG if h.node.kind is Kind.CONFIG else WRITE
-            return op, str(h.node)
+            return op, str(h.node), h.caller.uid if h.caller is not None else None
+        uid = getattr(args[-1], "uid", None) if args else None  # the request context, the last argument
         if handler == "open":
             if args[1] & os.O_ACCMODE == os.O_RDONLY:
                 return None
-            return OPEN, str(tree.entry(args[0]).node)
+            return OPEN, str(tree.entry(args[0]).node), uid
         if handler in (MKDIR, RMDIR, "create"):  # create: open(O_CREAT) of a name that does not exist
             parent = str(tree.entry(args[0]).node).rstrip("/")
             op = OPEN if handler == "create" else handler
-            return op, f"{parent}/{bytes(args[1]).decode('utf-8', 'backslashreplace')}"
+            return op, f"{parent}/{bytes(args[1]).decode('utf-8', 'backslashreplace')}", uid
+        if handler == SETATTR:
+            return SETATTR, str(tree.entry(args[0]).node), uid
     except (MountRefusal, LookupError, TypeError, ValueError):
         return None  # an inode the kernel no longer has: the request is not anyone's change
     return None

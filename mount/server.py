@@ -9,8 +9,9 @@ Order of events (docs/mount.md, "Lifecycle"):
 2. Open the store (created if missing; its exclusive lock: StoreLocked when another process owns it; recovery after
    a crash), and start a new leader epoch (``core/replication/promotion.py``: PromotionRefused for a store that was
    out of the ISR, unless ``--unclean``).
-3. ``pyfuse3.init`` with ``fsname=logfs``, ``subtype=logfs`` and ``noatime``. Not ``default_permissions``: root
-   bypasses the kernel's mode checks anyway, so logfs refuses wrong open modes itself. Never the writeback cache
+3. ``pyfuse3.init`` with ``fsname=logfs``, ``subtype=logfs`` and ``noatime``. Not ``default_permissions`` unless the
+   mount is shared (``--allow-other``: ``allow_other`` and ``default_permissions``, mount/access.py): root bypasses
+   the kernel's mode checks anyway, so logfs refuses wrong open modes itself. Never the writeback cache
    (``Operations.enable_writeback_cache`` is False): the kernel would merge writes and re-send pages, and an
    append-only file would store them twice. A follower's mount (``logfs follow --mount``, which runs
    :func:`run_mount` with the follower as a background task) is mounted ``ro`` as well.
@@ -171,6 +172,8 @@ async def run_mount(ops: Operations, mountpoint: Path, background: Sequence[Call
     # ro for a follower's mount; never with ZooKeeper (logfs/cluster/), where the node may come to lead in place
     read_only = ops.read_only and not ops.store.config.zookeeper_connect
     options = set(MOUNT_OPTIONS | ({"ro"} if read_only else set()))
+    if ops.permissions.shared:  # other users, and the kernel checking each node's owner and mode (mount/access.py)
+        options |= {"allow_other", "default_permissions"}
     where = os.path.realpath(mountpoint)  # before mounting: after it, resolving it would ask this very process
     ops.reader.status.mountpoint = ops.reader.status.mountpoint or where
     pyfuse3.init(ops, str(mountpoint), options)

@@ -52,6 +52,7 @@ from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
 from logfs.core.store import Store
 from logfs.core.txn.coordinator import TransactionCoordinator
+from logfs.mount.access import Access
 from logfs.mount.errors import (
     BadFileHandle,
     BrokenByTooLarge,
@@ -134,9 +135,12 @@ class Writer:
         read_thread: Runner,
         write_thread: Runner,
         replication: LeaderReplication | None = None,
+        access: Access,
     ) -> None:
-        """``replication`` is None in a follower's mount, which never appends (EROFS before anything gets here)."""
+        """``replication`` is None in a follower's mount, which never appends (EROFS before anything gets here).
+        ``access``: a command file's lines name topics its opener must own (mount/access.py)."""
         self.store = store
+        self.access = access
         self.partitions = partitions
         self.metrics = metrics
         self.replication = replication
@@ -251,10 +255,11 @@ class Writer:
             for line in _commands(lines):
                 if not self.store.has_topic(line):
                     raise NoEntry(f"no topic {line!r}")
+                self._check_owner(h, line, "delete-topic")
                 await self.delete_topic(line, only_if_empty=False, invalidate=True)
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
-                await self._delete_records(line)
+                await self._delete_records(h, line)
         elif kind is Kind.TXN_CONTROL:
             await self._control(h, _commands(lines))
         elif kind in GROUP_WRITE_KINDS and self.groups is not None:
@@ -369,12 +374,18 @@ class Writer:
         await self._write_thread(apply)
         _log.info("topic %s: config changed", topic)
 
-    async def _delete_records(self, line: str) -> None:
+    def _check_owner(self, h: WriteHandle, topic: str, what: str) -> None:
+        """A command file's line changes ``topic`` itself: its opener must own it (mount/access.py)."""
+        if h.caller is not None:
+            self.access.check_topic_owner(h.caller, topic, what)
+
+    async def _delete_records(self, h: WriteHandle, line: str) -> None:
         parts = line.split()
         if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
             raise InvalidCommand(f"{line!r} is not '<topic> <partition> <offset>'")
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
         log = self.store.log(topic, partition)
+        self._check_owner(h, topic, "delete-records")
         if offset < 0 or offset > log.high_watermark:
             raise InvalidCommand(f"offset {offset} of {topic}-{partition} is outside [0, HW={log.high_watermark}]")
         state = self.partitions.get(topic, partition)

@@ -142,13 +142,16 @@ def wait_started(started: _Started, ready: Callable[[], bool], what: str, timeou
         time.sleep(0.02)
 
 
-def start_mount(store: Path, path: Path, *config: str, log_path: Path | None = None) -> Mount:
-    """Start ``logfs mount`` and wait until the mount point is a mount; pytest.fail when it is not in time."""
+def start_mount(
+    store: Path, path: Path, *config: str, log_path: Path | None = None, flags: tuple[str, ...] = ()
+) -> Mount:
+    """Start ``logfs mount`` (``config``: its ``--config`` pairs; ``flags``: other options, such as
+    ``--allow-other``) and wait until the mount point is a mount; pytest.fail when it is not in time."""
     store.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):  # a stale mount point (ENOTCONN) counts as existing too
         path.mkdir(parents=True)
     log_path = log_path or path.with_name(path.name + ".log")
-    args = ["--log-level", "info", "mount", str(store), str(path)]
+    args = ["--log-level", "info", "mount", str(store), str(path), *flags]
     for pair in config:
         args += ["--config", pair]
     mount = Mount(store, path, spawn_logfs(args, log_path), log_path)

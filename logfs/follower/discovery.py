@@ -4,8 +4,10 @@ Discovery lists the leader's mount: its topics (the names not starting with ``.`
 digit names under ``<topic>/``, the count being the highest plus one) and its ``config`` text (:func:`list_leader`);
 it also looks up ``.logfs/fetch/<replica id>`` there, so that the leader knows this follower is live even before it
 has a partition to fetch (a topic created there starts with the live followers in its ISR).
-Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, and the leader's config
-as this store's topic overrides whenever the text changed. A topic deleted between the listing of the root and of
+Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, the leader's config
+as this store's topic overrides whenever the text changed, and the owner and mode its directory shows (so a
+follower's mount, and this node once it leads, enforce what the leader did: core/owners.py); the root's owner and
+mode too (:func:`take_owner`). A topic deleted between the listing of the root and of
 the topic is skipped, not an error: the next round sees the truth.
 
 A leader that is not there answers with one of :data:`LEADER_DOWN`'s errors (a dead FUSE mount, an sshfs without its
@@ -20,11 +22,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from logfs.core.configtext import parse_config_lines
 from logfs.core.errors import ConfigError, LogfsError
+from logfs.core.owners import Owner, Owners, default_owner
 from logfs.core.store import NewTopic, Store
 
 _log = logging.getLogger(__name__)
@@ -44,16 +49,24 @@ class LeaderUnavailable(OSError):
     """The leader's mount point is there but holds no logfs mount (no ``.logfs``): the leader is not mounted."""
 
 
+class LeaderTopic(NamedTuple):
+    """One topic as the leader's mount shows it: its partition count, its ``config`` text (None: unreadable), and its
+    owner and mode as its directory's attributes say (core/owners.py: a shared leader shows each topic's own)."""
+
+    partitions: int
+    config: str | None
+    owner: Owner | None
+
+
 @dataclass
 class Listing:
-    """The leader's root as discovery saw it: topic → (partition count, config text or None)."""
+    """The leader's root as discovery saw it: each topic, and the root's own owner and mode (who creates topics)."""
 
-    topics: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    topics: dict[str, LeaderTopic] = field(default_factory=dict)
+    root: Owner | None = None
 
 
-def list_leader(
-    leader: Path, replica_id: int | None = None, known: dict[str, tuple[int, str | None]] | None = None
-) -> Listing:
+def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None) -> Listing:
     """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount).
 
     With ``known`` (topic → what an earlier round found), a topic of the root listing that ``known`` holds is taken
@@ -75,7 +88,7 @@ def list_leader(
         except OSError as exc:
             if exc.errno in LEADER_DOWN:
                 raise
-    listing = Listing()
+    listing = Listing(root=_owner_of(leader))
     for topic in sorted(n for n in names if not n.startswith(".")):
         if known is not None and topic in known:
             listing.topics[topic] = known[topic]
@@ -94,25 +107,45 @@ def list_leader(
             _log.error("cannot read %s: %s", leader / topic / "config", exc)
             config = None
         if partitions:
-            listing.topics[topic] = (max(partitions) + 1, config)
+            listing.topics[topic] = LeaderTopic(max(partitions) + 1, config, _owner_of(leader / topic))
     return listing
 
 
-def create_topics(store: Store, topics: dict[str, tuple[int, str | None]]) -> list[str]:
+def _owner_of(path: Path) -> Owner | None:
+    """The owner and mode ``path`` shows (a topic's directory, the root); None when it is gone or unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno in LEADER_DOWN:
+            raise
+        return None
+    return Owner(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+
+
+def take_owner(store: Store, name: str, owner: Owner | None) -> bool:
+    """Record the leader's ``owner`` for owner file ``name`` (core/owners.py) when it differs from what this store
+    shows now (its record, or the default every unrecorded name has); True if it wrote. Worker thread."""
+    if owner is None or (store.owners.get(name) or default_owner()) == owner:
+        return False
+    store.owners.set(name, owner)
+    return True
+
+
+def create_topics(store: Store, topics: dict[str, LeaderTopic]) -> list[str]:
     """Create the ``topics`` (name → partition count and the leader's config text) this store lacks, all in one
     :meth:`Store.create_topics`: one fsync of the store directory for the lot, not one per topic (a follower that
     starts beside a leader of thousands of topics; docs/storage.md, "Many partitions"). The names created. A batch
     that cannot be made as one (a config this store refuses, a topic made meanwhile) is left to :func:`ensure_topic`,
     topic by topic, which reports each refusal on its own. Worker thread."""
     batch: list[NewTopic] = []
-    for topic, (count, config) in topics.items():
+    for topic, (count, config, owner) in topics.items():
         if store.has_topic(topic):
             continue
         try:
             overrides = parse_config_lines(config, {}) if config is not None else None
         except ConfigError:
             return []
-        batch.append(NewTopic(topic, count, overrides or None))
+        batch.append(NewTopic(topic, count, overrides or None, owner))
     if not batch:
         return []
     try:
@@ -124,9 +157,10 @@ def create_topics(store: Store, topics: dict[str, tuple[int, str | None]]) -> li
     return [new.name for new in batch]
 
 
-def ensure_topic(store: Store, topic: str, count: int, config: str | None, copied_config: str | None) -> None:
-    """Create ``topic`` in ``store`` with ``count`` partitions (or add the missing ones) and take the leader's
-    ``config`` when it differs from ``copied_config``, the text last taken. Worker thread."""
+def ensure_topic(store: Store, topic: str, seen: LeaderTopic, copied_config: str | None) -> None:
+    """Create ``topic`` in ``store`` with the leader's partition count (or add the missing ones), take the leader's
+    config when it differs from ``copied_config``, the text last taken, and its owner and mode. Worker thread."""
+    count, config, owner = seen
     overrides = None
     if config is not None and config != copied_config:
         try:
@@ -134,8 +168,10 @@ def ensure_topic(store: Store, topic: str, count: int, config: str | None, copie
         except ConfigError as exc:
             _log.error("topic %s: this store cannot take the leader's config (%s): keeping its own", topic, exc)
     if not store.has_topic(topic):
-        store.create_topic(topic, count, overrides or None)
+        store.create_topics([NewTopic(topic, count, overrides or None, owner)])
         _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
+    elif take_owner(store, Owners.topic_file(topic), owner):
+        _log.info("topic %s: took the leader's owner and mode %s", topic, owner)
     elif overrides is not None and overrides != store.topic_overrides(topic):
         store.set_topic_overrides(topic, overrides)
         _log.info("topic %s: took the leader's config", topic)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from logfs.core.errors import LogfsError
-from logfs.follower.discovery import create_topics, ensure_topic, list_leader
+from logfs.core.owners import Owner, Owners
+from logfs.follower.discovery import LeaderTopic, create_topics, ensure_topic, list_leader, take_owner
 from logfs.follower.retry import Backoff
 
 if TYPE_CHECKING:
@@ -41,8 +42,9 @@ class DiscoveryLoop:
         self.follower = follower
         self._configs: dict[str, str] = {}  # topic → the config text last copied
         self._seen_topics: set[str] = set()  # topics the leader listed during this run
-        self._ensured: dict[str, tuple[int, str | None]] = {}  # topic → (partitions, config) discovery last made
+        self._ensured: dict[str, LeaderTopic] = {}  # topic → what discovery last made of it
         self._round = 0
+        self._root: Owner | None = None  # the leader root's owner and mode, as last taken
 
     def forget(self, topic: str) -> None:
         """A topic deleted here: a later listing of it on the leader makes it anew."""
@@ -67,25 +69,30 @@ class DiscoveryLoop:
                 continue
             backoff.reset()
             self.follower._leader_answered()
+            if listing.root is not None and listing.root != self._root:
+                await self.follower._thread(self.follower._disk_limiter, take_owner, self.follower.store,
+                                            Owners.root_file(), listing.root)  # fmt: skip
+                self._root = listing.root
             missing = {t: v for t, v in listing.topics.items() if not self.follower.store.has_topic(t)}
             if len(missing) > 1:  # one fsync of the store directory for all of them (a follower's first round)
                 for topic in await self.follower._thread(
                     self.follower._disk_limiter, create_topics, self.follower.store, missing
                 ):
-                    count, config = missing[topic]
-                    if config is not None:
-                        self._configs[topic] = config
+                    made = missing[topic].config
+                    if made is not None:
+                        self._configs[topic] = made
                     self._seen_topics.add(topic)
-                    self._ensured[topic] = (count, config)
-            for topic, (count, config) in listing.topics.items():
-                if self._ensured.get(topic) == (count, config) and self.follower.store.has_topic(topic):
+                    self._ensured[topic] = missing[topic]
+            for topic, seen in listing.topics.items():
+                count, config, _ = seen
+                if self._ensured.get(topic) == seen and self.follower.store.has_topic(topic):
                     for p in range(count):  # as the last round made it: no worker call per topic per round
                         self.follower._start_partition(nursery, topic, p)  # (back in the session if it left it)
                     continue
                 try:
                     copied = self._configs.get(topic)
                     await self.follower._thread(
-                        self.follower._disk_limiter, ensure_topic, self.follower.store, topic, count, config, copied
+                        self.follower._disk_limiter, ensure_topic, self.follower.store, topic, seen, copied
                     )
                 except (LogfsError, OSError) as exc:
                     _log.error("cannot create topic %s here: %s", topic, exc)
@@ -93,14 +100,14 @@ class DiscoveryLoop:
                 if config is not None:
                     self._configs[topic] = config
                 self._seen_topics.add(topic)
-                self._ensured[topic] = (count, config)
+                self._ensured[topic] = seen
                 for p in range(count):
                     self.follower._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self.follower._delete_topic(topic)
             await trio.sleep(DISCOVER_INTERVAL_S)
 
-    def _known_slice(self) -> dict[str, tuple[int, str | None]]:
+    def _known_slice(self) -> dict[str, LeaderTopic]:
         """What discovery may take as known this round: every topic made here before, but a rotating slice of them
         (at least DISCOVER_SLICE_MIN, every one within DISCOVER_FULL_ROUNDS rounds), whose partitions and config are
         listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS

@@ -56,7 +56,8 @@ def test_each_kind_of_refusal_is_logged_at_warning_and_kept_in_logfs_errors(tmp_
         assert [(r["op"], r["path"], r["errno"]) for r in kept] == [e[:3] for e in expected]
         for refusal, (_, _, _, why) in zip(kept, expected, strict=True):
             assert why in str(refusal["reason"]), refusal
-            assert list(refusal) == ["time", "op", "path", "errno", "reason"]
+            assert list(refusal) == ["time", "op", "path", "errno", "reason", "uid"]
+            assert refusal["uid"] == os.getuid()  # whose request it was (mount/access.py shows each user theirs)
             when = datetime.datetime.fromisoformat(str(refusal["time"]).replace("Z", "+00:00"))
             assert abs(when.timestamp() - time.time()) < 60
         logged = warnings(mount.log_text())  # readable now, while the mount runs

@@ -1,0 +1,202 @@
+"""A mount shared between Unix users (``logfs mount --allow-other``; docs/mount.md, "Sharing a mount"): real users
+made with useradd, commands run as them with runuser against a real mount, as root mounts it.
+
+The kernel checks each open, lookup, mkdir and rmdir against the owner and mode logfs reports (default_permissions);
+logfs checks what changes a topic itself (config, partitions, deletion) and who may fetch. Ownership lives in the
+store: a remount and a follower's mount show and enforce the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Mount, finish_mount, start_mount
+from follower_procs import following, state, wait_for
+from users import User, shared_dir, user
+
+ATTR_S = 1.2  # the kernel keeps a node's attributes up to 1 s (mount/reads.py's STABLE_TIMEOUT_S)
+
+
+@pytest.fixture
+def people() -> tuple[User, User]:
+    return user("alice"), user("bob")
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(a store, a mount point every user can reach)."""
+    with shared_dir() as shared:
+        yield tmp_path / "store", shared / "mnt"
+
+
+def shared_mount(store: Path, mnt: Path, *config: str) -> Mount:
+    mount = start_mount(store, mnt, *config, flags=("--allow-other",))
+    mount.allow_refusals("/")  # the refusals are what these tests make
+    return mount
+
+
+def owner(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def test_a_topic_is_its_makers_and_others_read_it_but_change_nothing(
+    place: tuple[Path, Path], people: tuple[User, User]
+) -> None:
+    alice, bob = people
+    store, mnt = place
+    mount = shared_mount(store, mnt)
+    try:
+        assert owner(mnt) == (0, 0, 0o755)  # the mounting user's, until chmod says otherwise
+        assert "Permission denied" in bob.refused(f"mkdir {mnt}/bobs")  # only root may create topics at 0755
+        os.chmod(mnt, 0o1777)
+        assert owner(mnt)[2] == 0o1777
+        alice.ok(f"mkdir {mnt}/news && echo hello >> {mnt}/news/0/append")
+        assert owner(mnt / "news") == (alice.uid, alice.gid, 0o755)
+        assert owner(mnt / "news/0") == (alice.uid, alice.gid, 0o555)
+        assert owner(mnt / "news/0/append")[2] == 0o600  # the topic's w bits, and r to read produce responses
+        assert owner(mnt / "news/0/state")[2] == 0o444
+
+        assert bob.ok(f"cat {mnt}/news/0/at/earliest") == "hello\n"  # others read at 0755
+        assert "Permission denied" in bob.refused(f"echo no >> {mnt}/news/0/append")  # the kernel: no w bit
+        assert "Permission denied" in bob.refused(f"echo retention.ms=1 > {mnt}/news/config")
+        assert bob.run(f"rmdir {mnt}/news").returncode != 0  # the sticky root: only the owner removes it
+        assert bob.run(f"echo news > {mnt}/.logfs/delete-topic").returncode != 0  # logfs: not bob's topic
+        assert bob.run(f"echo 'news 0 1' > {mnt}/.logfs/delete-records").returncode != 0
+        assert bob.run(f"chmod 777 {mnt}/news").returncode != 0  # EPERM: not the owner
+        assert bob.run(f"mkdir {mnt}/news/1").returncode != 0
+        assert (mnt / "news/0/at/earliest").read_text() == "hello\n"  # nothing of bob's landed
+
+        bob.ok(f"mkdir {mnt}/bobs")  # at 1777 anyone creates topics, owning them
+        assert owner(mnt / "bobs")[0] == bob.uid
+        assert alice.run(f"rmdir {mnt}/bobs").returncode != 0  # nor does alice delete bob's
+
+        alice.ok(f"chmod 0700 {mnt}/news")
+        time.sleep(ATTR_S)
+        assert "Permission denied" in bob.refused(f"cat {mnt}/news/0/at/earliest")
+        assert alice.ok(f"cat {mnt}/news/0/at/earliest") == "hello\n"
+        alice.ok(f"echo retention.ms=86400000 > {mnt}/news/config && mkdir {mnt}/news/1")  # the owner changes it
+        assert alice.run(f"chown {bob.uid} {mnt}/news").returncode != 0  # only root changes an owner
+        assert alice.run(f"chgrp {bob.gid} {mnt}/news").returncode != 0  # not one of alice's groups
+    finally:
+        finish_mount(mount)
+
+    # A remount: the store kept every owner and mode.
+    mount = shared_mount(store, mnt)
+    try:
+        assert owner(mnt)[2] == 0o1777
+        assert owner(mnt / "news") == (alice.uid, alice.gid, 0o700)
+        assert owner(mnt / "bobs")[0] == bob.uid
+        assert "Permission denied" in bob.refused(f"cat {mnt}/news/0/at/earliest")
+        os.chown(mnt / "news", bob.uid, -1)  # root may give it away
+        assert owner(mnt / "news")[0] == bob.uid
+        bob.ok(f"rmdir {mnt}/bobs")  # the owner deletes an empty topic
+    finally:
+        finish_mount(mount)
+
+
+def test_without_allow_other_modes_are_as_always_and_chmod_is_refused(tmp_path: Path) -> None:
+    mount = start_mount(tmp_path / "store", tmp_path / "mnt")
+    mount.allow_refusals("/")
+    try:
+        os.mkdir(mount.path / "t", 0o700)
+        assert stat.S_IMODE(os.stat(mount.path / "t").st_mode) == 0o755
+        assert stat.S_IMODE(os.stat(mount.path / "t/0/append").st_mode) == 0o660
+        with pytest.raises(PermissionError):
+            os.chmod(mount.path / "t", 0o700)
+    finally:
+        finish_mount(mount)
+
+
+def test_only_replica_users_fetch_and_a_refused_lookup_moves_nothing(
+    place: tuple[Path, Path], people: tuple[User, User]
+) -> None:
+    alice, bob = people
+    store, mnt = place
+    mount = shared_mount(store, mnt, "replica.ids=0,1", f"replica.users={alice.name}")
+    try:
+        os.mkdir(mnt / "t")
+        (mnt / "t/0/append").write_text("one\n")
+        before = state(mnt, "t", 0)
+        fetch = f"{mnt}/.logfs/fetch/1/t/0/0.0"
+        assert "Permission denied" in bob.refused(f"stat {fetch}")
+        assert "Permission denied" in bob.refused(f"ls {mnt}/.logfs/fetch/1")
+        after = state(mnt, "t", 0)
+        assert after["isr"] == before["isr"] == [0]
+        assert after["replicas"]["1"] == before["replicas"]["1"]  # replica 1 was not heard from
+        assert after["high_watermark"] == before["high_watermark"]
+        alice.ok(f"stat {fetch}")  # a replica user fetches (here: replica 1, from offset 0)
+        assert state(mnt, "t", 0)["replicas"]["1"]["log_end_offset"] == 0
+    finally:
+        finish_mount(mount)
+
+
+def test_each_user_reads_only_their_own_refusals(place: tuple[Path, Path], people: tuple[User, User]) -> None:
+    alice, bob = people
+    store, mnt = place
+    mount = shared_mount(store, mnt)
+    try:
+        os.chmod(mnt, 0o1777)
+        alice.ok(f"mkdir {mnt}/a")
+        alice.run(f"echo 'secret.key=hunter2' > {mnt}/a/config")  # refused (EINVAL): its text is quoted
+        bob.run(f"mkdir {mnt}/'bad name'")
+        mine = [json.loads(line) for line in alice.ok(f"cat {mnt}/.logfs/errors").splitlines()]
+        theirs = [json.loads(line) for line in bob.ok(f"cat {mnt}/.logfs/errors").splitlines()]
+        everyone = [json.loads(line) for line in (mnt / ".logfs/errors").read_text().splitlines()]
+        assert [r["path"] for r in mine] == ["/a/config"] and all(r["uid"] == alice.uid for r in mine)
+        assert [r["path"] for r in theirs] == ["/bad name"] and "hunter2" not in json.dumps(theirs)
+        assert {r["uid"] for r in everyone} == {alice.uid, bob.uid}  # root sees all
+    finally:
+        finish_mount(mount)
+
+
+def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people: tuple[User, User]) -> None:
+    alice, bob = people
+    store, mnt = place
+    mount = shared_mount(store, mnt)
+    try:
+        os.mkdir(mnt / "t")
+        os.chmod(mnt / "t", 0o755)
+        (mnt / "t/0/append").write_text("a\nb\n")
+        group = mnt / ".logfs/groups/g"
+        alice.ok(f"echo 1 > {group}/t/0/offset")  # the first commit claims the group
+        time.sleep(ATTR_S)  # the kernel saw it unclaimed (anyone's) on the way in
+        assert owner(group)[0] == alice.uid
+        assert bob.ok(f"cat {group}/t/0/offset").split()[0] == "1"  # others read its commits at 0755
+        assert bob.run(f"echo 2 > {group}/t/0/offset").returncode != 0
+        alice.ok(f"chmod 0700 {group}")
+        time.sleep(ATTR_S)
+        assert "Permission denied" in bob.refused(f"cat {group}/t/0/offset")
+        assert bob.run(f"rmdir {group}").returncode != 0
+        alice.ok(f"echo 2 > {group}/t/0/offset")
+        assert (group / "t/0/offset").read_text().split()[0] == "2"
+    finally:
+        finish_mount(mount)
+
+
+def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
+    place: tuple[Path, Path], people: tuple[User, User]
+) -> None:
+    alice, bob = people
+    store, mnt = place
+    mount = shared_mount(store, mnt, "replica.ids=0,1")
+    try:
+        os.chmod(mnt, 0o1777)
+        alice.ok(f"mkdir {mnt}/private && echo x >> {mnt}/private/0/append && chmod 0700 {mnt}/private")
+        follower_mnt = mnt.with_name("follower")
+        with following(mnt, store.with_name("follower-store"), 1, mount=follower_mnt,
+                       config=("mount.allow.other=true",)) as follower:  # fmt: skip
+            follower.allow_log(r"refused")
+            wait_for("the topic on the follower", lambda: owner(follower_mnt / "private")[2] == 0o700, follower)
+            assert owner(follower_mnt / "private")[0] == alice.uid
+            assert owner(follower_mnt)[2] == 0o1777
+            wait_for("the record on the follower", lambda: (follower_mnt / "private/0/at/earliest").read_text())
+            assert "Permission denied" in bob.refused(f"cat {follower_mnt}/private/0/at/earliest")
+            assert alice.ok(f"cat {follower_mnt}/private/0/at/earliest") == "x\n"
+    finally:
+        finish_mount(mount)
