@@ -33,6 +33,8 @@ LOGFS_DIR = ".logfs"
 ERRORS_FILE = "errors"
 DELETE_TOPIC_FILE = "delete-topic"
 
+TOPIC_MODE = 0o755  # what `mkdir` of a topic by hand gives with the usual umask: others read, the owner writes
+
 
 class AdminError(Exception):
     """A command the mount refused or could not be run: one line for the user (exit 1)."""
@@ -86,7 +88,7 @@ def create_topic(mount: Path, topic: str, partitions: int | None, config_lines: 
             raise BadArgument(f"--config {line}: {reason}") from None
     directory = mount / topic
     try:
-        os.mkdir(directory)
+        os.mkdir(directory, TOPIC_MODE)  # less the caller's umask: a shared mount's owner and mode (docs/mount.md)
     except FileExistsError:
         raise AdminError(f"topic {topic!r} exists in {mount}") from None
     except OSError as exc:

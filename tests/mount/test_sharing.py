@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Mount, finish_mount, start_mount
+from conftest import LOGFS, Mount, finish_mount, start_mount
 from follower_procs import following, state, wait_for
 from users import User, shared_dir, user
 
@@ -71,6 +72,11 @@ def test_a_topic_is_its_makers_and_others_read_it_but_change_nothing(
         assert bob.run(f"chmod 777 {mnt}/news").returncode != 0  # EPERM: not the owner
         assert bob.run(f"mkdir {mnt}/news/1").returncode != 0
         assert (mnt / "news/0/at/earliest").read_text() == "hello\n"  # nothing of bob's landed
+
+        made = subprocess.run(["bash", "-c", f"umask 027; {LOGFS} create-topic {mnt} made --partitions 2"],
+                              capture_output=True, text=True)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        assert owner(mnt / "made") == (0, 0, 0o750)  # create-topic: 0755 less the caller's umask
 
         bob.ok(f"mkdir {mnt}/bobs")  # at 1777 anyone creates topics, owning them
         assert owner(mnt / "bobs")[0] == bob.uid
