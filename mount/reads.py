@@ -188,6 +188,8 @@ class Reader:
         if kind is Kind.CONFIG:
             data = self.status.render_config(node.topic)
             return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.ERRORS and self.access.shared:  # each user reads their own: no size tells of the others'
+            return self._attr(inode, node, mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         if kind in (Kind.METRICS, Kind.ERRORS, Kind.LEADER):
             data = {Kind.METRICS: self.status.render_metrics, Kind.LEADER: self.status.render_leader,
                     Kind.ERRORS: self.metrics.refusals.render}[kind]()  # fmt: skip

@@ -200,7 +200,7 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
             follower.allow_log(r"refused")
             wait_for("the topic on the follower", lambda: owner(follower_mnt / "private")[2] == 0o700, follower)
             assert owner(follower_mnt / "private")[0] == alice.uid
-            assert owner(follower_mnt)[2] == 0o1777
+            wait_for("the root's mode on the follower", lambda: owner(follower_mnt)[2] == 0o1777, follower)
             wait_for("the record on the follower", lambda: (follower_mnt / "private/0/at/earliest").read_text())
             assert "Permission denied" in bob.refused(f"cat {follower_mnt}/private/0/at/earliest")
             assert alice.ok(f"cat {follower_mnt}/private/0/at/earliest") == "x\n"
