@@ -7,6 +7,7 @@ store: a remount and a follower's mount show and enforce the same."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LOGFS, Mount, finish_mount, start_mount
+from conftest import LOGFS, Mount, finish_mount, running_mount, start_mount
 from follower_procs import following, state, wait_for
 from users import User, shared_dir, user
 
@@ -35,10 +36,15 @@ def place(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         yield tmp_path / "store", shared / "mnt"
 
 
-def shared_mount(store: Path, mnt: Path, *config: str) -> Mount:
+@contextlib.contextmanager
+def shared_mount(store: Path, mnt: Path, *config: str) -> Iterator[Mount]:
+    """``logfs mount --allow-other`` for the body of a ``with``: always unmounted and its log checked."""
     mount = start_mount(store, mnt, *config, flags=("--allow-other",))
     mount.allow_refusals("/")  # the refusals are what these tests make
-    return mount
+    try:
+        yield mount
+    finally:
+        finish_mount(mount)
 
 
 def owner(path: Path) -> tuple[int, int, int]:
@@ -51,8 +57,7 @@ def test_a_topic_is_its_makers_and_others_read_it_but_change_nothing(
 ) -> None:
     alice, bob = people
     store, mnt = place
-    mount = shared_mount(store, mnt)
-    try:
+    with shared_mount(store, mnt):
         assert owner(mnt) == (0, 0, 0o755)  # the mounting user's, until chmod says otherwise
         assert "Permission denied" in bob.refused(f"mkdir {mnt}/bobs")  # only root may create topics at 0755
         os.chmod(mnt, 0o1777)
@@ -89,12 +94,9 @@ def test_a_topic_is_its_makers_and_others_read_it_but_change_nothing(
         alice.ok(f"echo retention.ms=86400000 > {mnt}/news/config && mkdir {mnt}/news/1")  # the owner changes it
         assert alice.run(f"chown {bob.uid} {mnt}/news").returncode != 0  # only root changes an owner
         assert alice.run(f"chgrp {bob.gid} {mnt}/news").returncode != 0  # not one of alice's groups
-    finally:
-        finish_mount(mount)
 
     # A remount: the store kept every owner and mode.
-    mount = shared_mount(store, mnt)
-    try:
+    with shared_mount(store, mnt):
         assert owner(mnt)[2] == 0o1777
         assert owner(mnt / "news") == (alice.uid, alice.gid, 0o700)
         assert owner(mnt / "bobs")[0] == bob.uid
@@ -102,21 +104,16 @@ def test_a_topic_is_its_makers_and_others_read_it_but_change_nothing(
         os.chown(mnt / "news", bob.uid, -1)  # root may give it away
         assert owner(mnt / "news")[0] == bob.uid
         bob.ok(f"rmdir {mnt}/bobs")  # the owner deletes an empty topic
-    finally:
-        finish_mount(mount)
 
 
 def test_without_allow_other_modes_are_as_always_and_chmod_is_refused(tmp_path: Path) -> None:
-    mount = start_mount(tmp_path / "store", tmp_path / "mnt")
-    mount.allow_refusals("/")
-    try:
+    with running_mount(tmp_path / "store", tmp_path / "mnt") as mount:
+        mount.allow_refusals("/")
         os.mkdir(mount.path / "t", 0o700)
         assert stat.S_IMODE(os.stat(mount.path / "t").st_mode) == 0o755
         assert stat.S_IMODE(os.stat(mount.path / "t/0/append").st_mode) == 0o660
         with pytest.raises(PermissionError):
             os.chmod(mount.path / "t", 0o700)
-    finally:
-        finish_mount(mount)
 
 
 def test_only_replica_users_fetch_and_a_refused_lookup_moves_nothing(
@@ -124,8 +121,7 @@ def test_only_replica_users_fetch_and_a_refused_lookup_moves_nothing(
 ) -> None:
     alice, bob = people
     store, mnt = place
-    mount = shared_mount(store, mnt, "replica.ids=0,1", f"replica.users={alice.name}")
-    try:
+    with shared_mount(store, mnt, "replica.ids=0,1", f"replica.users={alice.name}"):
         os.mkdir(mnt / "t")
         (mnt / "t/0/append").write_text("one\n")
         before = state(mnt, "t", 0)
@@ -138,15 +134,12 @@ def test_only_replica_users_fetch_and_a_refused_lookup_moves_nothing(
         assert after["high_watermark"] == before["high_watermark"]
         alice.ok(f"stat {fetch}")  # a replica user fetches (here: replica 1, from offset 0)
         assert state(mnt, "t", 0)["replicas"]["1"]["log_end_offset"] == 0
-    finally:
-        finish_mount(mount)
 
 
 def test_each_user_reads_only_their_own_refusals(place: tuple[Path, Path], people: tuple[User, User]) -> None:
     alice, bob = people
     store, mnt = place
-    mount = shared_mount(store, mnt)
-    try:
+    with shared_mount(store, mnt):
         os.chmod(mnt, 0o1777)
         alice.ok(f"mkdir {mnt}/a")
         alice.run(f"echo 'secret.key=hunter2' > {mnt}/a/config")  # refused (EINVAL): its text is quoted
@@ -157,15 +150,12 @@ def test_each_user_reads_only_their_own_refusals(place: tuple[Path, Path], peopl
         assert [r["path"] for r in mine] == ["/a/config"] and all(r["uid"] == alice.uid for r in mine)
         assert [r["path"] for r in theirs] == ["/bad name"] and "hunter2" not in json.dumps(theirs)
         assert {r["uid"] for r in everyone} == {alice.uid, bob.uid}  # root sees all
-    finally:
-        finish_mount(mount)
 
 
 def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people: tuple[User, User]) -> None:
     alice, bob = people
     store, mnt = place
-    mount = shared_mount(store, mnt)
-    try:
+    with shared_mount(store, mnt):
         os.mkdir(mnt / "t")
         os.chmod(mnt / "t", 0o755)
         (mnt / "t/0/append").write_text("a\nb\n")
@@ -181,8 +171,6 @@ def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people
         assert bob.run(f"rmdir {group}").returncode != 0
         alice.ok(f"echo 2 > {group}/t/0/offset")
         assert (group / "t/0/offset").read_text().split()[0] == "2"
-    finally:
-        finish_mount(mount)
 
 
 def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
@@ -190,8 +178,7 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
 ) -> None:
     alice, bob = people
     store, mnt = place
-    mount = shared_mount(store, mnt, "replica.ids=0,1")
-    try:
+    with shared_mount(store, mnt, "replica.ids=0,1"):
         os.chmod(mnt, 0o1777)
         alice.ok(f"mkdir {mnt}/private && echo x >> {mnt}/private/0/append && chmod 0700 {mnt}/private")
         follower_mnt = mnt.with_name("follower")
@@ -204,5 +191,3 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
             wait_for("the record on the follower", lambda: (follower_mnt / "private/0/at/earliest").read_text())
             assert "Permission denied" in bob.refused(f"cat {follower_mnt}/private/0/at/earliest")
             assert alice.ok(f"cat {follower_mnt}/private/0/at/earliest") == "x\n"
-    finally:
-        finish_mount(mount)
