@@ -16,8 +16,8 @@ rewrite one table on each ``mkdir``); each is replaced atomically and durably (`
 file has no recorded owner: the mount shows it as the mounting user's, with the mode it always had, so stores made
 before ownership existed behave as they did.
 
-Threads: reads from any thread (a dict lookup after the first read of a name; the store's load primes which files
-exist, so a name without one is never looked up on disk); writes block (fsync): a worker thread.
+Threads: reads from any thread, a dict lookup (the store's load reads every owner file once, so a getattr on the
+mount's trio thread never waits for the disk); writes block (fsync): a worker thread.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Owners:
         self._dir = store_dir
         self._lock = threading.Lock()
         self._known: dict[str, Owner | None] = {}  # file name -> its owner, or None: no file
-        self._present: set[str] | None = None  # the owner files the store's load saw (None: not primed)
+        self._loaded = False  # load() read every owner file: a name not known has none
 
     @staticmethod
     def root_file() -> str:
@@ -88,29 +88,35 @@ class Owners:
     def group_file(group: str) -> str:
         return store_file_name(GROUP_PREFIX, group, OWNER_SUFFIX)
 
-    def prime(self, files: set[str]) -> None:
-        """The names of the store root's files, listed by the store's load: an owner file not among them is not
-        read (it does not exist, unless made since, which :meth:`set` records)."""
-        self._present = {name for name in files if name.endswith(OWNER_SUFFIX)}
+    def load(self, files: set[str]) -> None:
+        """Read every owner file among ``files`` (the store root's, as the store's load lists them), so that no
+        later :meth:`get` touches the disk: the mount asks on the trio thread, for every getattr. Loader's thread."""
+        for name in files:
+            if name.endswith(OWNER_SUFFIX):
+                self._known[name] = self._read(name)
+        self._loaded = True
 
     def get(self, name: str) -> Owner | None:
         """The owner recorded in file ``name`` (:meth:`root_file`, :meth:`topic_file`, :meth:`group_file`), None
-        when none is. The first read of a name reads its file (a few bytes); later ones are a dict lookup."""
+        when none is. A dict lookup once :meth:`load` ran (a store's open runs it); a read of the file before."""
         try:
             return self._known[name]
         except KeyError:
             pass
-        owner: Owner | None = None
-        if self._present is None or name in self._present:
-            path = self._dir / name
-            try:
-                owner = Owner.parse(path.read_bytes(), path)
-            except FileNotFoundError:
-                owner = None
-            except OSError as exc:
-                raise StorageError(f"{path}: {exc.strerror}") from exc
+        if self._loaded:
+            return None
+        owner = self._read(name)
         with self._lock:
             return self._known.setdefault(name, owner)
+
+    def _read(self, name: str) -> Owner | None:
+        path = self._dir / name
+        try:
+            return Owner.parse(path.read_bytes(), path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"{path}: {exc.strerror}") from exc
 
     def set(self, name: str, owner: Owner) -> None:
         """Record ``owner`` in file ``name``, durably (replaced atomically, the store directory fsynced). Blocks."""

@@ -201,7 +201,7 @@ class Store:
         with os.scandir(self.path) as it:
             entries = sorted((e.name, e.is_dir()) for e in it)
         files = {name for name, is_dir in entries if not is_dir}
-        self.owners.prime(files)
+        self.owners.load(files)
         for name, is_dir in entries:
             if not is_dir:
                 continue
