@@ -63,9 +63,13 @@ def fsync_dirs(directories: Sequence[Path]) -> None:
             done.result()
 
 
-def replace_file(path: Path, data: bytes, *, sync: bool = True, make_parents: bool = False) -> None:
+def replace_file(
+    path: Path, data: bytes, *, sync: bool = True, make_parents: bool = False, sync_dir: bool = True
+) -> None:
     """Atomically replace ``path`` with ``data`` (``<path>.tmp``, fsync, rename, fsync of the directory).
 
+    ``sync_dir=False`` leaves the directory's fsync to the caller, who makes many files and syncs their directory
+    once (a follower's first round of thousands of topics, each with its owner file: core/store.py).
     ``make_parents`` creates missing parent directories (and makes their entries durable too). The temporary file is
     removed on failure. Raises OSError for a full disk while writing (nothing stored) or a directory that is gone,
     StoreOffline for every other failure (see the module docstring).
@@ -99,6 +103,6 @@ def replace_file(path: Path, data: bytes, *, sync: bool = True, make_parents: bo
         if isinstance(exc, FileNotFoundError) and not path.parent.is_dir():
             raise  # the directory was removed on purpose (a deleted partition): not a failure of the disk
         raise channel.fail(temp if operation != "rename" else path, operation, exc) from exc
-    if sync:
+    if sync and sync_dir:
         for directory in (path.parent, *(d.parent for d in missing)):
             fsync_dir(directory)

@@ -118,11 +118,12 @@ class Owners:
         except OSError as exc:
             raise StorageError(f"{path}: {exc.strerror}") from exc
 
-    def set(self, name: str, owner: Owner) -> None:
-        """Record ``owner`` in file ``name``, durably (replaced atomically, the store directory fsynced). Blocks."""
+    def set(self, name: str, owner: Owner, *, sync_dir: bool = True) -> None:
+        """Record ``owner`` in file ``name``, durably (replaced atomically, the store directory fsynced unless
+        ``sync_dir`` is False: the caller fsyncs it once for many). Blocks."""
         if self.get(name) == owner:
             return
-        replace_file(self._dir / name, owner.render())
+        replace_file(self._dir / name, owner.render(), sync_dir=sync_dir)
         with self._lock:
             self._known[name] = owner
 

@@ -302,8 +302,8 @@ class Store:
             for new in topics:
                 if new.overrides:
                     self.set_topic_overrides(new.name, new.overrides)
-                if new.owner is not None:  # before the topic exists: it never shows without its owner
-                    self.owners.set(Owners.topic_file(new.name), new.owner)
+                if new.owner is not None:  # before the topic exists: it never shows without its owner (the one
+                    self.owners.set(Owners.topic_file(new.name), new.owner, sync_dir=False)  # fsync: below)
             self._create_partitions([TopicPartition(new.name, p) for new in topics for p in range(counts[new.name])])
 
     def add_partition(self, topic: str, partition: int) -> None:

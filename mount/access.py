@@ -30,7 +30,10 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+import trio
+
 from logfs.core.configdef import invalid_value
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.errors import AccessDenied, NotPermitted
@@ -85,6 +88,8 @@ class Access:
         self._replica_users = replica_users | {uid}
         self._txn_owners: dict[str, int] = {}
         self._default = Owner(uid, gid, DEFAULT_MODE)
+        self._offsets = Owner(uid, gid, 0o700)
+        self._claiming = trio.Lock()  # one claim of a group at a time: its check and its write are one step
 
     # --- owners ---------------------------------------------------------------------------------------------------
 
@@ -92,7 +97,12 @@ class Access:
         return self.store.owners.get(Owners.root_file()) or self._default
 
     def topic(self, topic: str) -> Owner:
-        return self.store.owners.get(Owners.topic_file(topic)) or self._default
+        recorded = self.store.owners.get(Owners.topic_file(topic))
+        if recorded is not None:
+            return recorded
+        # __consumer_offsets holds every group's commits: the mounting user's alone, groups are read through
+        # .logfs/groups/ with their own modes.
+        return self._offsets if topic == OFFSETS_TOPIC else self._default
 
     def group(self, group: str) -> Owner | None:
         """The group's owner; None while nobody claimed it."""
@@ -120,6 +130,8 @@ class Access:
         if kind is Kind.ROOT:
             owner = self.root()
             return owner.uid, owner.gid, file_type | owner.mode
+        if kind is Kind.FETCH_SESSION:
+            return self.uid, self.gid, file_type | 0o666  # logfs checks replica.users at open (check_fetch)
         if node.topic and not kind.is_fetch and kind not in GROUP_KINDS and kind not in TXN_KINDS:
             owner = self.topic(node.topic)
             return owner.uid, owner.gid, file_type | self._topic_bits(kind, owner.mode)
@@ -183,11 +195,25 @@ class Access:
         return not self.shared or caller.is_root or caller.uid == self.uid
 
     async def claim_group(self, caller: Caller, group: str) -> None:
-        """A commit or config change by ``caller`` makes it the owner of ``group`` when nobody claimed it yet (mode
-        0755: others read its commits and lag, the owner commits; ``chmod g+w`` shares it)."""
-        if self.shared and self.group(group) is None:
-            owner = Owner(caller.uid, caller.gid, DEFAULT_MODE)
-            await self._write_thread(self.store.owners.set, Owners.group_file(group), owner)
+        """A commit, a config change or a group ``follow`` by ``caller``: it claims ``group`` when nobody did yet
+        (mode 0755: others read its commits and lag, the owner commits; ``chmod g+w`` shares it); then AccessDenied
+        unless ``caller`` may write the group (its owner, its group or others by the mode, or root). The kernel
+        checked the mode it saw before the open, which a claim since may have changed."""
+        if not self.shared:
+            return
+        async with self._claiming:
+            owner = self.group(group)
+            if owner is None:
+                owner = Owner(caller.uid, caller.gid, DEFAULT_MODE)
+                await self._write_thread(self.store.owners.set, Owners.group_file(group), owner)
+        if not caller.is_root and not _allows(owner, caller, 0o2):
+            raise AccessDenied(f"group {group!r} belongs to uid {owner.uid}: uid {caller.uid} may not commit to it")
+
+    def check_topic_read(self, caller: Caller, topic: str) -> None:
+        """AccessDenied unless ``caller`` may read ``topic`` by its mode (or is root): a group's ``follow`` streams
+        the topic's records, which the group's own mode does not guard."""
+        if self.shared and not caller.is_root and not _allows(self.topic(topic), caller, 0o4):
+            raise AccessDenied(f"topic {topic!r} is not readable by uid {caller.uid}")
 
     def check_group_owner(self, caller: Caller, group: str) -> None:
         """AccessDenied unless ``caller`` owns ``group`` (or root, or nobody claimed it): deleting it."""
@@ -246,6 +272,16 @@ class Access:
                 raise NotPermitted(f"uid {caller.uid} does not own this (uid {current.uid} does)")
             new = Owner(new.uid, new.gid, mode & MODE_BITS)
         return new
+
+
+def _allows(owner: Owner, caller: Caller, bit: int) -> bool:
+    """Whether ``owner``'s mode grants ``caller`` ``bit`` (4 read, 2 write) by the Unix rule: the owner's bits for
+    the owner, the group's for a member, the others' for everyone else."""
+    if caller.uid == owner.uid:
+        return bool(owner.mode & (bit << 6))
+    if owner.gid in _groups_of(caller):
+        return bool(owner.mode & (bit << 3))
+    return bool(owner.mode & bit)
 
 
 def _groups_of(caller: Caller) -> set[int]:

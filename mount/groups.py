@@ -216,6 +216,7 @@ class Groups:
             return SnapshotHandle(entry, await self.render_lag(node.group)), False
         if kind is Kind.GROUP_FOLLOW:
             self._leader()
+            self.access.check_topic_read(caller, node.topic)  # it streams the topic: the topic's mode decides
             await self.access.claim_group(caller, node.group)
             h = await self.follows.open(entry, pid)
             start = h.position  # where this reader starts (a later lookup may move the inode's start)

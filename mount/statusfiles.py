@@ -81,6 +81,8 @@ class StatusFiles:
                    "leader_epoch": self.replication.leader_epoch}  # fmt: skip
         else:
             doc = {"node_id": -1, "mount": "", "leader_epoch": -1}
+        # Whether this mount is shared: only then do its attributes say who owns what (a follower copies them).
+        doc = {**doc, "shared": self.store.config.mount_allow_other}
         return json.dumps(doc).encode() + b"\n"
 
     async def render_state(self, node: Node) -> bytes:

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
-from logfs.core.errors import OffsetOutOfRange
+from logfs.core.errors import OffsetOutOfRange, StorageError
 from logfs.core.format.abortedbatches import AbortedBatches
 from logfs.core.log.batchcheck import check_left_out
 from logfs.core.log.scan import RangeScan, batch_at
@@ -214,7 +214,9 @@ def read_fetch(log: Log, start: int, max_bytes: int, isolation: Isolation, min_o
             stored = part.stored
             if bound.segment_base_offset < stored.base_offset:  # a bound known on an older segment: Kafka's case 4
                 return FetchDataInfo(log.offset_metadata(start), b"")
-            first = next(iter(stored.headers(part.lo, part.hi)))
+            first = next(iter(stored.headers(part.lo, part.hi)), None)
+            if first is None:  # the span's bytes went under the read (a truncation)
+                raise StorageError(f"{stored.path}: no batch at byte {part.lo} (truncated under a read?)")
             metadata = LogOffsetMetadata(start, stored.base_offset, part.lo)
             adjusted = max(max_bytes, first.size) if min_one_message else max_bytes
             if adjusted == 0:

@@ -20,6 +20,7 @@ Threads: both functions block (on the leader's mount, on this store's disk): wor
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import stat
@@ -36,6 +37,9 @@ _log = logging.getLogger(__name__)
 
 LOGFS_DIR = ".logfs"
 FETCH_DIR = "fetch"  # .logfs/fetch/<replica id>/: the fetch protocol (docs/replication.md)
+LEADER_FILE = "leader"  # .logfs/leader: {"node_id", "mount", "leader_epoch", "shared"}
+GROUPS_DIR = "groups"  # .logfs/groups/<group>/: a shared leader shows each claimed group's owner
+UNCLAIMED_GROUP_MODE = 0o777  # how a shared mount shows a group nobody claimed (mount/access.py)
 
 # Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
 # server, an unmounted mount point.
@@ -63,7 +67,8 @@ class Listing:
     """The leader's root as discovery saw it: each topic, and the root's own owner and mode (who creates topics)."""
 
     topics: dict[str, LeaderTopic] = field(default_factory=dict)
-    root: Owner | None = None
+    root: Owner | None = None  # None: the leader's mount is not shared (its attributes say nothing of owners)
+    groups: dict[str, Owner] = field(default_factory=dict)  # the claimed consumer groups' owners
 
 
 def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None) -> Listing:
@@ -88,7 +93,8 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
         except OSError as exc:
             if exc.errno in LEADER_DOWN:
                 raise
-    listing = Listing(root=_owner_of(leader))
+    shared = _leader_is_shared(leader)
+    listing = Listing(root=_owner_of(leader) if shared else None, groups=_group_owners(leader) if shared else {})
     for topic in sorted(n for n in names if not n.startswith(".")):
         if known is not None and topic in known:
             listing.topics[topic] = known[topic]
@@ -97,6 +103,12 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
             partitions = [int(n) for n in os.listdir(leader / topic) if n.isdigit()]
         except (FileNotFoundError, NotADirectoryError):
             continue  # deleted since the root was listed
+        except PermissionError:
+            # A shared leader's topic whose mode keeps this follower's user out (docs/replication.md, "Securing
+            # ZooKeeper and followers"): not a leader that is down. The others go on.
+            _log.warning("cannot list topic %s of %s as uid %d: its mode keeps this follower out", topic, leader,
+                         os.getuid())  # fmt: skip
+            continue
         try:
             config: str | None = (leader / topic / "config").read_text()
         except FileNotFoundError:
@@ -107,8 +119,39 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
             _log.error("cannot read %s: %s", leader / topic / "config", exc)
             config = None
         if partitions:
-            listing.topics[topic] = LeaderTopic(max(partitions) + 1, config, _owner_of(leader / topic))
+            owner = _owner_of(leader / topic) if shared else None
+            listing.topics[topic] = LeaderTopic(max(partitions) + 1, config, owner)
     return listing
+
+
+def _leader_is_shared(leader: Path) -> bool:
+    """Whether the leader's mount is shared (``--allow-other``, as its ``.logfs/leader`` says): only then do its
+    attributes say who owns what; an unshared mount shows its own user and the default modes for everything."""
+    try:
+        return bool(json.loads((leader / LOGFS_DIR / LEADER_FILE).read_bytes()).get("shared", False))
+    except OSError as exc:
+        if exc.errno in LEADER_DOWN:
+            raise
+        return False
+    except (ValueError, AttributeError):
+        return False
+
+
+def _group_owners(leader: Path) -> dict[str, Owner]:
+    """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 0777:
+    mount/access.py)."""
+    try:
+        names = os.listdir(leader / LOGFS_DIR / GROUPS_DIR)
+    except OSError as exc:
+        if exc.errno in LEADER_DOWN:
+            raise
+        return {}
+    owners = {}
+    for name in names:
+        owner = _owner_of(leader / LOGFS_DIR / GROUPS_DIR / name)
+        if owner is not None and owner.mode != UNCLAIMED_GROUP_MODE:
+            owners[name] = owner
+    return owners
 
 
 def _owner_of(path: Path) -> Owner | None:
@@ -170,9 +213,10 @@ def ensure_topic(store: Store, topic: str, seen: LeaderTopic, copied_config: str
     if not store.has_topic(topic):
         store.create_topics([NewTopic(topic, count, overrides or None, owner)])
         _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
-    elif take_owner(store, Owners.topic_file(topic), owner):
+        overrides = None
+    if take_owner(store, Owners.topic_file(topic), owner):
         _log.info("topic %s: took the leader's owner and mode %s", topic, owner)
-    elif overrides is not None and overrides != store.topic_overrides(topic):
+    if overrides is not None and overrides != store.topic_overrides(topic):
         store.set_topic_overrides(topic, overrides)
         _log.info("topic %s: took the leader's config", topic)
     for p in range(len(store.partitions(topic)), count):

@@ -22,7 +22,7 @@ import trio
 
 from logfs.core.errors import LogfsError
 from logfs.core.owners import Owner, Owners
-from logfs.follower.discovery import LeaderTopic, create_topics, ensure_topic, list_leader, take_owner
+from logfs.follower.discovery import LeaderTopic, Listing, create_topics, ensure_topic, list_leader, take_owner
 from logfs.follower.retry import Backoff
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class DiscoveryLoop:
         self._seen_topics: set[str] = set()  # topics the leader listed during this run
         self._ensured: dict[str, LeaderTopic] = {}  # topic → what discovery last made of it
         self._round = 0
-        self._root: Owner | None = None  # the leader root's owner and mode, as last taken
+        self._owners: dict[str, Owner] = {}  # owner file → the leader's owner, as last taken (root, groups)
 
     def forget(self, topic: str) -> None:
         """A topic deleted here: a later listing of it on the leader makes it anew."""
@@ -69,10 +69,7 @@ class DiscoveryLoop:
                 continue
             backoff.reset()
             self.follower._leader_answered()
-            if listing.root is not None and listing.root != self._root:
-                await self.follower._thread(self.follower._disk_limiter, take_owner, self.follower.store,
-                                            Owners.root_file(), listing.root)  # fmt: skip
-                self._root = listing.root
+            await self._take_owners(listing)
             missing = {t: v for t, v in listing.topics.items() if not self.follower.store.has_topic(t)}
             if len(missing) > 1:  # one fsync of the store directory for all of them (a follower's first round)
                 for topic in await self.follower._thread(
@@ -106,6 +103,27 @@ class DiscoveryLoop:
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self.follower._delete_topic(topic)
             await trio.sleep(DISCOVER_INTERVAL_S)
+
+    async def _take_owners(self, listing: Listing) -> None:
+        """The owners a shared leader shows for its root and its claimed groups, taken when they changed (a topic's
+        owner comes with the topic: ``ensure_topic``)."""
+        wanted = {Owners.group_file(g): o for g, o in listing.groups.items()}
+        if listing.root is not None:
+            wanted[Owners.root_file()] = listing.root
+        changed = {name: owner for name, owner in wanted.items() if self._owners.get(name) != owner}
+        if not changed:
+            return
+
+        def take() -> None:
+            for name, owner in changed.items():
+                take_owner(self.follower.store, name, owner)
+
+        try:
+            await self.follower._thread(self.follower._disk_limiter, take)
+        except (LogfsError, OSError) as exc:
+            _log.error("cannot take the leader's owners here: %s", exc)
+            return
+        self._owners.update(changed)
 
     def _known_slice(self) -> dict[str, LeaderTopic]:
         """What discovery may take as known this round: every topic made here before, but a rotating slice of them

@@ -32,10 +32,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from logfs.core.errors import LogfsError, OffsetOutOfRange, RecordBatchTooLarge
+from logfs.core.errors import LogfsError, RecordBatchTooLarge
 from logfs.core.format.batch import iter_batch_positions, read_header
 from logfs.core.log.log import Log
-from logfs.core.offsets import Isolation
 from logfs.core.replication.promotion import PersistedReplicaState
 from logfs.follower.fetch import (
     FetchProtocolError,
@@ -180,12 +179,12 @@ def truncate_at_batch(log: Log, target: int) -> int:
     """Truncate ``log`` to ``target``, or lower to the start of its batch that holds ``target``, so that the log
     ends on a whole batch (the next fetch then appends the leader's batch at exactly its LEO). Returns the LEO."""
     if log.log_start_offset <= target < log.log_end_offset:
-        try:
-            fetched = log.read(target, 1, Isolation.LOG_END, min_one_message=True)
-        except OffsetOutOfRange:
-            fetched = None
-        if fetched is not None and fetched.records:
-            target = min(target, read_header(fetched.records).base_offset)
+        # The batch's base offset from the offset lookup alone: no bytes of it are read (nor checked), so a
+        # damaged batch in the tail being cut away does not stop the cut.
+        segment = log.segment_for(target)
+        found = segment.translate_offset(target) if segment is not None else None
+        if found is not None:
+            target = min(target, found.base_offset)
     log.truncate_to(target)
     return log.log_end_offset
 

@@ -74,7 +74,7 @@ def test_three_nodes_elect_fail_over_and_rejoin(tmp_path: Path, zookeeper: Any) 
         # node 1 leads (first in replica.ids), in epoch 0 of a fresh cluster; every node says so
         for m in (m1, m2, m3):
             wait_for(f"{m} names node 1", lambda m=m: leader_of(m)["node_id"] == 1)
-        assert leader_of(m2) == {"node_id": 1, "mount": str(m1), "leader_epoch": 0}
+        assert leader_of(m2) == {"node_id": 1, "mount": str(m1), "leader_epoch": 0, "shared": False}
         (m1 / "t").mkdir()
         ack(m1, b"a\nb\nc\n")
         for m in (m2, m3):
@@ -104,7 +104,7 @@ def test_three_nodes_elect_fail_over_and_rejoin(tmp_path: Path, zookeeper: Any) 
             info = wait_for("node 2 leads", lambda: leader_of(m2)["node_id"] == 2 and leader_of(m2), timeout_s=10)
             took = time.monotonic() - killed
             assert took <= SESSION_MS / 1000 + 1.0, f"failover took {took:.2f} s"
-            assert info == {"node_id": 2, "mount": str(m2), "leader_epoch": 1}
+            assert info == {"node_id": 2, "mount": str(m2), "leader_epoch": 1, "shared": False}
             wait_for("node 3 follows node 2", lambda: leader_of(m3)["node_id"] == 2)
             ack(m2, b"d\n")  # acks=all continues on the new leader (ISR 2, 3 >= min.insync.replicas)
             assert (m2 / "t/0/at/earliest").read_bytes() == b"a\nb\nc\nd\n"  # every acknowledged record
@@ -135,7 +135,9 @@ def _isr_is(zk: Any, isr: list[int]) -> dict[str, Any] | None:
 def test_without_zookeeper_the_leader_file_names_the_mount_itself(tmp_path: Path) -> None:
     mount = start_mount(tmp_path / "store", tmp_path / "mnt", "node.id=4")
     try:
-        assert leader_of(mount.path) == {"node_id": 4, "mount": os.path.realpath(mount.path), "leader_epoch": 0}
+        assert leader_of(mount.path) == {
+            "node_id": 4, "mount": os.path.realpath(mount.path), "leader_epoch": 0, "shared": False
+        }
         assert "zookeeper_session" not in (mount.path / ".logfs" / "metrics").read_text()
     finally:
         finish_mount(mount)

@@ -156,6 +156,7 @@ def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people
     alice, bob = people
     store, mnt = place
     with shared_mount(store, mnt):
+        os.chmod(mnt, 0o1777)
         os.mkdir(mnt / "t")
         os.chmod(mnt / "t", 0o755)
         (mnt / "t/0/append").write_text("a\nb\n")
@@ -171,6 +172,14 @@ def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people
         assert bob.run(f"rmdir {group}").returncode != 0
         alice.ok(f"echo 2 > {group}/t/0/offset")
         assert (group / "t/0/offset").read_text().split()[0] == "2"
+        assert owner(mnt / "__consumer_offsets")[2] == 0o700  # every group's commits: not through its at/ files
+        assert "Permission denied" in bob.refused(f"cat {mnt}/__consumer_offsets/0/at/earliest")
+
+        # A group's follow streams its topic: the topic's mode decides, not the group's (bob's own group here).
+        alice.ok(f"mkdir {mnt}/secret && echo hidden >> {mnt}/secret/0/append && chmod 0700 {mnt}/secret")
+        assert "Permission denied" in bob.refused(f"timeout 5 head -c 6 {mnt}/.logfs/groups/bobs/secret/0/follow")
+        bob.ok(f"echo auto.offset.reset=earliest > {mnt}/.logfs/groups/bobs/config")
+        assert bob.ok(f"timeout 5 head -c 2 {mnt}/.logfs/groups/bobs/t/0/follow") == "a\n"
 
 
 def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
@@ -181,6 +190,9 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
     with shared_mount(store, mnt, "replica.ids=0,1"):
         os.chmod(mnt, 0o1777)
         alice.ok(f"mkdir {mnt}/private && echo x >> {mnt}/private/0/append && chmod 0700 {mnt}/private")
+        alice.ok(f"echo 1 > {mnt}/.logfs/groups/g/private/0/offset")
+        time.sleep(ATTR_S)  # the kernel saw the group unclaimed on the way in
+        alice.ok(f"chmod 0700 {mnt}/.logfs/groups/g")
         follower_mnt = mnt.with_name("follower")
         with following(mnt, store.with_name("follower-store"), 1, mount=follower_mnt,
                        config=("mount.allow.other=true",)) as follower:  # fmt: skip
@@ -191,3 +203,5 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
             wait_for("the record on the follower", lambda: (follower_mnt / "private/0/at/earliest").read_text())
             assert "Permission denied" in bob.refused(f"cat {follower_mnt}/private/0/at/earliest")
             assert alice.ok(f"cat {follower_mnt}/private/0/at/earliest") == "x\n"
+            group = follower_mnt / ".logfs/groups/g"
+            wait_for("the group's owner on the follower", lambda: owner(group) == (alice.uid, alice.gid, 0o700))
