@@ -134,12 +134,20 @@ docs/replication.md, "acks=all through the mount"); docs/config.md holds the sam
                                                             transaction.max.timeout.ms).
     unclean.leader.election.enable      false               true, false. With ZooKeeper: elect a live node outside the
                                                             ISR when no ISR member is live (records may be lost).
+    zookeeper.auth.file                                     string. logfs's own (Kafka reads JAAS): with ZooKeeper, a
+                                                            file whose first line is the node's digest credential
+                                                            user:password; refused unless only its owner, the mount's
+                                                            user, may read it.
     zookeeper.connect                                       string. HOST:PORT[,HOST:PORT…][/chroot] of ZooKeeper: the
                                                             node joins a cluster that elects its leader there (empty: no
                                                             ZooKeeper, this node leads).
     zookeeper.session.timeout.ms        6000                int, at least 1. The ZooKeeper session timeout: a leader
                                                             whose session expired is replaced (6 seconds, Kafka's before
                                                             2.5).
+    zookeeper.set.acl                   false               true, false. With ZooKeeper: every znode the node creates
+                                                            gets Kafka's secure ACL, readable by anyone and changed only
+                                                            with the credential of zookeeper.auth.file (needed); logfs
+                                                            zk-acls secures a cluster made without.
 
 Values are read as Kafka's ConfigDef reads them: surrounding whitespace is trimmed; an int or long is an optional
 sign and ASCII digits within Java's int (32-bit) or long (64-bit) range; enum values are spelt exactly as Kafka

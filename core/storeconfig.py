@@ -135,6 +135,16 @@ class StoreConfig:
         "unclean.leader.election.enable", ValueType.BOOLEAN,
         "With ZooKeeper: elect a live node outside the ISR when no ISR member is live (records may be lost).",
     ))  # fmt: skip
+    zookeeper_set_acl: bool = field(default=False, metadata=key_field(
+        "zookeeper.set.acl", ValueType.BOOLEAN,
+        "With ZooKeeper: every znode the node creates gets Kafka's secure ACL, readable by anyone and changed only "
+        "with the credential of zookeeper.auth.file (needed); `logfs zk-acls` secures a cluster made without.",
+    ))  # fmt: skip
+    zookeeper_auth_file: str = field(default="", metadata=key_field(
+        "zookeeper.auth.file", ValueType.STRING,
+        "logfs's own (Kafka reads JAAS): with ZooKeeper, a file whose first line is the node's digest credential "
+        "user:password; refused unless only its owner, the mount's user, may read it.",
+    ))  # fmt: skip
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -151,6 +161,11 @@ class StoreConfig:
             )
         if len(set(self.replica_ids)) != len(self.replica_ids):
             raise invalid_value("replica.ids", ",".join(map(str, self.replica_ids)), "a replica id is listed twice")
+        if self.zookeeper_set_acl and not self.zookeeper_auth_file:
+            raise invalid_value("zookeeper.set.acl", "true", "needs zookeeper.auth.file, the credential that alone "
+                                "may change the znodes")  # fmt: skip
+        if (self.zookeeper_set_acl or self.zookeeper_auth_file) and not self.zookeeper_connect:
+            raise ConfigError("zookeeper.set.acl and zookeeper.auth.file apply only with zookeeper.connect")
         if not isinstance(self.topic_defaults, LogConfig):
             raise ConfigError(f"topic defaults must be a LogConfig, not {type(self.topic_defaults).__name__}")
 

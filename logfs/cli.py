@@ -494,3 +494,36 @@ def errors(mountpoint: Path, as_json: bool) -> None:
         return
     for refusal in _admin(lambda: read_refusals(mountpoint)):
         click.echo(format_refusal(refusal))
+
+
+@main.command("zk-acls")
+@click.option("--zookeeper", "--zookeeper.connect", "connect", required=True, metavar="HOST:PORT[,…][/chroot]",
+              help="The cluster's zookeeper.connect.")  # fmt: skip
+@click.option("--auth-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="The nodes' zookeeper.auth.file, whose credential changes the znodes.")  # fmt: skip
+@click.option("--secure/--unsecure", default=None, help="The secure ACL (anyone reads, only the credential changes) "
+              "or ZooKeeper's open one.")  # fmt: skip
+@click.option("--zookeeper.acl", "acl", type=click.Choice(["secure", "unsecure"]), help="Kafka's spelling of those.")
+def zk_acls(connect: str, auth_file: Path | None, secure: bool | None, acl: str | None) -> None:
+    """Set the ACL of every znode the logfs cluster at --zookeeper uses (its chroot and everything under /brokers,
+    /admin, /logfs, /controller, /controller_epoch), as Kafka's zookeeper-security-migration does.
+
+    Secure a cluster after restarting every node with zookeeper.auth.file and zookeeper.set.acl=true; unsecure it
+    after restarting them with zookeeper.set.acl=false (docs/replication.md, "Securing ZooKeeper and followers").
+    Exits 1 when ZooKeeper does not answer or refuses a change (a znode secured with another credential), 2 for bad
+    usage or a bad --auth-file.
+    """
+    from logfs.cluster.zkacls import migrate, wanted  # kazoo only for this command
+    from logfs.cluster.zkerrors import NotAuthorized, ZkUnavailable
+    from logfs.core.errors import ConfigError
+
+    try:
+        done = migrate(connect, auth_file, secure=wanted(secure, acl, auth_file))
+    except ConfigError as exc:  # the flags, or the credential file
+        raise click.UsageError(str(exc)) from None
+    except ZkUnavailable as exc:
+        fix = "; give --auth-file the credential it was secured with" if isinstance(exc, NotAuthorized) else ""
+        raise click.ClickException(f"{exc}{fix}") from None
+    click.echo(f"{connect}: {done.znodes} znode(s) now have the ACL {done.acl}")
+    if done.warning:
+        click.echo(f"warning: {done.warning}", err=True)

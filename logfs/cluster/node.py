@@ -44,7 +44,8 @@ from logfs.cluster.controller import Controller
 from logfs.cluster.isr import IsrRecorder
 from logfs.cluster.rules import NO_LEADER, NO_LEADERSHIP, Action, Broker, Leadership, decide
 from logfs.cluster.zk import ZooKeeper
-from logfs.cluster.zkerrors import StillRegistered, ZkUnavailable
+from logfs.cluster.zkauth import Credential
+from logfs.cluster.zkerrors import NotAuthorized, StillRegistered, ZkUnavailable
 from logfs.cluster.zksession import SESSION_CONNECTED, SESSION_EXPIRED
 from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
@@ -82,13 +83,16 @@ def _no_view(topic: str, partition: int) -> tuple[int, tuple[int, ...]]:
 class ClusterNode:
     """This process's membership of the cluster. Build and run inside ``trio.run``. See the module docstring."""
 
-    def __init__(self, ops: Operations, store: Store, config: StoreConfig, mountpoint: Path) -> None:
+    def __init__(
+        self, ops: Operations, store: Store, config: StoreConfig, mountpoint: Path, credential: Credential | None = None
+    ) -> None:
         self.ops = ops
         self.store = store
         self.config = config
         self.node_id = config.node_id
         self.advertised = config.advertised_mount or str(mountpoint)
-        self.zk = ZooKeeper(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        self.zk = ZooKeeper(config.zookeeper_connect, config.zookeeper_session_timeout_ms, credential,
+                            secure=config.zookeeper_set_acl)  # fmt: skip
         self.role = ROLE_NONE
         self.leadership = NO_LEADERSHIP  # the leadership this node last acted on
         self.acted_epoch = -1
@@ -101,6 +105,7 @@ class ClusterNode:
         self._nursery: trio.Nursery | None = None
         self._live: set[int] = set()  # the registered nodes at the last reconcile
         self._left = False  # the store went offline: this node left the cluster
+        self._refused: str | None = None  # what ZooKeeper's ACLs last refused (said once at ERROR, not every second)
         self._limiter = trio.CapacityLimiter(1)  # ZooKeeper calls, one at a time
         ops.set_role(None, _no_view)
 
@@ -217,6 +222,12 @@ class ClusterNode:
             self._live = set(await self._zk(self.zk.live_brokers)) if self.broker_epoch >= 0 else set()
             leadership, _ = await self._zk(self.zk.leadership)
             await self._apply_deletions()
+            self._refused = None
+        except NotAuthorized as exc:
+            if str(exc) != self._refused:
+                _log.error("node %d: ZooKeeper refuses it: %s; see zookeeper.auth.file", self.node_id, exc)
+            self._refused = str(exc)
+            return
         except ZkUnavailable as exc:
             _log.debug("node %d: ZooKeeper unavailable: %s", self.node_id, exc)
             return

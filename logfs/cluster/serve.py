@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from logfs.cluster.node import ClusterNode
+from logfs.cluster.zkauth import Credential, read_credential
 from logfs.core.collector import freeze_loaded
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
@@ -28,21 +29,22 @@ _log = logging.getLogger(__name__)
 def serve_cluster(store_path: Path, mountpoint: Path, config: StoreConfig) -> int:
     """Mount ``store_path`` at ``mountpoint`` as a node of the cluster ``config.zookeeper_connect`` names, until
     SIGINT, SIGTERM or an unmount; the exit code. Main thread. Raises as ``serve`` does before anything is mounted
-    (MountError, StoreLocked, ConfigError)."""
+    (MountError, StoreLocked, ConfigError: a bad ``zookeeper.auth.file`` too, read first)."""
+    credential = read_credential(config.zookeeper_auth_file) if config.zookeeper_auth_file else None
     raise_open_file_limit()
     clear_stale_mount(mountpoint, store_path)
     store = Store.open(store_path, config)
     freeze_loaded()  # a store kept for the process's life (core/collector.py)
     try:
-        return trio.run(_run, store, mountpoint)
+        return trio.run(_run, store, mountpoint, credential)
     finally:
         store.close()
         _log.info("closed store %s", store_path)
 
 
-async def _run(store: Store, mountpoint: Path) -> int:
+async def _run(store: Store, mountpoint: Path, credential: Credential | None) -> int:
     ops = Operations(store, follower=lambda topic, partition: (-1, ()))
-    node = ClusterNode(ops, store, store.config, Path(mountpoint).absolute())
+    node = ClusterNode(ops, store, store.config, Path(mountpoint).absolute(), credential)
     ops.reader.status.leader_info = node.leader_file
     ops.reader.status.cluster_state = node.state_fields
     groups = ops.reader.status.extra_metrics

@@ -15,6 +15,12 @@ class ZkUnavailable(Exception):
     """ZooKeeper did not answer (connection lost, session expired, timeout): nothing was decided."""
 
 
+class NotAuthorized(ZkUnavailable):
+    """A znode's ACL refused this session (ZooKeeper's NoAuth): the cluster is secured (``zookeeper.set.acl``) and this
+    node's credential (``zookeeper.auth.file``) is missing or another. Nothing was decided, as for ZkUnavailable, but
+    retrying cannot help until the operator fixes the credential: the node says so at ERROR."""
+
+
 class StillRegistered(Exception):
     """``/brokers/ids/<id>`` belongs to an earlier session of this node (killed before it expired): wait it out."""
 

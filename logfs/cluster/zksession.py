@@ -10,6 +10,12 @@ Requests: many at once, pipelined (``ZkSession._many``), never one request per p
 znodes go in multiReads (``MultiRead``). Their answers leave this module in logfs's types
 (``logfs/cluster/zkerrors.py``): ZkUnavailable when the session cannot be trusted, a kind of Refused for ZooKeeper's
 answer about one znode (for ``zk.py`` to judge); kazoo's own errors never leave it.
+
+Security (docs/replication.md, "Securing ZooKeeper and followers"): with a credential (``logfs/cluster/zkauth.py``)
+the session authenticates with ZooKeeper's ``digest`` scheme, again on every reconnect (kazoo's ``auth_data``); with
+``secure`` every znode it creates carries :func:`secure_acl` (world-readable, writable by that credential only:
+Kafka's secure ZooKeeper), through kazoo's ``default_acl``, which its creates, ``ensure_path`` and multi creates all
+take, so no create in ``zk.py`` can miss it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from kazoo.exceptions import (
     EXCEPTIONS,
     BadVersionError,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -44,8 +51,19 @@ from kazoo.protocol.serialization import (
     stat_struct,
     write_string,
 )
+from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions, make_digest_acl
 
-from logfs.cluster.zkerrors import BadVersion, NodeExists, NoNode, Refused, RolledBack, Unimplemented, ZkUnavailable
+from logfs.cluster.zkauth import Credential
+from logfs.cluster.zkerrors import (
+    BadVersion,
+    NodeExists,
+    NoNode,
+    NotAuthorized,
+    Refused,
+    RolledBack,
+    Unimplemented,
+    ZkUnavailable,
+)
 from logfs.cluster.znodes import BROKERS, DELETE_TOPICS, TOPICS, split_connect
 
 _log = logging.getLogger(__name__)
@@ -129,20 +147,53 @@ class MultiRead(namedtuple("MultiRead", "operations")):
         return out
 
 
+def secure_acl(credential: Credential) -> list[Any]:
+    """The ACL of a secured znode, Kafka's (its ``ZkData.defaultAcls`` when ``zookeeper.set.acl`` is true): anyone
+    may read it, only ``credential`` (``digest``) may change, delete, create under it or change its ACL."""
+    return [make_digest_acl(credential.user, credential.password, all=True), *READ_ACL_UNSAFE]
+
+
+OPEN_ACL: list[Any] = list(OPEN_ACL_UNSAFE)  # ZooKeeper's default: world:anyone, every permission
+
+
+def acl_text(acl: Sequence[Any]) -> str:
+    """An ACL as zkCli's ``setAcl`` spells it: ``digest:user:hash:cdrwa,world:anyone:r``."""
+    return ",".join(f"{entry.id.scheme}:{entry.id.id}:{_perms(entry.perms)}" for entry in acl)
+
+
+def _perms(bits: int) -> str:
+    return "".join(letter for letter, bit in (("c", Permissions.CREATE), ("d", Permissions.DELETE),
+                                              ("r", Permissions.READ), ("w", Permissions.WRITE),
+                                              ("a", Permissions.ADMIN)) if bits & bit)  # fmt: skip
+
+
 class ZkSession:
     """One node's ZooKeeper session. Build on the trio thread (it captures the trio token); ``events`` yields the
-    words kazoo's callbacks hand over. The cluster's operations on znodes are its subclass, ``zk.ZooKeeper``; the
-    methods named with an underscore are for it. See the module docstring."""
+    words kazoo's callbacks hand over. Built outside trio (``logfs zk-acls``: ``logfs/cluster/zkacls.py``) it hands
+    nothing over. The cluster's operations on znodes are its subclass, ``zk.ZooKeeper``; the methods named with an
+    underscore are for it. ``credential``: authenticate with it; ``secure`` (which needs one): every znode created
+    carries :func:`secure_acl`. See the module docstring."""
 
-    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int, credential: Credential | None = None, *, secure: bool = False
+    ) -> None:
         hosts, self.chroot = split_connect(connect)
         self.connect = connect
         # Reconnect attempts at most a fifth of the session timeout apart (kazoo's default backs off up to 60 s): a
         # ZooKeeper restarted within the timeout must see the session again before it expires it.
         retry = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_jitter": 0.1,
                  "max_delay": max(0.05, session_timeout_ms / 5000)}  # fmt: skip
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry=retry)
-        self._token = trio.lowlevel.current_trio_token()
+        if secure and credential is None:
+            raise ValueError("a secure session needs a credential")
+        self.acl = secure_acl(credential) if secure and credential is not None else OPEN_ACL  # what creates carry
+        self.secure = secure
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry=retry,
+                                   auth_data=[("digest", credential.text)] if credential is not None else None,
+                                   default_acl=self.acl if secure else None)  # fmt: skip
+        try:
+            self._token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in trio (a command line tool): no words to hand over
+            self._token = None
         self._send, self.events = trio.open_memory_channel[str](1000)
         self._client.add_listener(self._on_state)
         self.session = SESSION_SUSPENDED  # the last state kazoo reported (read on the trio thread)
@@ -160,6 +211,8 @@ class ZkSession:
             except (trio.WouldBlock, trio.ClosedResourceError):
                 pass  # a full channel already holds a word that makes the node read everything again
 
+        if self._token is None:
+            return
         try:
             self._token.run_sync_soon(send)
         except trio.RunFinishedError:
@@ -181,14 +234,29 @@ class ZkSession:
 
     # --- lifecycle (worker thread) ------------------------------------------------------------------------------------
 
-    def start(self, timeout_s: float) -> None:
-        """Connect (a new session) and make the persistent parents. ZkUnavailable when ZooKeeper does not answer."""
+    def start(self, timeout_s: float, *, make_parents: bool = True) -> None:
+        """Connect (a new session) and make the persistent parents (unless not ``make_parents``). ZkUnavailable
+        when ZooKeeper does not answer; NotAuthorized when it refuses to make them (a secured cluster, and this
+        session without its credential)."""
         try:
             self._client.start(timeout=timeout_s)
-            for path in (BROKERS, TOPICS, DELETE_TOPICS, "/logfs"):
-                self._client.ensure_path(self._p(path))
+            if make_parents:
+                for path in (BROKERS, TOPICS, DELETE_TOPICS, "/logfs"):
+                    self._client.ensure_path(self._p(path))
+                if self.secure:
+                    self._warn_if_open()
         except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(f"ZooKeeper at {self.connect}: {exc!r}") from None
+            raise _unavailable(exc, f"ZooKeeper at {self.connect}: ") from None
+
+    def _warn_if_open(self) -> None:
+        """A secure node on a cluster made without ACLs: its new znodes are secured, the old ones are not until
+        ``logfs zk-acls --secure`` (Kafka's zookeeper-security-migration) sets theirs. Say so once, at the start."""
+        acl, _ = self._client.get_acls(self._p(TOPICS))
+        if any(entry.id.scheme == "world" and entry.perms & ~Permissions.READ for entry in acl):
+            _log.warning("ZooKeeper at %s: anyone may change %s (its ACL: %s): znodes made before "
+                         "zookeeper.set.acl=true keep their ACL; `logfs zk-acls --zookeeper %s --auth-file FILE "
+                         "--secure` secures them", self.connect, self._p(TOPICS), acl_text(acl),
+                         self.connect)  # fmt: skip
 
     def stop(self) -> None:
         """Close the session (its ephemeral znodes go at once) and stop kazoo's threads."""
@@ -211,7 +279,7 @@ class ZkSession:
         except (NoNodeError, NodeExistsError, BadVersionError) as exc:
             raise _refusal(exc) from None
         except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(repr(exc)) from None
+            raise _unavailable(exc) from None
 
     def _many(self, starts: Sequence[Callable[[], Any]], depth: int = PIPELINE_DEPTH) -> list[Any]:
         """Pipelining: start every request (at most ``depth`` in flight), each ``start`` a kazoo *_async
@@ -240,7 +308,7 @@ class ZkSession:
             collect()
         for result in results:
             if isinstance(result, KazooException) and not isinstance(result, _ANSWER_TYPES):
-                raise ZkUnavailable(repr(result))
+                raise _unavailable(result)
         return [_translated(result) for result in results]
 
     def _read_many(self, kind: int, paths: Sequence[str]) -> list[Any]:
@@ -282,7 +350,7 @@ class ZkSession:
         try:
             return _translated(tx.commit_async().get(timeout=REQUEST_TIMEOUT_S))
         except (KazooException, KazooTimeoutError) as exc:
-            raise ZkUnavailable(repr(exc)) from None
+            raise _unavailable(exc) from None
 
     def _delete_tree(self, path: str) -> None:
         """Delete ``path`` and every znode under it (kazoo's recursive delete, a request each); none there: done."""
@@ -291,7 +359,7 @@ class ZkSession:
         except NoNodeError:
             pass
         except KazooException as exc:
-            raise ZkUnavailable(repr(exc)) from None
+            raise _unavailable(exc) from None
 
 
 # ZooKeeper's answers about one znode (the caller judges them); any other error means the session cannot be trusted.
@@ -299,6 +367,14 @@ _ANSWERS: dict[type[Exception], type[Refused]] = {NoNodeError: NoNode, NodeExist
                                                   BadVersionError: BadVersion, RolledBackError: RolledBack,
                                                   UnimplementedError: Unimplemented}  # fmt: skip
 _ANSWER_TYPES = tuple(_ANSWERS)
+
+
+def _unavailable(exc: Exception, prefix: str = "") -> ZkUnavailable:
+    """An error that decided nothing, as logfs's type: NotAuthorized when a znode's ACL refused this session."""
+    if isinstance(exc, NoAuthError):
+        return NotAuthorized(f"{prefix}a znode's ACL refuses this session (it has no credential, or not the one the "
+                             "znode was secured with)")  # fmt: skip
+    return ZkUnavailable(f"{prefix}{exc!r}")
 
 
 def _refusal(exc: Exception) -> Refused:

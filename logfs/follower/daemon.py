@@ -359,6 +359,9 @@ class Follower:
                     "%s-%d: the leader refuses fetches from replica %d (not in its replica.ids): retrying",
                     topic, partition, self.replica_id,
                 )  # fmt: skip
+            elif exc.errno == errno.EACCES:  # mount/access.py's check of a shared mount
+                _log.error("%s-%d: the leader's mount refuses this user's fetches (EACCES: a shared mount lets only "
+                           "the users of its replica.users fetch): retrying", topic, partition)  # fmt: skip
             else:
                 _log.warning("%s-%d: fetch failed (%s): retrying", topic, partition, describe(exc))
 

@@ -5,7 +5,9 @@ epoch, at their new LEO; a refused epoch, a stale answer or a failed apply after
 answer in one worker thread, records what it says of the leader (one replica state write per answer, not per
 partition) and applies its entries in one worker call (``apply_fetch`` each). Threads do not grow with partitions.
 
-A leader without sessions (ENOENT at the open, its mount up), or a session file that cannot be read whole through
+A leader without sessions (ENOENT at the open, its mount up), a session file this follower may not open read-write
+(EACCES: a read-only view of the leader, such as the read-only SFTP login of docs/replication.md, "Securing ZooKeeper
+and followers", which reads the per-partition fetch files only), or a session file that cannot be read whole through
 the filesystem between (sshfs), makes it fall back to a fetch task per partition (``logfs/follower/daemon.py``).
 
 Its own class because it owns which partitions the session fetches and what the next request writes for them
@@ -113,7 +115,8 @@ class SessionFetcher:
                         self._fall_back()
                         return
                     if isinstance(exc, OSError):
-                        await self._refused(exc)
+                        if await self._refused(exc):
+                            return
                     else:
                         _log.error("fetch session: %s: reopening it", exc)
                     await backoff.wait()
@@ -143,13 +146,19 @@ class SessionFetcher:
 
     async def _refused(self, exc: OSError) -> bool:
         """A failed open or exchange of the session: True when the leader has no sessions (ENOENT with its mount up:
-        an older leader), after starting a fetch task per partition instead; else log it (once) and False."""
+        an older leader) or none this follower may open (EACCES), after starting a fetch task per partition
+        instead; else log it (once) and False."""
         if not await self.follower._leader_reachable(exc):
             self.follower._leader_failed(exc)
         elif exc.errno == errno.ENOENT and not await self.follower._leader_call(
             os.path.exists, has_sessions_marker(self.follower.leader)
         ):
             _log.info("the leader %s has no fetch sessions: one fetch per partition", self.follower.leader)
+            self._fall_back()
+            return True
+        elif exc.errno == errno.EACCES:  # a read-only view of the leader: its fetch files still read
+            _log.info("the fetch session of %s is not open to this follower (%s: a read-only login?): one fetch per "
+                      "partition", self.follower.leader, describe(exc))  # fmt: skip
             self._fall_back()
             return True
         elif exc.errno == errno.ENOENT:  # sessions, but no fetches served now (session.has_sessions_marker)

@@ -295,8 +295,10 @@ class Cluster:
         min_insync_replicas: int = 2,
         config: Iterable[str] = (),
         zookeeper: ZooKeeperServer | None = None,
+        chroot: str = "",
     ) -> None:
         self.root = root
+        self.chroot = chroot  # under which the nodes keep their znodes ("/name"; "": none), and the test's client
         root.mkdir(parents=True, exist_ok=True)
         self.session_timeout_ms = session_timeout_ms
         self.zk = zookeeper if zookeeper is not None else ZooKeeperServer(root / "zookeeper")
@@ -331,7 +333,7 @@ class Cluster:
     def node_config(self, node_id: int, connect: str) -> list[str]:
         return [
             f"node.id={node_id}",
-            f"zookeeper.connect={connect}",
+            f"zookeeper.connect={connect}{self.chroot}",
             "replica.ids=" + ",".join(map(str, self.ids)),
             f"min.insync.replicas={self.min_insync_replicas}",
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
@@ -462,12 +464,12 @@ class Cluster:
     # --- ZooKeeper, as the test's own client sees it ---------------------------------------------------------------
 
     def kazoo(self) -> Any:
-        """The test's kazoo client (started on first use, stopped by :meth:`close`); reconnects by itself after a
-        ZooKeeper restart."""
+        """The test's kazoo client (started on first use, stopped by :meth:`close`), under the chroot, without
+        credentials; reconnects by itself after a ZooKeeper restart."""
         if self._kazoo is None:
             from kazoo.client import KazooClient
 
-            client = KazooClient(hosts=self.zk.connect, timeout=10.0)
+            client = KazooClient(hosts=self.zk.connect + self.chroot, timeout=10.0)
             client.start(timeout=15)
             self._kazoo = client
         return self._kazoo

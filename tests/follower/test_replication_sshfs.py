@@ -1,5 +1,6 @@
 """Replication across machines, on one machine: the leader's mount exported over sshfs on loopback (the recipe of
-docs/replication.md), and a follower that reads only that sshfs mount.
+docs/replication.md), and a follower that reads only that sshfs mount; then the secured recipe ("Securing ZooKeeper
+and followers"): a shared leader mount read through a dedicated user's read-only SFTP login with key authentication.
 
 Needs the Debian packages openssh-server and sshfs (scripts/setup installs them). sshd runs as a child of the test
 with its own config, host key and authorized key, on a free loopback port; the test is skipped only when sshd
@@ -9,6 +10,7 @@ cannot run here (no binary, or it exits at start).
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import os
 import shutil
@@ -19,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import finish_mount, start_mount
+from conftest import errno_of, finish_mount, start_mount
 from follower_procs import append_lines, following, identical, in_isr, wait_for
+from users import shared_dir, user
 
 SSHD = "/usr/sbin/sshd"
 # The recipe: no caching of names, attributes or data, so each lookup of a fetch file reaches the leader (it is a
@@ -37,8 +40,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def sshd(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """A private sshd on loopback: (port, the client's private key). Skips the test when sshd cannot run."""
+def sshd(tmp_path: Path, match: str = "") -> Iterator[tuple[int, Path]]:
+    """A private sshd on loopback: (port, the client's private key). ``match``: ``Match`` blocks to end its config
+    with. Skips the test when sshd cannot run."""
     if not os.path.exists(SSHD) or shutil.which("sshfs") is None or shutil.which("ssh-keygen") is None:
         pytest.skip("openssh-server or sshfs is not installed (scripts/setup installs them)")
     d = tmp_path / "sshd"
@@ -50,7 +54,7 @@ def sshd(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     (d / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
         f"PidFile {d / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nLogLevel ERROR\n"
+        "StrictModes no\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nLogLevel ERROR\n" + match
     )
     with contextlib.suppress(OSError):
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
@@ -79,11 +83,12 @@ def sshd(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 
 @contextlib.contextmanager
-def sshfs(port: int, key: Path, remote: Path, local: Path) -> Iterator[Path]:
-    """``remote`` mounted at ``local`` over sshfs with the recipe's options; unmounted in ``finally``."""
+def sshfs(port: int, key: Path, remote: Path, local: Path, login: str | None = None) -> Iterator[Path]:
+    """``remote`` mounted at ``local`` over sshfs with the recipe's options, logged in as ``login`` (default: this
+    user); unmounted in ``finally``."""
     local.mkdir()
     ssh_options = f"IdentityFile={key},StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes"
-    args = ["sshfs", f"{getpass.getuser()}@127.0.0.1:{remote}", str(local), "-p", str(port),
+    args = ["sshfs", f"{login or getpass.getuser()}@127.0.0.1:{remote}", str(local), "-p", str(port),
             "-o", f"{SSHFS_OPTIONS},{ssh_options}"]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, f"sshfs failed: {done.stderr}"
@@ -112,5 +117,50 @@ def test_a_follower_replicates_through_the_leaders_mount_over_sshfs(tmp_path: Pa
                 for p in range(2):  # acks=all through the leader's mount, with its follower behind sshfs
                     append_lines(lead.path / "t" / str(p) / "append", [f"acked-{p}"], fsync=True)
                 wait_for("identical again", lambda: identical(lead.store, tmp_path / "F", "t", 2), lead, follower)
+        finally:
+            finish_mount(lead)
+
+
+# docs/replication.md's sshd_config block for the dedicated user, as written there.
+READ_ONLY_LOGIN = """\
+Match User {user}
+    AuthenticationMethods publickey
+    ForceCommand internal-sftp -R
+    AllowTcpForwarding no
+    X11Forwarding no
+    PermitTTY no
+"""
+
+
+def test_a_dedicated_read_only_login_replicates_a_shared_leader(tmp_path: Path) -> None:
+    """The secured recipe: the leader mounted --allow-other with the ssh user in replica.users, that user allowed only
+    a read-only SFTP login (``internal-sftp -R``) with its key. Through it nothing can be written, the fetch session
+    cannot be opened (read-write), and the follower fetches per partition instead: it replicates, joins the ISR and
+    acks=all returns."""
+    replica = user("replica")
+    # unlocked (this test's sshd runs without PAM, which refuses useradd's "!" password), still with no password
+    subprocess.run(["usermod", "-p", "*", replica.name], check=True)
+    with shared_dir() as shared, sshd(shared, READ_ONLY_LOGIN.format(user=replica.name)) as (port, key):
+        lead = start_mount(shared / "L", shared / "L.mnt", "node.id=1", "replica.ids=1,2",
+                           f"replica.users={replica.name}", flags=("--allow-other",))  # fmt: skip
+        try:
+            os.mkdir(lead.path / "t")
+            os.mkdir(lead.path / "t" / "1")
+            for p in range(2):
+                append_lines(lead.path / "t" / str(p) / "append", [f"before-{p}-{i}" for i in range(100)])
+            with sshfs(port, key, lead.path, tmp_path / "remote", login=replica.name) as remote:
+                assert errno_of(os.open, remote / "t" / "0" / "append", os.O_WRONLY) == errno.EACCES
+                assert errno_of(os.open, remote / ".logfs" / "fetch" / "2" / ".session", os.O_RDWR) == errno.EACCES
+                # a group offset commit, which the mount lets any user make (1777): refused by the login itself
+                offset = remote / ".logfs" / "groups" / "g" / "t" / "0" / "offset"
+                assert errno_of(os.open, offset, os.O_WRONLY) == errno.EACCES
+                assert os.listdir(lead.path / ".logfs" / "groups") == []
+                with following(remote, tmp_path / "F", 2) as follower:
+                    wait_for("identical", lambda: identical(lead.store, tmp_path / "F", "t", 2), lead, follower)
+                    wait_for("the follower in the ISR", lambda: in_isr(lead, "t", 2, 2), lead, follower)
+                    for p in range(2):
+                        append_lines(lead.path / "t" / str(p) / "append", [f"acked-{p}"], fsync=True)
+                    wait_for("identical again", lambda: identical(lead.store, tmp_path / "F", "t", 2), lead, follower)
+                    assert "is not open to this follower (EACCES" in follower.log_text()
         finally:
             finish_mount(lead)

@@ -10,6 +10,10 @@ allowed (ZooKeeper clamps a client's timeout to [2, 20] ticks unless min/maxSess
 the "ZooKeeper killed and restarted" scenario needs: sessions survive a restart that is shorter than their timeout,
 because the server reloads them from its snapshot and transaction log.
 
+:func:`zkcli` runs ZooKeeper's own command line client (the package's ``zkCli.sh``), as an operator would, for the
+tests that check what a client without logfs's credential may do (docs/replication.md, "Securing ZooKeeper and
+followers").
+
 Also runnable by hand: ``python tests/helpers/zkserver.py DIR [PORT]`` starts a server in DIR, prints its connect string
 and runs until SIGTERM or SIGINT (scripts/cluster-demo and the benchmark import the module instead).
 """
@@ -29,6 +33,9 @@ from types import TracebackType
 
 #: Debian's jar; its manifest's Class-Path names every dependency under /usr/share/java.
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+#: The same package's command line client (``org.apache.zookeeper.ZooKeeperMain`` on that jar).
+ZKCLI = Path("/usr/share/zookeeper/bin/zkCli.sh")
+ZKCLI_TIMEOUT_S = 60.0
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -71,6 +78,17 @@ def available() -> str | None:
     if not ZOOKEEPER_JAR.exists():
         return f"{ZOOKEEPER_JAR} missing: install Debian's zookeeper package (scripts/setup does)"
     return None
+
+
+def zkcli(connect: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """``zkCli.sh -server CONNECT COMMAND…``: one command of ZooKeeper's own client, unauthenticated (as anyone who
+    can reach the port); its exit code (1 when the command failed), stdout and stderr (where it says why, e.g.
+    ``Insufficient permission : PATH``)."""
+    if not ZKCLI.exists():
+        raise ZooKeeperError(f"{ZKCLI} missing: install Debian's zookeeper package (scripts/setup does)")
+    env = {**os.environ, "CLIENT_JVMFLAGS": " ".join(JVM_OPTIONS)}  # the server's fast-start options (above)
+    return subprocess.run([str(ZKCLI), "-server", connect, *command], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=env, timeout=ZKCLI_TIMEOUT_S, check=False)  # fmt: skip
 
 
 class ZooKeeperServer:
