@@ -4,8 +4,9 @@
 every batch of every segment the way recovery would (size, magic, CRC-32C, offsets within the segment), checks that
 every offset index entry points at a batch boundary with a fitting offset and that the time index is sane, that the
 checkpoint files parse (the log cleaner's too, ``core/log/cleaner/check.py``), and it lists quarantine files left by
-earlier recoveries and what an interrupted clean left. Each problem is a
-:class:`Finding`; ``damage=True`` ones make the command exit 1.
+earlier recoveries, what an interrupted clean left, and every symbolic link in the store (damage: a mount refuses the
+store while one is there, core/storelinks.py; a partition directory or a ``.log`` that is a link is not read). Each
+problem is a :class:`Finding`; ``damage=True`` ones make the command exit 1.
 
 :func:`repair_store` recovers the store the way a mount does after a crash, but from offset 0 of every partition
 (the recovery point is ignored): damaged tails and the segments after them go to quarantine files, indexes are
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logfs.core.checkpoint import OffsetCheckpointFile
-from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord
+from logfs.core.errors import CorruptCheckpoint, CorruptIndex, CorruptRecord, LinkInStore
 from logfs.core.log.cleaner.check import cleaner_findings
 from logfs.core.log.handles import HandleCache
 from logfs.core.log.index import OffsetIndex, TimeIndex
@@ -46,6 +47,7 @@ from logfs.core.storedir import (
     lock_store,
     stored_node_id,
 )
+from logfs.core.storelinks import find_links
 from logfs.core.topicnames import parse_partition_dir
 
 Progress = Callable[[int, int], None]
@@ -78,18 +80,22 @@ def check_store(path: str | os.PathLike[str], *, progress: Progress | None = Non
         clean = (root / CLEAN_SHUTDOWN_FILE).exists()
         if not clean:
             findings.append(Finding(root, "unclean", "no clean-shutdown marker: the next mount recovers", damage=False))
-        partitions = sorted(d for d in root.iterdir() if d.is_dir() and parse_partition_dir(d.name) is not None)
-        logs = [f for d in partitions for f in d.iterdir() if f.name.endswith(LOG_SUFFIX)]
+        links = set(find_links(root))  # a mount refuses the store until they are gone
+        findings.extend(Finding(p, "link", str(LinkInStore(str(p))), damage=True) for p in sorted(links))
+        partitions = sorted(
+            d for d in root.iterdir() if d not in links and d.is_dir() and parse_partition_dir(d.name) is not None
+        )
+        logs = [f for d in partitions for f in d.iterdir() if f.name.endswith(LOG_SUFFIX) and f not in links]
         total = sum(f.stat().st_size for f in logs)
         done = 0
         handles = HandleCache(8)
         for directory in partitions:
             for f in sorted(directory.iterdir()):
-                if f.name.endswith(QUARANTINE_SUFFIX):
+                if f.name.endswith(QUARANTINE_SUFFIX) and f not in links:
                     findings.append(
                         Finding(f, "quarantine", f"{f.stat().st_size} bytes cut by an earlier recovery", damage=False)
                     )
-            log_paths = sorted(f for f in directory.iterdir() if f.name.endswith(LOG_SUFFIX))
+            log_paths = sorted(f for f in directory.iterdir() if f.name.endswith(LOG_SUFFIX) and f not in links)
             for log_path in log_paths:
                 # After a crash the active segment's indexes are still preallocated (zero-filled): the next mount
                 # rebuilds them, so they are not damage.
@@ -168,6 +174,9 @@ def repair_store(
     """Recover every partition from offset 0 and close the store cleanly; what it did, as findings."""
     root = Path(path)
     os.close(lock_store(root))  # fail early, with the owner's pid, if a mount holds the store
+    links = find_links(root)
+    if links:  # as the open below would, but before the marker and the recovery point go
+        raise LinkInStore(str(links[0]))
     (root / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     (root / RECOVERY_POINT_CHECKPOINT).unlink(missing_ok=True)
     findings: list[Finding] = []

@@ -40,10 +40,13 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   │                                 call on a transactional id in a state that does not allow it
     │   ├── TransactionInProgress         begin while that transactional id has a transaction open or pending
     │   ├── InvalidTransactionalId        a transactional id outside the topic-name rules
+    │   │   └── TransactionalIdTooLong    over 249 characters
     │   └── CoordinatorFenced             a marker from an older coordinator epoch than the log knows
     ├── ConfigError                       unknown key, unsupported key or bad value
     ├── InvalidJsonRecord                 an append.jsonl line that is not a record of the spec's shape
     ├── InvalidOffsetCommit               a consumer-group commit that is malformed or outside the log (EINVAL)
+    ├── InvalidGroupId                    a consumer group id outside the topic-name rules (InvalidGroupIdException)
+    │   └── GroupIdTooLong                over 249 characters
     ├── TopicError
     │   ├── InvalidTopic                  a name outside Kafka's rules (InvalidTopicException)
     │   │   └── TopicNameTooLong          over 249 characters
@@ -57,6 +60,7 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
         ├── ReadFailed                    a read of a store file met an I/O error (that read fails; nothing else)
         ├── CorruptStoredBatch            a stored batch that fails its CRC or framing when read for a client
         ├── StoreLocked
+        ├── LinkInStore                   a symbolic link in the store directory or a partition directory
         ├── CorruptIndex                  an index file that fails its sanity check (CorruptIndexException)
         ├── CorruptTransactionLog         damage before the end of the coordinator's transaction log
         ├── CorruptSnapshot               a producer snapshot that fails its checks (skipped by the loader)
@@ -294,6 +298,10 @@ class InvalidTransactionalId(ProducerError):
     """
 
 
+class TransactionalIdTooLong(InvalidTransactionalId):
+    """A transactional id over 249 characters: its own type so that the mount answers ENAMETOOLONG, as for a topic."""
+
+
 class CoordinatorFenced(ProducerError):
     """A transaction marker with an older coordinator epoch than the producer's last (TransactionCoordinatorFenced)."""
 
@@ -312,6 +320,16 @@ class InvalidJsonRecord(LogfsError):
 class InvalidOffsetCommit(LogfsError):
     """A consumer-group offset commit that is malformed, outside [log start, log end], or an undecodable
     ``__consumer_offsets`` record (Kafka's INVALID_COMMIT_OFFSET_SIZE / OFFSET_OUT_OF_RANGE of a commit)."""
+
+
+class InvalidGroupId(LogfsError):
+    """A consumer group id outside the topic-name rules (Kafka's InvalidGroupIdException). Kafka refuses only an
+    empty id; logfs names each group's directory after it (``.logfs/groups/<group>``), so a group id is held to the
+    rules of every other name a user gives (core/names.py)."""
+
+
+class GroupIdTooLong(InvalidGroupId):
+    """A group id over 249 characters: its own type so that the mount answers ENAMETOOLONG, as for a topic."""
 
 
 class TopicError(LogfsError):
@@ -389,6 +407,21 @@ class StoreLocked(StorageError):
         self.holder_pid = holder_pid
         holder = f" (process {holder_pid})" if holder_pid is not None else ""
         super().__init__(f"store {path} is in use by another logfs process{holder}")
+
+
+class LinkInStore(StorageError):
+    """A symbolic link in the store directory or in a partition directory (a segment, an index, a snapshot, a
+    checkpoint, or a partition directory itself). The store writes and deletes its files by name, so a link would
+    have it write, truncate or delete whatever the link points at, outside the store: the store is not opened (or
+    the partition not made) until the link is replaced by what it points to, or removed. ``path`` is the link."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path} is a symbolic link: a store holds only its own files and directories, and logfs writes nothing "
+            "through a link (it could point outside the store); replace the link with a copy of what it points "
+            "to, or remove it"
+        )
 
 
 class CorruptIndex(StorageError):

@@ -21,7 +21,9 @@ Layout (docs/storage.md, "On disk")::
 Loading. The clean-shutdown marker is read and *deleted at once*, so a crash during the load counts as unclean next
 time. Each partition directory is loaded with the checkpoints' recovery point, log start offset and HW; after an
 unclean shutdown each recovers from its recovery point. ``*-delete`` directories (a deletion that was interrupted)
-are removed.
+are removed. A symbolic link in the store directory or a partition directory stops the open before anything is
+written (LinkInStore, naming it: core/storelinks.py). New topic names follow Kafka's rules, collisions included
+(core/topicnames.py).
 
 Periodic work. The core has no threads of its own: :meth:`Store.tick` runs what is due (retention, deferred
 deletes, ``flush.ms`` flushes, checkpoint writes) and the process that owns the store calls it from a worker thread;
@@ -73,9 +75,12 @@ from logfs.core.storedir import (
     read_checkpoint,
     sync_new_store_directory,
 )
+from logfs.core.storelinks import refuse_link, refuse_links
 from logfs.core.storetasks import StoreTasks, flush_all
 from logfs.core.topicnames import (
     DELETE_DIR_SUFFIX,
+    TopicCollisions,
+    collision_error,
     delete_dir_name,
     overrides_file_name,
     parse_partition_dir,
@@ -128,6 +133,8 @@ class Store:
         # The same logs by topic, so that a lookup of one topic costs what that topic has, never O(partitions):
         # the mount asks it on every lookup and getattr (kept in step with _logs by _add_log and _drop_log).
         self._by_topic: dict[str, dict[int, Log]] = {}
+        # Topics by unified spelling (Kafka's Topic.hasCollision) for creations; kept by _add_log and _drop_log.
+        self._collisions = TopicCollisions()
         # Moves with every partition added or dropped: a reader that saw the same value knows the set of partitions
         # is the same without walking it (logfs/cluster/isr.py's sync of the ISRs it recorded).
         self.topology_version = 0
@@ -160,6 +167,11 @@ class Store:
         lock_fd = lock_store(root)
         failure = register(root)  # a fresh, online channel: before the first write of a store file
         try:
+            # One listing of the root, from the directory entries' types (no stat each): no link (before any file of
+            # the store is written), then the partition directories and which topics have an overrides file.
+            with os.scandir(root) as it:
+                listing = sorted(it, key=lambda e: e.name)
+            refuse_links(listing)
             fresh = check_meta_properties(root, config.node_id) or created
             if fresh:
                 sync_new_store_directory(root, failure)
@@ -184,7 +196,7 @@ class Store:
             raise
         try:
             with collector_paused():  # ~600,000 long-lived objects at 10,000 partitions (core/collector.py)
-                store._load_all()
+                store._load_all(listing)
             store.producer_ids = ProducerIdAllocator(root)
             store.transactions = TransactionCoordinator.open(root, store.producer_ids.allocate)
         except BaseException:
@@ -192,14 +204,13 @@ class Store:
             raise
         return store
 
-    def _load_all(self) -> None:
+    def _load_all(self, listing: list[os.DirEntry[str]]) -> None:
+        """Load every partition directory of ``listing`` (the root's, made by :meth:`open`: no entry is a link).
+        The listing also tells which topics have an overrides file: a topic without one is not looked up on disk."""
         recovery = read_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
         starts = read_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
         hws = read_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT)
-        # One listing of the root, from the directory entries' types (no stat each), tells the partition
-        # directories and which topics have an overrides file: a topic without one is not looked up on disk.
-        with os.scandir(self.path) as it:
-            entries = sorted((e.name, e.is_dir()) for e in it)
+        entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listing]
         files = {name for name, is_dir in entries if not is_dir}
         self.owners.load(files)
         for name, is_dir in entries:
@@ -254,7 +265,11 @@ class Store:
     def _add_log(self, tp: TopicPartition, log: Log) -> None:
         log.on_change = functools.partial(self.tasks.dirty.changed, log)
         self._logs[tp] = log
-        self._by_topic.setdefault(tp.topic, {})[tp.partition] = log
+        logs = self._by_topic.get(tp.topic)
+        if logs is None:
+            logs = self._by_topic[tp.topic] = {}
+            self._collisions.add(tp.topic)
+        logs[tp.partition] = log
         self.topology_version += 1
 
     def _drop_log(self, tp: TopicPartition) -> Log:
@@ -264,6 +279,7 @@ class Store:
         del logs[tp.partition]
         if not logs:
             del self._by_topic[tp.topic]
+            self._collisions.remove(tp.topic)
         self.topology_version += 1
         return log
 
@@ -280,11 +296,14 @@ class Store:
         """Create ``topic`` with ``partitions`` (default ``num.partitions``) empty partitions."""
         self.create_topics([NewTopic(topic, partitions, overrides)])
 
-    def create_topics(self, topics: list[NewTopic]) -> None:
+    def create_topics(self, topics: list[NewTopic], *, copied: bool = False) -> None:
         """Create several topics at once, with one fsync of the store directory for all of them (a follower
         catching up thousands of topics; see :meth:`_create_partitions`). Every topic is checked first: an invalid
-        or existing one (TopicExists, also for a name twice in the list) creates nothing."""
+        or existing one (TopicExists, also for a name twice in the list) creates nothing, and so does one whose name
+        collides with an existing topic's or another new one's (InvalidTopic: Kafka's ``Topic.hasCollision``).
+        ``copied``: a leader's topics, which a follower copies as they are (a collision is the leader's to refuse)."""
         counts: dict[str, int] = {}
+        spellings = TopicCollisions()  # the new topics' own, so that two new ones cannot collide either
         for new in topics:
             validate_topic_name(new.name)
             count = self.config.num_partitions if new.partitions is None else new.partitions
@@ -294,11 +313,16 @@ class Store:
                 apply_overrides(self.config.log_defaults(), new.overrides)  # ConfigError before anything is made
             if new.name in counts:
                 raise TopicExists(f"topic {new.name!r} is given twice")
+            if not copied and (clash := spellings.colliding(new.name)):
+                raise collision_error(new.name, clash, "topic created with it")
+            spellings.add(new.name)
             counts[new.name] = count
         with self._lock:
             for new in topics:
                 if self.has_topic(new.name):
                     raise TopicExists(f"topic {new.name!r} exists")
+                if not copied and (clash := self._collisions.colliding(new.name)):
+                    raise collision_error(new.name, clash)
             for new in topics:
                 if new.overrides:
                     self.set_topic_overrides(new.name, new.overrides)
@@ -335,6 +359,7 @@ class Store:
             for tp in tps:
                 config = configs.get(tp.topic) or configs.setdefault(tp.topic, self.topic_config(tp.topic))
                 directory = self.path / partition_dir_name(tp.topic, tp.partition)
+                refuse_link(directory)  # one put there since the open: the load would list and write through it
                 made.append((tp, load_log(directory, config, self.handles, had_clean_shutdown=True)))
             fsync_dirs([log.directory for _, log in made])  # each one's first segment's name; then their own names
             fsync_dir(self.path)

@@ -12,6 +12,7 @@ Threads: each function blocks on the disk; any thread.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from logfs.core.checkpoint import OffsetCheckpointFile, TopicPartition
 from logfs.core.durable import replace_file
-from logfs.core.errors import ConfigError, CorruptCheckpoint, StoreLocked
+from logfs.core.errors import ConfigError, CorruptCheckpoint, LinkInStore, StoreLocked
 from logfs.core.logdirfailure import LogDirFailureChannel
 
 _log = logging.getLogger(__name__)
@@ -37,11 +38,16 @@ META_PROPERTIES = "meta.properties"
 def lock_store(root: Path) -> int:
     """Take the store's exclusive lock (flock on ``.lock``, which then holds our pid); the descriptor holds it.
 
-    StoreLocked, naming the holder's pid, when another process has it.
+    StoreLocked, naming the holder's pid, when another process has it; LinkInStore when ``.lock`` is a link.
     """
     if not root.is_dir():
         raise FileNotFoundError(f"no store at {root}")
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # never through a link: it is opened before the listing that refuses links (core/storelinks.py)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise LinkInStore(str(root / LOCK_FILE)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

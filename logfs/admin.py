@@ -13,8 +13,9 @@ with ``rmdir`` (the topic holds no record yet, so rmdir may remove it, and its c
 Between the first mkdir and that rmdir, other users of the mount can see the topic; if one of them wrote a record
 into it meanwhile, rmdir refuses (ENOTEMPTY) and the error says the topic was left.
 
-Errors: :class:`AdminError` (exit 1) and :class:`BadArgument` (a bad topic name or config line: exit 2), each with
-a message for the user. Threads: any (plain blocking file calls; the CLI's main thread).
+Errors: :class:`AdminError` (exit 1) and :class:`BadArgument` (a topic name outside Kafka's rules, one that collides
+with an existing topic's, or a bad config line: exit 2), each with a message for the user. Threads: any (plain
+blocking file calls; the CLI's main thread).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from logfs.core.configtext import parse_config_lines
-from logfs.core.errors import ConfigError
+from logfs.core.errors import ConfigError, InvalidTopic
+from logfs.core.topicnames import validate_topic_name
 
 LOGFS_DIR = ".logfs"
 ERRORS_FILE = "errors"
@@ -56,9 +58,13 @@ def check_mount(mount: Path) -> None:
 
 
 def _check_topic_name(topic: str) -> None:
-    """Names the mount would never see as one directory; every other rule is the mount's (its reason is shown)."""
-    if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
-        raise BadArgument(f"{topic!r} cannot be a topic name: Kafka's names are 1-249 characters of [A-Za-z0-9._-]")
+    """Kafka's name rules (core/names.py), checked here before any path is made of the name, so that a name the
+    mount would refuse never reaches a system call (``a/../b`` or ``..`` would walk elsewhere first). Whether the
+    name collides with an existing topic is the mount's to say (its reason is shown)."""
+    try:
+        validate_topic_name(topic)
+    except InvalidTopic as exc:
+        raise BadArgument(str(exc)) from None
 
 
 def mount_reason(mount: Path, path: str, exc: OSError) -> str:
@@ -162,8 +168,9 @@ def refusals_text(mount: Path) -> str:
 
 
 def read_refusals(mount: Path) -> list[dict[str, Any]]:
-    """The refusals ``.logfs/errors`` keeps, parsed, oldest first."""
-    return [json.loads(line) for line in refusals_text(mount).splitlines() if line.strip()]
+    """The refusals ``.logfs/errors`` keeps, parsed, oldest first. Lines end at ``\n`` only: a reason may quote a
+    name holding U+2028 or a control character (kept as they are in the JSON), which ``str.splitlines`` would cut."""
+    return [json.loads(line) for line in refusals_text(mount).split("\n") if line.strip()]
 
 
 def format_refusal(refusal: dict[str, Any]) -> str:

@@ -53,7 +53,9 @@ def create_topic(mountpoint: Path, topic: str, partitions: int | None, config_li
     (rmdir: it holds no record yet) and nothing stays, unless another process wrote into it meanwhile (then the
     message says it was left). A mount's mkdir makes its num.partitions partitions at once and partitions cannot be
     removed, so N below that fails. Exits 1 when the topic exists, MOUNTPOINT is not a logfs mount or the mount
-    refuses (a follower's mount is read-only); 2 for a bad topic name or --config line.
+    refuses (a follower's mount is read-only); 2 for a bad --config line or a topic name outside Kafka's rules
+    (1-249 characters of [A-Za-z0-9._-], not starting with '.'; nor one that differs from an existing topic's only
+    in '.' against '_').
     """
     from logfs.admin import create_topic as create
 
@@ -68,7 +70,8 @@ def delete_topic(mountpoint: Path, topic: str) -> None:
     """Delete TOPIC and all its records from the mount at MOUNTPOINT (writes TOPIC to .logfs/delete-topic).
 
     The records are gone for good: there is no undo. Readers of the topic see end of file. Exits 1 when there is no
-    such topic, MOUNTPOINT is not a logfs mount or the mount refuses (a follower's mount is read-only).
+    such topic, MOUNTPOINT is not a logfs mount or the mount refuses (a follower's mount is read-only); 2 for a topic
+    name outside Kafka's rules.
     """
     from logfs.admin import delete_topic as delete
 
@@ -84,7 +87,8 @@ def groups(mountpoint: Path, group: str | None) -> None:
     `kafka-consumer-groups --describe` does (from MOUNTPOINT/.logfs/groups/<group>/lag).
 
     LOG-END-OFFSET is the high watermark and LAG what remains to read up to it. Prints nothing when no group has
-    committed. Exits 1 when MOUNTPOINT is not a logfs mount or --group names no group.
+    committed. Exits 1 when MOUNTPOINT is not a logfs mount or --group names no group, 2 when GROUP breaks the
+    name rules (1-249 characters of [A-Za-z0-9._-], not starting with '.').
     """
     from logfs.groups import describe, format_rows
 

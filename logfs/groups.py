@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from logfs.admin import AdminError, check_mount
+from logfs.admin import AdminError, BadArgument, check_mount
+from logfs.core.errors import InvalidGroupId
+from logfs.core.names import validate_group_id
 
 GROUPS_DIR = Path(".logfs") / "groups"
 HEADER = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")
@@ -41,8 +43,14 @@ def read_lag(mount: Path, group: str) -> list[LagRow]:
 
 
 def describe(mount: Path, group: str | None = None) -> list[LagRow]:
-    """Every group's rows (or ``group``'s: AdminError when the mount lists no such group)."""
+    """Every group's rows (or ``group``'s: BadArgument for a name outside the group-id rules, core/names.py;
+    AdminError when the mount lists no such group)."""
     check_mount(mount)
+    if group is not None:
+        try:
+            validate_group_id(group)
+        except InvalidGroupId as exc:
+            raise BadArgument(str(exc)) from None
     groups = sorted(p.name for p in (mount / GROUPS_DIR).iterdir())
     if group is not None:
         if group not in groups:

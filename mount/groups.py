@@ -55,6 +55,7 @@ from logfs.core.groups.offsets import (
 )
 from logfs.core.groups.records import OFFSETS_TOPIC, partition_for_group
 from logfs.core.log.log import Log
+from logfs.core.names import is_group_id
 from logfs.core.owners import Owners
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller
@@ -147,7 +148,8 @@ class Groups:
         await self.catch_up(None if k is Kind.GROUPS_DIR else group)
         if k is Kind.GROUPS_DIR:
             names = sorted(set(self.offsets.groups()) | set(self.configs.groups()))
-            return [(g, Node(Kind.GROUP, group=g)) for g in names]
+            # only what a lookup reaches: a group id outside the name rules (a store written by Kafka) is not listed
+            return [(g, Node(Kind.GROUP, group=g)) for g in names if is_group_id(g)]
         commits = self.offsets.commits(group)
         if k is Kind.GROUP:
             topics = sorted({t for t, _ in commits if self.store.has_topic(t)})

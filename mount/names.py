@@ -16,7 +16,7 @@ Rules (docs/mount.md, "Reads"):
   them in offset order).
 * A fetch file is ``<fetch offset>.<last fetched epoch>`` (epoch -1: none yet).
 * Below the root, names starting with ``.`` or ``_`` (Spark's ``.<name>.crc`` and ``_spark_metadata``) name
-  nothing.
+  nothing, except a ``_`` where a topic, group or transactional id is looked up (``mount/tree.py``).
 
 A name that does not parse is :class:`NoEntry` (ENOENT) where it is looked up; :func:`parse_view_name` raises
 ValueError, for callers outside the mount. What a stem *resolves to* (an offset by time index, the HW) needs the log

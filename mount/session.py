@@ -57,6 +57,7 @@ import trio
 from logfs.core.errors import LockBusy, LogfsError
 from logfs.core.replication.fetch import FETCH_RECORDS_BYTES_MAX, accept_fetch, fetch_response
 from logfs.core.replication.replica import FetchValidation, LeaderPartition, ReplicaChange
+from logfs.core.topicnames import validate_topic_name
 from logfs.mount.errors import InvalidCommand
 from logfs.mount.handles import Handle, Partitions
 from logfs.mount.replication import FETCH_HW_NEWS_WAIT_S, FETCH_WAIT_MAX_S, LeaderReplication
@@ -164,7 +165,8 @@ class FetchSession:
 
     async def write(self, data: bytes) -> None:
         """Request lines: adds, changes, drops (module docstring). InvalidCommand (EINVAL) for a line that is not
-        one; the lines before it were taken."""
+        one, InvalidTopic (EINVAL, ENAMETOOLONG when too long) for a topic name outside Kafka's rules; the lines before
+        it were taken."""
         async with self._write_lock:
             self._request += data
             end = self._request.rfind(b"\n")
@@ -187,6 +189,7 @@ class FetchSession:
             topic, partition = op["topic"], op["partition"]
             if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
                 raise TypeError("topic must be a string, partition an integer")
+            validate_topic_name(topic)  # InvalidTopic (EINVAL) or TopicNameTooLong: no name outside the rule is kept
             if op.get("drop"):
                 self._drop((topic, partition))
                 return

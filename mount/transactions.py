@@ -33,9 +33,10 @@ from logfs.core.durable import now_ms
 from logfs.core.errors import InvalidTxnState, LogfsError, UnknownTopicOrPartition
 from logfs.core.format.batch import increment_sequence, read_header, set_producer
 from logfs.core.log.log import Log
+from logfs.core.names import validate_transactional_id
 from logfs.core.store import Store
 from logfs.core.txn.coordinator import MarkerWriter, TransactionCoordinator
-from logfs.core.txn.state import TxnInfo, validate_transactional_id
+from logfs.core.txn.state import TxnInfo
 from logfs.mount.errors import NoEntry
 from logfs.mount.handles import Partitions
 from logfs.mount.nodes import Kind, Node

@@ -43,7 +43,9 @@ Design note: inode numbers and lookup counts (after pyfuse3's ``developer-notes/
   again gets a new inode: a second fetch, as before).
 * ``at/`` and ``follow/`` list nothing (their names are looked up, never enumerated, so ``ls -R``, ``find`` and
   Spark never walk an unbounded set of offsets). Lookups of names starting with ``.`` or ``_`` below the root
-  (Spark's ``.<name>.crc`` and ``_spark_metadata``) answer ENOENT at once.
+  (Spark's ``.<name>.crc`` and ``_spark_metadata``) answer ENOENT at once, but for a ``_`` where a user's name is
+  looked up (a topic, a group, a transactional id: Kafka's rules allow it, core/names.py), so that what mkdir or a
+  commit made can be reached (``_schemas``, a group ``_g``).
 
 Threads: the trio thread only (the table is not locked). Nothing here blocks: topic and partition existence come
 from the store's in-memory maps.
@@ -57,7 +59,7 @@ from typing import Any
 
 import pyfuse3
 
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.names import validate_group_id
 from logfs.core.store import Store
 from logfs.mount.errors import NoEntry
 from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_follow_name, parse_partition_name
@@ -98,6 +100,10 @@ class Entry:
     created_ns: int = 0
 
 
+# Directories whose entries are names users give (topics, group ids, transactional ids), where a leading "_" is a name.
+_NAMED_BY_USERS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.GROUPS_DIR, Kind.GROUP, Kind.FETCH_REPLICA})
+
+
 class Tree:
     """Names to nodes, nodes to inodes. See the module docstring. Trio thread only."""
 
@@ -126,13 +132,12 @@ class Tree:
         if kind is Kind.ROOT:
             if name == LOGFS_DIR_NAME:
                 return Node(Kind.LOGFS_DIR)
-            if (is_hidden(name) and name != OFFSETS_TOPIC) or not self.store.has_topic(name):
-                raise NoEntry(f"no topic {name!r}")  # __consumer_offsets is readable like any topic
+            if name.startswith(".") or not self.store.has_topic(name):
+                raise NoEntry(f"no topic {name!r}")  # "_x" is a topic like any (__consumer_offsets, _schemas)
             return Node(Kind.TOPIC, name)
-        if (
-            is_hidden(name)
-            and name != OFFSETS_TOPIC
-            and not (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
+        if is_hidden(name) and not (
+            (name.startswith("_") and kind in _NAMED_BY_USERS)
+            or (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
         ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
@@ -208,10 +213,12 @@ class Tree:
         return partition
 
     def _resolve_group(self, parent: Node, name: str) -> Node:
-        """A name under ``.logfs/groups/``: any group name (no mkdir: a commit makes it), its ``config`` and
-        ``lag``, and the topics and partitions that exist (mount/groups.py)."""
+        """A name under ``.logfs/groups/``: any group id of Kafka's name rules (no mkdir: a commit makes it; another
+        name is refused here, EINVAL or ENAMETOOLONG, since this lookup is where a group's name comes in), its
+        ``config`` and ``lag``, and the topics and partitions that exist (mount/groups.py)."""
         kind, group = parent.kind, parent.group
         if kind is Kind.GROUPS_DIR:
+            validate_group_id(name)
             return Node(Kind.GROUP, group=name)
         if kind is Kind.GROUP:
             if name in GROUP_CHILDREN:

@@ -51,6 +51,7 @@ from logfs.core.format.partitioner import partition_for_key
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
 from logfs.core.store import Store
+from logfs.core.topicnames import validate_topic_name
 from logfs.core.txn.coordinator import TransactionCoordinator
 from logfs.mount.access import Access
 from logfs.mount.errors import (
@@ -253,6 +254,7 @@ class Writer:
             await self._config_lines(node.topic, lines)
         elif kind is Kind.DELETE_TOPIC:
             for line in _commands(lines):
+                validate_topic_name(line)  # EINVAL / ENAMETOOLONG before "no such topic" (core/names.py)
                 if not self.store.has_topic(line):
                     raise NoEntry(f"no topic {line!r}")
                 self._check_owner(h, line, "delete-topic")
@@ -384,6 +386,7 @@ class Writer:
         if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
             raise InvalidCommand(f"{line!r} is not '<topic> <partition> <offset>'")
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
+        validate_topic_name(topic)
         log = self.store.log(topic, partition)
         self._check_owner(h, topic, "delete-records")
         if offset < 0 or offset > log.high_watermark:
@@ -396,7 +399,10 @@ class Writer:
 
 
 def _commands(lines: list[bytes]) -> list[str]:
-    return [text for line in lines if (text := line.decode("utf-8", "replace").strip())]
+    """The non-blank lines of a command file, without the ASCII blanks around them; every other byte is the command's
+    (so a name that starts or ends with a control character is refused by the name's rule, not trimmed into another
+    name). A line of nothing but blanks, Unicode's included, is skipped."""
+    return [text for line in lines if (text := line.strip().decode("utf-8", "replace")).strip()]
 
 
 class _all_locked:  # a context manager, named like one

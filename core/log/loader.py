@@ -60,6 +60,7 @@ from logfs.core.log.segment import (
     LogSegment,
     offset_from_filename,
 )
+from logfs.core.storelinks import refuse_links
 from logfs.core.txn.producerreplay import replay
 from logfs.core.txn.producerstate import ProducerStateManager
 
@@ -219,13 +220,16 @@ def _rebuild_epochs(segments: list[LogSegment], epoch_cache: LeaderEpochFileCach
 def _listing(directory: Path) -> list[os.DirEntry[str]]:
     """The partition directory's entries, the directory made first when it is missing. One listing serves passes 0
     to 3 of a partition that holds no temporary file (almost every one: 10,000 partitions open at each remount); a
-    stat-free check that it exists, not a mkdir that fails with EEXIST and a stat after it."""
+    stat-free check that it exists, not a mkdir that fails with EEXIST and a stat after it. LinkInStore for an entry
+    that is a symbolic link (core/storelinks.py: no file is opened, written or deleted through one)."""
     try:
         with os.scandir(directory) as it:
-            return list(it)
+            entries = list(it)
     except FileNotFoundError:
         directory.mkdir(parents=True, exist_ok=True)
         return []
+    refuse_links(entries)
+    return entries
 
 
 def _may_hold_temp_files(entries: list[os.DirEntry[str]]) -> bool:

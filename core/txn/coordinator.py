@@ -68,13 +68,8 @@ from logfs.core.checkpoint import TopicPartition
 from logfs.core.config import TRANSACTION_MAX_TIMEOUT_MS
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import ConfigError, InvalidTxnState, ProducerFenced, TransactionInProgress
-from logfs.core.txn.state import (
-    PRODUCER_EPOCH_EXHAUSTED,
-    PRODUCER_EPOCH_MAX,
-    TxnInfo,
-    TxnState,
-    validate_transactional_id,
-)
+from logfs.core.names import validate_transactional_id
+from logfs.core.txn.state import PRODUCER_EPOCH_EXHAUSTED, PRODUCER_EPOCH_MAX, TxnInfo, TxnState
 from logfs.core.txn.statemanager import COMPACT_MIN_BYTES, LABELS_MAX, TransactionStateManager
 
 _log = logging.getLogger(__name__)

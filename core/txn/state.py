@@ -19,22 +19,19 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.config import TRANSACTION_MAX_TIMEOUT_MS
-from logfs.core.errors import InvalidTransactionalId
+from logfs.core.names import validate_transactional_id
 
-TRANSACTIONAL_ID_MAX_CHARS = 249  # the topic-name limit, so that the id fits a file name
 PRODUCER_ID_MAX = 2**63 - 1  # a long
 PRODUCER_EPOCH_MAX = 2**15 - 1  # a short
 PRODUCER_EPOCH_EXHAUSTED = PRODUCER_EPOCH_MAX - 1  # Kafka's isEpochExhausted: leaves room for one fencing bump
 COORDINATOR_EPOCH_MAX = 2**31 - 1  # an int
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
-_TRANSACTIONAL_ID_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 
 assert PRODUCER_EPOCH_EXHAUSTED + 1 <= PRODUCER_EPOCH_MAX  # a fence of an exhausted-but-open epoch still fits
 
@@ -106,18 +103,6 @@ class CoordinatorEpoch:
 
 
 Record = TxnInfo | ExpiredId | CommittedLabels | CoordinatorEpoch
-
-
-def validate_transactional_id(transactional_id: str) -> None:
-    """The topic-name rules: 1-249 of ``[A-Za-z0-9._-]``, no leading ``.`` (so not ``.`` or ``..`` either)."""
-    if not 1 <= len(transactional_id) <= TRANSACTIONAL_ID_MAX_CHARS:
-        raise InvalidTransactionalId(
-            f"a transactional id has 1 to {TRANSACTIONAL_ID_MAX_CHARS} characters, not {len(transactional_id)}"
-        )
-    if not _TRANSACTIONAL_ID_CHARS.fullmatch(transactional_id):
-        raise InvalidTransactionalId(f"transactional id {transactional_id!r} has characters outside [A-Za-z0-9._-]")
-    if transactional_id.startswith("."):
-        raise InvalidTransactionalId(f"transactional id {transactional_id!r} starts with '.', which logfs reserves")
 
 
 # --- encoding --------------------------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ has a partition to fetch (a topic created there starts with the live followers i
 Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, the leader's config
 as this store's topic overrides whenever the text changed, and the owner and mode its directory shows (so a
 follower's mount, and this node once it leads, enforce what the leader did: core/owners.py); the root's owner and
-mode too (:func:`take_owner`). A topic deleted between the listing of the root and of
-the topic is skipped, not an error: the next round sees the truth.
+mode too (:func:`take_owner`). Names are copied as the leader has them: Kafka's rules still apply here
+(core/names.py), but two names that differ only in ``.`` against ``_`` are not refused (the leader refuses such a
+pair when one is created; a leader that holds both anyway is copied whole). A topic deleted between the listing of
+the root and of the topic is skipped, not an error: the next round sees the truth.
 
 A leader that is not there answers with one of :data:`LEADER_DOWN`'s errors (a dead FUSE mount, an sshfs without its
 server, an unmounted mount point) or :class:`LeaderUnavailable` (a mount point with no ``.logfs``); the daemon
@@ -192,7 +194,7 @@ def create_topics(store: Store, topics: dict[str, LeaderTopic]) -> list[str]:
     if not batch:
         return []
     try:
-        store.create_topics(batch)
+        store.create_topics(batch, copied=True)  # the leader's names as they are, collisions included
     except (LogfsError, OSError) as exc:
         _log.info("creating %d topics at once failed (%s): one by one", len(batch), exc)
         return []
@@ -211,7 +213,7 @@ def ensure_topic(store: Store, topic: str, seen: LeaderTopic, copied_config: str
         except ConfigError as exc:
             _log.error("topic %s: this store cannot take the leader's config (%s): keeping its own", topic, exc)
     if not store.has_topic(topic):
-        store.create_topics([NewTopic(topic, count, overrides or None, owner)])
+        store.create_topics([NewTopic(topic, count, overrides or None, owner)], copied=True)
         _log.info("topic %s: created here with %d partition(s) and the leader's config", topic, count)
         overrides = None
     if take_owner(store, Owners.topic_file(topic), owner):

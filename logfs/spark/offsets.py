@@ -35,6 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from logfs.core.errors import InvalidGroupId, InvalidTopic
+from logfs.core.names import validate_group_id
+from logfs.core.topicnames import validate_topic_name
+
 TopicPartition: TypeAlias = tuple[str, int]
 
 
@@ -112,8 +116,7 @@ def parse_offset_spec(text: str, option: str) -> OffsetSpec:
     value = text.strip()
     if value.startswith("group:"):
         group = value[len("group:") :]
-        if not group or "/" in group or group.startswith((".", "_")):
-            raise OffsetError(f"{option}: {text!r} does not name a consumer group (group:<group>)")
+        check_group(group, f"{option}: {text!r} does not name a consumer group (group:<group>)")
         return GroupSpec(group)
     if value.lower() in ("earliest", "latest"):
         return "earliest" if value.lower() == "earliest" else "latest"
@@ -181,6 +184,7 @@ def offsets_from_json(obj: Mapping[str, Any], what: str = "offsets") -> dict[Top
     for topic, partitions in obj.items():
         if not isinstance(topic, str) or not isinstance(partitions, dict):
             raise OffsetError(f'{what}: expected {{"topic": {{"partition": offset}}}}, got {json.dumps(obj)}')
+        check_topic(topic, what)
         for partition, offset in partitions.items():
             if not (isinstance(partition, str) and partition.isascii() and partition.isdigit()):
                 raise OffsetError(f"{what}: partition {partition!r} of topic {topic!r} is not a partition number")
@@ -188,6 +192,23 @@ def offsets_from_json(obj: Mapping[str, Any], what: str = "offsets") -> dict[Top
                 raise OffsetError(f"{what}: offset {offset!r} of {topic}-{partition} is not an offset, -1 or -2")
             out[(topic, int(partition))] = offset
     return out
+
+
+def check_topic(topic: str, what: str) -> None:
+    """OffsetError (its message beginning with ``what``) unless ``topic`` follows Kafka's topic-name rules
+    (core/names.py): a name no mount can hold is refused when the options are read, before a path is made of it."""
+    try:
+        validate_topic_name(topic)
+    except InvalidTopic as exc:
+        raise OffsetError(f"{what}: {exc}") from None
+
+
+def check_group(group: str, what: str) -> None:
+    """OffsetError (its message beginning with ``what``) unless ``group`` follows the group-id rules (core/names.py)."""
+    try:
+        validate_group_id(group)
+    except InvalidGroupId as exc:
+        raise OffsetError(f"{what}: {exc}") from None
 
 
 def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:

@@ -47,12 +47,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from logfs.core.format.compression import Compression
-from logfs.spark.offsets import NoMatch, OffsetError, OffsetSpec, parse_offset_spec, parse_timestamp_spec
+from logfs.spark.offsets import (
+    NoMatch,
+    OffsetError,
+    OffsetSpec,
+    check_group,
+    check_topic,
+    parse_offset_spec,
+    parse_timestamp_spec,
+)
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default (spark.network.timeout)
 READ_UNCOMMITTED = "read_uncommitted"
@@ -161,6 +169,8 @@ def _subscription(o: Mapping[str, str]) -> Subscription:
         topics = tuple(t.strip() for t in raw.split(",") if t.strip())
         if not topics:
             raise OptionError(f"option subscribe names no topic: {raw!r}")
+        for topic in topics:
+            _name(check_topic, topic, "subscribe")
         return Subscription(topics=topics)
     if kind == "subscribepattern":
         try:
@@ -182,7 +192,18 @@ def _assignment(raw: str) -> tuple[tuple[str, int], ...]:
     )
     if not ok or not obj:
         raise OptionError(f'option assign must be JSON like {{"topic": [0, 1]}}, not {raw!r}')
+    for topic in obj:
+        _name(check_topic, topic, "assign")
     return tuple(sorted((t, p) for t, ps in obj.items() for p in set(ps)))
+
+
+def _name(check: Callable[[str, str], None], name: str, option: str) -> None:
+    """A topic or group name given in ``option``, held to the mount's name rules (``check``: logfs/spark/offsets.py's
+    check_topic or check_group); OptionError naming the option and the rule it breaks."""
+    try:
+        check(name, f"option {option}")
+    except OffsetError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _isolation(o: Mapping[str, str]) -> bool:
@@ -219,8 +240,8 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     commit_group = o.get("committogroup", "").strip() or None
     if commit_group is not None and not streaming:
         raise OptionError("option commitToGroup is for streaming queries only (a batch query has no micro-batches)")
-    if commit_group is not None and ("/" in commit_group or commit_group.startswith((".", "_"))):
-        raise OptionError(f"option commitToGroup: {commit_group!r} is not a group name (no '/', no leading . or _)")
+    if commit_group is not None:
+        _name(check_group, commit_group, "commitToGroup")
     timeout_ms = _positive(o, "kafkaConsumer.pollTimeoutMs")
     return SourceOptions(
         path=_path(o, "load"),
@@ -268,6 +289,8 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     if raw not in names:
         raise OptionError(f"option kafka.compression.type must be one of {', '.join(names)}, not {raw!r}")
     topic = o.get("topic", "").strip() or None
+    if topic is not None:
+        _name(check_topic, topic, "topic")
     return SinkOptions(path=_path(o, "save"), topic=topic, compression=names[raw], transactional_id=transactional_id)
 
 

@@ -43,6 +43,7 @@ from logfs.core.format.compression import Compression
 from logfs.core.format.encode import encode_batch
 from logfs.core.format.partitioner import partition_for_key
 from logfs.spark.mount import list_partitions
+from logfs.spark.offsets import OffsetError, check_topic
 from logfs.spark.transactions import abort, new_transaction, transaction_dir
 
 WRITE_BYTES = 1024 * 1024  # bytes per write(2): one FUSE request at the mount's max_write
@@ -185,6 +186,10 @@ class MountWriter:
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
+            try:  # before any path is made of a row's topic: "../x" would list, mkdir and write outside the mount
+                check_topic(topic, "a row's topic")
+            except OffsetError as exc:
+                raise SinkError(str(exc)) from None
             count = len(list_partitions(self._mount, topic))
             if count == 0:
                 try:

@@ -6,6 +6,7 @@ import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,9 +63,9 @@ def test_a_store_open_pauses_the_collector_during_its_load_only(tmp_path: Path) 
     states: list[bool] = []
     original = Store._load_all
 
-    def spy(self: Store) -> None:
+    def spy(self: Store, *args: Any) -> None:
         states.append(gc.isenabled())
-        original(self)
+        original(self, *args)
 
     Store._load_all = spy  # type: ignore[method-assign]
     try:

@@ -457,3 +457,24 @@ def test_logfs_follow_needs_a_replica_id_and_takes_it_as_node_id(tmp_path: Path)
     assert done.returncode == 2 and "node.id=1" in done.stderr
     help_text = run_logfs("follow", "--help").stdout
     assert "LEADER_MOUNT" in help_text and "--mount" in help_text and "--replica-id" in help_text
+
+
+def test_discovery_copies_a_leaders_topics_that_collide_and_still_refuses_illegal_names(tmp_path: Path) -> None:
+    """A follower copies what its leader holds: two names that differ only in '.' and '_' are both made here (the
+    leader refused such a pair when it was created, or holds both anyway); a name outside Kafka's rules is not."""
+    from logfs.core.errors import InvalidTopic
+    from logfs.core.store import NewTopic
+    from logfs.follower.discovery import LeaderTopic, create_topics, ensure_topic
+
+    with Store.open(tmp_path, StoreConfig()) as store:
+        made = create_topics(store, {"a.b": LeaderTopic(1, None, None), "a_b": LeaderTopic(2, None, None)})
+        assert made == ["a.b", "a_b"]
+        store.create_topic("c.d")
+        ensure_topic(store, "c_d", LeaderTopic(1, None, None), None)
+        assert store.topics() == ["a.b", "a_b", "c.d", "c_d"] and store.partitions("a_b") == [0, 1]
+        assert create_topics(store, {"e f": LeaderTopic(1, None, None)}) == []  # left to ensure_topic, which …
+        with pytest.raises(InvalidTopic):
+            ensure_topic(store, "e f", LeaderTopic(1, None, None), None)  # … reports it
+        store.create_topics([NewTopic("g_h")], copied=True)
+        with pytest.raises(InvalidTopic, match="collides with existing topic 'g_h'"):
+            store.create_topic("g.h")  # not a copy: checked

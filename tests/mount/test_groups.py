@@ -272,11 +272,17 @@ def test_a_follower_serves_the_same_commits_refuses_changes_and_keeps_them_as_le
                  timeout_s=10)  # fmt: skip
 
 
-def test_any_group_name_works(mount: Mount) -> None:
+def test_any_group_id_of_the_name_rules_works_and_no_other(mount: Mount) -> None:
+    """Group ids follow Kafka's topic-name rules (issue 26, docs/mount.md "Names"): the lookup of any other name
+    under .logfs/groups/ is refused, so nothing can be committed under it (tests/mount/test_hostile_names.py sends
+    every byte value)."""
     mnt = mount.path
     filled(mnt, "names", 2)
-    names = ["spaces in it", "ü-group", "a" * 200]
+    names = ["dotted.id_with-dash", "_underscored", "a" * 249, "0"]
     for name in names:
         commit(mnt, name, "1\n", "names")
         assert offset_file(mnt, name, "names").read_text() == "1\n"
     assert set(names) <= set(os.listdir(mnt / GROUPS))
+    for name, code in (("spaces in it", errno.EINVAL), ("ü-group", errno.EINVAL), ("a" * 250, errno.ENAMETOOLONG)):
+        assert errno_of(commit, mnt, name, "1\n", "names") == code, name
+        assert name not in os.listdir(mnt / GROUPS)

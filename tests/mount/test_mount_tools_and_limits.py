@@ -272,8 +272,10 @@ def test_hostile_names_that_reach_the_daemon_are_refused_and_create_nothing(shar
     for name in ("victim/0/at/-1", "victim/0/at/1x", "victim/0/at/2-1", "victim/0/at/" + "9" * 30, "victim/0/follow/x",
                  "victim/0/hw/x.jsonl", "victim/0/at/0.json", "victim/0/at/@x"):  # fmt: skip
         assert errno_of(os.stat, mnt / name) == errno.ENOENT, name
-    for line in (b"..\n", b"../victim\n", b"victim/0\n", b"a" * 250 + b"\n", b".logfs\n", b"victim \x00\n"):
-        assert errno_of(write_all, mnt / ".logfs/delete-topic", line) in (errno.ENOENT, errno.EINVAL), line
+    for line, code in ((b"..\n", errno.EINVAL), (b"../victim\n", errno.EINVAL), (b"victim/0\n", errno.EINVAL),
+                       (b"a" * 250 + b"\n", errno.ENAMETOOLONG), (b".logfs\n", errno.EINVAL),
+                       (b"victim \x00\n", errno.EINVAL), (b"nosuch\n", errno.ENOENT)):  # fmt: skip
+        assert errno_of(write_all, mnt / ".logfs/delete-topic", line) == code, line
     for line in (b"../victim 0 1\n", b"victim -1 1\n", b"victim 0 x\n", b"victim 0\n", b"victim 7 0\n"):
         assert errno_of(write_all, mnt / ".logfs/delete-records", line) in (errno.ENOENT, errno.EINVAL), line
     assert topic_files(store) == before_store

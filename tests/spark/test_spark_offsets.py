@@ -90,6 +90,34 @@ def test_bad_source_options_are_refused_naming_the_option(
         source_options(options, streaming=streaming)
 
 
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"subscribe": "a, b c"}, False, r"option subscribe: topic name 'b c' has characters outside"),
+        ({"subscribe": "ok,../x"}, False, r"option subscribe: topic name '../x' has characters outside"),
+        ({"subscribe": ".."}, False, r"option subscribe: topic name '..' is not allowed"),
+        ({"subscribe": "x" * 250}, False, r"option subscribe: topic name of 250 characters exceeds 249"),
+        ({"assign": '{"a/b": [0]}'}, False, r"option assign: topic name 'a/b' has characters outside"),
+        ({"subscribe": "a", "startingOffsets": '{"a\\u0000": {"0": 1}}'}, False, r"startingOffsets: topic name"),
+        ({"subscribe": "a", "startingOffsets": "group:a b"}, False, r"group id 'a b' has characters outside"),
+        ({"subscribe": "a", "startingOffsets": "group:" + "g" * 250}, False, r"group id of 250 characters"),
+        ({"subscribe": "a", "endingOffsetsByTimestamp": '{".x": {"0": 1}}'}, False, r"topic name '.x' starts with"),
+        ({"subscribe": "a", "commitToGroup": "../g"}, True, r"option commitToGroup: group id '../g' has characters"),
+    ],
+)
+def test_names_in_source_options_follow_kafkas_rules(options: dict[str, str], streaming: bool, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        source_options({"path": "/m", **options}, streaming=streaming)
+
+
+def test_names_that_follow_the_rules_are_taken_as_they_are() -> None:
+    o = source_options({"path": "/m", "subscribe": "a.b,_c,-d", "commitToGroup": "_g-1.x"}, streaming=True)
+    assert o.subscription.topics == ("a.b", "_c", "-d") and o.commit_to_group == "_g-1.x"
+    assert sink_options({"path": "/m", "topic": "L" * 249}).topic == "L" * 249
+    with pytest.raises(OptionError, match="option topic: topic name 'a b' has characters outside"):
+        sink_options({"path": "/m", "topic": "a b"})
+
+
 def test_sink_options() -> None:
     s = sink_options({"path": "/m", "topic": "out", "kafka.compression.type": "zstd"})
     assert (s.path, s.topic, s.compression) == ("/m", "out", Compression.ZSTD)

@@ -111,3 +111,19 @@ def test_refusals(tmp_path: Path, columns: dict[str, object], topic: str | None,
     with pytest.raises(SinkError, match=message):
         w.write(pa.record_batch(columns))
     w.abort()
+
+
+def test_a_rows_topic_outside_kafkas_rules_is_refused_before_any_path_is_made_of_it(tmp_path: Path) -> None:
+    """A ``topic`` column is data, not a path: ``../escape`` would have the sink list, mkdir (Kafka's auto-create)
+    and open ``batches`` outside the mount; every name outside the rule is refused (core/names.py) first."""
+    root = fake_mount(tmp_path / "mnt", "t", 1)
+    (tmp_path / "escape" / "0").mkdir(parents=True)  # what "../escape/0/batches" would reach
+    (tmp_path / "escape" / "0" / "batches").write_bytes(b"")
+    for topic in ("../escape", "..", ".", "a/b", "t\n", "x" * 250, "", "é"):
+        w = writer(root, topic=None)
+        with pytest.raises(SinkError, match=r"^a row's topic: (a )?topic name"):
+            w.write(pa.record_batch({"value": [b"v"], "topic": [topic]}))
+        w.close()
+    assert (tmp_path / "escape" / "0" / "batches").read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["escape", "mnt"]
+    assert sorted(p.name for p in root.iterdir()) == ["t"]
