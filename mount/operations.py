@@ -34,16 +34,14 @@ Theory of operation.
 * **Follow.** A ``follow/`` read that has nothing to return waits on the partition's event (``mount/reads.py``:
   one fresh ``trio.Event`` per HW advance, a watcher task for signals, EINTR). Each waiting read holds one pyfuse3
   task; the server raises ``max_tasks`` by ``max.follow.readers`` and open() refuses one reader more with EMFILE.
-
 * **A follower's mount** (``Operations(follower=…)``, ``logfs follow --mount``): the same tree, read-only. Every
   change answers EROFS (the server mounts it ``ro`` too, so the kernel refuses most before they arrive); the HW is
   the follower's (min(leader HW, own LEO)), so every view is bounded by it; the follower calls :meth:`notify_hw`
   when its HW moves; ``state`` shows role "follower" with the leader epoch and ISR of its last fetch.
-
 * **committed/** (read_committed): the same views bounded by the last stable offset instead of the HW, with the
   batches of aborted transactions (and, in ``.kafka``, control batches) left out (``mount/render/views.py``).
-
-Threads: every method runs on the trio thread (pyfuse3 calls them there).
+* **Sharing** (``--allow-other``): each node's owner and mode, and what logfs checks beyond the kernel
+  (``mount/access.py``).
 """
 
 from __future__ import annotations
@@ -131,10 +129,9 @@ class Operations(pyfuse3.Operations):
         self.partitions = Partitions()
         self._read_limiter = trio.CapacityLimiter(READ_THREADS)
         self._write_limiter = trio.CapacityLimiter(WRITE_THREADS)
-        self.permissions = Access(
-            store, shared=store.config.mount_allow_other, uid=os.getuid(), gid=os.getgid(),
-            replica_users=replica_user_ids(store.config.replica_users), write_thread=self._write_thread,
-        )  # fmt: skip
+        self.permissions = Access(store, shared=store.config.mount_allow_other, uid=os.getuid(), gid=os.getgid(),
+                                  replica_users=replica_user_ids(store.config.replica_users),
+                                  write_thread=self._write_thread)  # fmt: skip
         # The leader's replication: taking every partition applies the HW rule at once (with no followers the HW is
         # the LEO: after a crash the checkpointed HW lags, and this node's disk is all the ISR there is).
         self.replication = None if follower is not None else LeaderReplication(
@@ -436,12 +433,10 @@ class Operations(pyfuse3.Operations):
 
     def _open_session(self, entry: Entry, access: int, caller: Caller) -> pyfuse3.FileInfo:
         """``.logfs/fetch/<replica id>/.session``: a new fetch session (``mount/session.py``), O_RDWR only."""
-        if self.replication is None:
-            raise NoEntry("a follower's mount serves no fetches")
         if access != os.O_RDWR:
             raise WrongAccessMode(f"{entry.node} is opened O_RDWR: requests are written, answers read")
-        self.permissions.check_fetch(caller)
-        self.replication.check_replica(entry.node)
+        self._check_fetch(entry.node, caller)
+        assert self.replication is not None
         session = FetchSession(self.replication, lambda: self.replication, entry.node.replica, self.partitions,
                                self._read_thread)  # fmt: skip
         return pyfuse3.FileInfo(fh=self._new_fh(SessionHandle(entry, session)), direct_io=True, nonseekable=True)
