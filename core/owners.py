@@ -37,6 +37,11 @@ GROUP_PREFIX = ".logfs-group."
 OWNER_SUFFIX = ".owner"
 DEFAULT_MODE = 0o755
 MODE_BITS = 0o7777  # permission bits with set-id and sticky: what chmod may change
+# How a shared mount shows a consumer group nobody claimed yet (mount/access.py), and how a follower tells one from
+# a claimed group on its leader's mount (logfs/follower/discovery.py): the sticky bit, which a claimed group's mode
+# never has (a chmod of a group keeps GROUP_MODE_BITS only), so a group its owner made 0777 still reads as claimed.
+UNCLAIMED_GROUP_MODE = 0o1777
+GROUP_MODE_BITS = 0o777
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,11 @@ Ownership is the store's (``core/owners.py``): it survives a remount and reaches
 (:attr:`Access.shared` is False): the owners are still recorded, so sharing a store later shows them.
 
 A consumer group belongs to the first user who commits to it or sets its config (an unclaimed group is open to
-all); a transaction to the user who began it (kept for the life of the mount). Threads: the trio thread; the writes
-of owners run in worker threads (the callers').
+all); a transaction to the user who began it (recorded with its begin in the store's transaction log).
+
+Threads: the trio thread; the writes of owners run in worker threads (the callers'). A caller's supplementary groups
+are read from ``/proc/<pid>/status`` on the trio thread: procfs answers from the kernel's memory, never the disk,
+and it is what the kernel itself checks (a lookup in the user database could wait on a network directory).
 """
 
 from __future__ import annotations
@@ -34,14 +37,13 @@ import trio
 
 from logfs.core.configdef import invalid_value
 from logfs.core.groups.records import OFFSETS_TOPIC
-from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner, Owners
+from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.errors import AccessDenied, NotPermitted
 from logfs.mount.nodes import GROUP_KINDS, TXN_KINDS, Kind, Node
 from logfs.mount.runner import Runner
 
 ROOT_UID = 0
-UNCLAIMED_GROUP_MODE = 0o777  # a group nobody committed to yet: anyone may, and becomes its owner
 TXN_MODE = 0o700  # an open transaction: its owner's alone
 
 # Files a topic's readers open: they take the topic's r bits.
@@ -86,7 +88,6 @@ class Access:
         self.uid = uid  # the mounting user: the owner of everything nobody else owns
         self.gid = gid
         self._replica_users = replica_users | {uid}
-        self._txn_owners: dict[str, int] = {}
         self._default = Owner(uid, gid, DEFAULT_MODE)
         self._offsets = Owner(uid, gid, 0o700)
         self._claiming = trio.Lock()  # one claim of a group at a time: its check and its write are one step
@@ -112,11 +113,14 @@ class Access:
         """The owner of a topic ``caller`` makes with ``mkdir``'s ``mode`` (the kernel applied the caller's umask)."""
         return Owner(caller.uid, caller.gid, mode & MODE_BITS)
 
-    def began(self, txn: str, caller: Caller) -> None:
-        self._txn_owners[txn] = caller.uid
-
-    def ended(self, txn: str) -> None:
-        self._txn_owners.pop(txn, None)
+    def transaction(self, txn: str) -> Owner:
+        """The owner of open transaction ``txn``: who began it (recorded with the begin in the store's transaction
+        log, core/txn/state.py), mode 0700; the mounting user's for one begun before owners were recorded."""
+        coordinator = self.store.transactions
+        info = coordinator.get(txn) if coordinator is not None else None
+        if info is None or info.owner is None:
+            return Owner(self.uid, self.gid, TXN_MODE)
+        return Owner(info.owner[0], info.owner[1], TXN_MODE)
 
     # --- attributes -----------------------------------------------------------------------------------------------
 
@@ -139,8 +143,8 @@ class Access:
             owner = self.group(node.group) or Owner(self.uid, self.gid, UNCLAIMED_GROUP_MODE)
             return owner.uid, owner.gid, file_type | self._group_bits(kind, owner.mode)
         if kind in TXN_KINDS and node.txn:
-            uid = self._txn_owners.get(node.txn, self.uid)
-            return uid, self.gid, file_type | (TXN_MODE if kind.is_dir else 0o200)
+            owner = self.transaction(node.txn)
+            return owner.uid, owner.gid, file_type | (owner.mode if kind.is_dir else 0o200)
         if kind in (Kind.TXN_DIR, Kind.GROUPS_DIR):
             return self.uid, self.gid, file_type | stat.S_ISVTX | 0o777  # anyone begins or commits; keeps their own
         if kind in _ALL_READ_KINDS:
@@ -240,8 +244,9 @@ class Access:
             name, current = Owners.group_file(node.group), claimed
         else:
             raise NotPermitted(f"chmod and chown of {node}: only the mount root, a topic or a group have owners")
+        mode_bits = GROUP_MODE_BITS if kind is Kind.GROUP else MODE_BITS  # a group's set-id and sticky bits: dropped
         new = self.change(
-            caller, current, mode=attr.st_mode if fields.update_mode else None,
+            caller, current, mode=attr.st_mode & mode_bits if fields.update_mode else None,
             uid=attr.st_uid if fields.update_uid else None, gid=attr.st_gid if fields.update_gid else None,
         )  # fmt: skip
         if new != current:

@@ -123,8 +123,7 @@ class Directories:
             node = Node(Kind.PARTITION, parent.topic, partition)
             _log.info("added partition %d to topic %s", partition, parent.topic)
         elif parent.kind is Kind.TXN_DIR and transactions is not None:
-            await transactions.begin(text)  # EEXIST while one of that id is open; EINVAL for a bad id
-            self.access.began(text, caller)
+            await transactions.begin(text, (caller.uid, caller.gid))  # EEXIST while open; EINVAL for a bad id
             node = Node(Kind.TXN, txn=text)
         else:
             raise NotPermitted(f"mkdir in {parent}")

@@ -102,11 +102,12 @@ class Transactions:
             raise NoEntry(f"transaction {transactional_id!r} is not open")
         return info.producer_epoch
 
-    async def begin(self, transactional_id: str) -> TxnInfo:
-        """mkdir: a new transaction (EEXIST while one of that id is open), durable before the directory exists."""
+    async def begin(self, transactional_id: str, owner: tuple[int, int]) -> TxnInfo:
+        """mkdir by ``owner`` (uid, gid): a new transaction (EEXIST while one of that id is open), durable with its
+        owner before the directory exists (mount/access.py shows it as theirs)."""
         timeout_ms = self.store.config.transaction_timeout_ms
         info: TxnInfo = await self._write_thread(
-            lambda: self.coordinator.begin(transactional_id, timeout_ms=timeout_ms, now_ms=now_ms())
+            lambda: self.coordinator.begin(transactional_id, timeout_ms=timeout_ms, now_ms=now_ms(), owner=owner)
         )
         _log.info("began transaction %s (producer id %d, epoch %d)", transactional_id, info.producer_id,
                   info.producer_epoch)  # fmt: skip

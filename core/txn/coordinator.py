@@ -149,8 +149,11 @@ class TransactionCoordinator:
 
     # --- a transaction's life -----------------------------------------------------------------------------------
 
-    def begin(self, transactional_id: str, *, timeout_ms: int, now_ms: int) -> TxnInfo:
-        """Start a transaction for ``transactional_id`` with a new producer epoch; durable before it returns.
+    def begin(
+        self, transactional_id: str, *, timeout_ms: int, now_ms: int, owner: tuple[int, int] | None = None
+    ) -> TxnInfo:
+        """Start a transaction for ``transactional_id`` with a new producer epoch; durable before it returns, with
+        its ``owner`` (uid, gid: who began it, on a shared mount) in the same record.
 
         TransactionInProgress while one is open or its markers are pending; InvalidTransactionalId for a bad name;
         ConfigError for a timeout outside ``[1, transaction.max.timeout.ms]``. Any thread but the trio thread.
@@ -180,6 +183,7 @@ class TransactionCoordinator:
                 start_ms=now_ms,
                 timeout_ms=timeout_ms,
                 last_update_ms=now_ms,
+                owner=owner,
             )
             self._state.record(info)
             return info

@@ -7,7 +7,8 @@ replays them in file order::
     {"type":"txn","transactional_id":"orders-7","producer_id":12,     the full state of one transactional id
      "producer_epoch":3,"state":"PREPARE_COMMIT",                     (Kafka's TransactionMetadata, as the
      "partitions":[["orders",0],["orders",2]],"start_ms":…,            __transaction_state topic stores it):
-     "timeout_ms":60000,"last_update_ms":…,"label":"q-1/42"}           the last one of an id wins
+     "timeout_ms":60000,"last_update_ms":…,"label":"q-1/42",          the last one of an id wins
+     "owner":[1001,1001]}
     {"type":"expired","transactional_id":"orders-7"}                  the id was forgotten (7 days idle)
     {"type":"labels","labels":["q-1/40","q-1/41"]}                    committed labels, oldest first (compaction)
 
@@ -69,6 +70,10 @@ class TxnInfo:
     timeout_ms: int
     last_update_ms: int
     label: str | None = None
+    # (uid, gid) of the user who began it on a shared mount (mount/access.py): its directory is theirs alone. Kept
+    # here, in the same durable record as the begin, so a remount shows the same owner and nothing outlives the
+    # transaction. None: begun by the mounting user, or before owners were recorded (a record without the field).
+    owner: tuple[int, int] | None = None
 
     @property
     def commit(self) -> bool:
@@ -124,6 +129,8 @@ def encode_record(record: Record) -> bytes:
             "last_update_ms": record.last_update_ms,
             "label": record.label,
         }
+        if record.owner is not None:
+            body["owner"] = list(record.owner)
     elif isinstance(record, ExpiredId):
         body = {"type": "expired", "transactional_id": record.transactional_id}
     elif isinstance(record, CommittedLabels):
@@ -180,6 +187,11 @@ def _decode_txn(body: dict[str, Any]) -> TxnInfo:
     label = body.get("label")
     if label is not None and not isinstance(label, str):
         raise ValueError(f"label is {label!r}")
+    owner = body.get("owner")
+    if owner is not None and not (
+        isinstance(owner, list) and len(owner) == 2 and all(type(i) is int and 0 <= i < 2**32 for i in owner)
+    ):
+        raise ValueError(f"owner is {owner!r}, not [uid, gid]")
     return TxnInfo(
         transactional_id=_transactional_id(body),
         producer_id=_int(body, "producer_id", 0, PRODUCER_ID_MAX),
@@ -190,4 +202,5 @@ def _decode_txn(body: dict[str, Any]) -> TxnInfo:
         timeout_ms=_int(body, "timeout_ms", 1, TRANSACTION_MAX_TIMEOUT_MS),
         last_update_ms=_int(body, "last_update_ms", _LONG_MIN, _LONG_MAX),
         label=label,
+        owner=(owner[0], owner[1]) if owner is not None else None,
     )

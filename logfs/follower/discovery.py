@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from logfs.core.configtext import parse_config_lines
 from logfs.core.errors import ConfigError, LogfsError
-from logfs.core.owners import Owner, Owners, default_owner
+from logfs.core.owners import UNCLAIMED_GROUP_MODE, Owner, Owners, default_owner
 from logfs.core.store import NewTopic, Store
 
 _log = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ LOGFS_DIR = ".logfs"
 FETCH_DIR = "fetch"  # .logfs/fetch/<replica id>/: the fetch protocol (docs/replication.md)
 LEADER_FILE = "leader"  # .logfs/leader: {"node_id", "mount", "leader_epoch", "shared"}
 GROUPS_DIR = "groups"  # .logfs/groups/<group>/: a shared leader shows each claimed group's owner
-UNCLAIMED_GROUP_MODE = 0o777  # how a shared mount shows a group nobody claimed (mount/access.py)
 
 # Errors of the leader's mount that mean "the leader is gone for now": a dead FUSE mount, an sshfs without its
 # server, an unmounted mount point.
@@ -140,8 +139,8 @@ def _leader_is_shared(leader: Path) -> bool:
 
 
 def _group_owners(leader: Path) -> dict[str, Owner]:
-    """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 0777:
-    mount/access.py)."""
+    """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 01777, a mode
+    no claimed group has: mount/access.py)."""
     try:
         names = os.listdir(leader / LOGFS_DIR / GROUPS_DIR)
     except OSError as exc:

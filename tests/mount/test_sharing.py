@@ -182,6 +182,31 @@ def test_a_group_belongs_to_its_first_committer(place: tuple[Path, Path], people
         assert bob.ok(f"timeout 5 head -c 2 {mnt}/.logfs/groups/bobs/t/0/follow") == "a\n"
 
 
+def test_a_transaction_is_its_beginners_and_stays_so_across_a_remount(
+    place: tuple[Path, Path], people: tuple[User, User]
+) -> None:
+    alice, bob = people
+    store, mnt = place
+    txn = mnt / ".logfs/transactions/a"
+    with shared_mount(store, mnt):
+        os.chmod(mnt, 0o1777)
+        alice.ok(f"mkdir {mnt}/t && chmod 0777 {mnt}/t")  # anyone writes the topic itself
+        alice.ok(f"mkdir {txn} && echo inside >> {txn}/t/0/append")
+        assert owner(txn) == (alice.uid, alice.gid, 0o700)
+        assert "File exists" in bob.refused(f"mkdir {txn}")  # an open id is not begun again, nor taken over
+        assert "Permission denied" in bob.refused(f"echo abort > {txn}/control")
+        assert "Permission denied" in bob.refused(f"echo x >> {txn}/t/0/append")
+    with shared_mount(store, mnt):  # the owner was recorded with the begin
+        assert owner(txn) == (alice.uid, alice.gid, 0o700)
+        assert "Permission denied" in bob.refused(f"echo commit > {txn}/control")
+        alice.ok(f"echo commit > {txn}/control")
+        assert bob.ok(f"cat {mnt}/t/0/at/earliest") == "inside\n"
+        bob.ok(f"mkdir {txn}")  # the id is free again: this transaction is bob's
+        assert owner(txn) == (bob.uid, bob.gid, 0o700)
+        assert "Permission denied" in alice.refused(f"echo commit > {txn}/control")
+        bob.ok(f"echo abort > {txn}/control")
+
+
 def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
     place: tuple[Path, Path], people: tuple[User, User]
 ) -> None:
@@ -193,6 +218,10 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
         alice.ok(f"echo 1 > {mnt}/.logfs/groups/g/private/0/offset")
         time.sleep(ATTR_S)  # the kernel saw the group unclaimed on the way in
         alice.ok(f"chmod 0700 {mnt}/.logfs/groups/g")
+        alice.ok(f"echo 1 > {mnt}/.logfs/groups/open/private/0/offset")
+        time.sleep(ATTR_S)
+        alice.ok(f"chmod 1777 {mnt}/.logfs/groups/open")  # a group's sticky bit is dropped: 0777, still claimed
+        assert owner(mnt / ".logfs/groups/open") == (alice.uid, alice.gid, 0o777)
         follower_mnt = mnt.with_name("follower")
         with following(mnt, store.with_name("follower-store"), 1, mount=follower_mnt,
                        config=("mount.allow.other=true",)) as follower:  # fmt: skip
@@ -205,3 +234,5 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
             assert alice.ok(f"cat {follower_mnt}/private/0/at/earliest") == "x\n"
             group = follower_mnt / ".logfs/groups/g"
             wait_for("the group's owner on the follower", lambda: owner(group) == (alice.uid, alice.gid, 0o700))
+            open_group = follower_mnt / ".logfs/groups/open"
+            wait_for("a 0777 group's owner", lambda: owner(open_group) == (alice.uid, alice.gid, 0o777), follower)

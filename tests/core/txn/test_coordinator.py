@@ -118,6 +118,22 @@ def test_begin_allocates_a_producer_id_at_epoch_zero(coordinator: TransactionCoo
     assert coordinator.begin("u", timeout_ms=TIMEOUT_MS, now_ms=T0).producer_id == 1
 
 
+def test_the_owner_is_kept_with_the_begin_and_a_record_without_one_has_none(tmp_path: Path) -> None:
+    """logfs's own field (a shared mount's transactions are their beginner's: mount/access.py): durable with the
+    begin, kept through the end, absent from the payload when None so older records read as they were written."""
+    c = open_coordinator(tmp_path)
+    info = c.begin("mine", timeout_ms=TIMEOUT_MS, now_ms=T0, owner=(1001, 1002))
+    c.begin("anyones", timeout_ms=TIMEOUT_MS, now_ms=T0)
+    assert b"owner" not in encode_record(c.get("anyones"))  # type: ignore[arg-type]
+    c.close()
+    again = open_coordinator(tmp_path)
+    assert again.get("mine") == info and info.owner == (1001, 1002)
+    assert again.get("anyones").owner is None  # type: ignore[union-attr]
+    again.end("mine", info.producer_epoch, commit=True, marker_writer=Markers(), now_ms=T0)
+    assert again.get("mine").owner == (1001, 1002)  # type: ignore[union-attr]
+    again.close()
+
+
 def test_begin_while_open_raises_transaction_in_progress(coordinator: TransactionCoordinator) -> None:
     """TransactionCoordinatorTest.shouldRespondWithConcurrentTransactionsOnInitPidWhenInPrepareCommitState, here as
     TransactionInProgress (EEXIST in the mount) for ONGOING and for PREPARE_x alike."""
@@ -798,6 +814,8 @@ def test_a_new_log_holds_the_magic_and_the_coordinator_epoch(tmp_path: Path) -> 
     [
         TxnInfo("t", 7, 3, TxnState.PREPARE_COMMIT, frozenset({TopicPartition("a", 1)}), T0, TIMEOUT_MS, T0 + 1, "q/1"),
         TxnInfo("t", 0, 0, TxnState.ONGOING, frozenset(), -1, 1, 0),
+        TxnInfo("t", 0, 0, TxnState.ONGOING, frozenset(), -1, 1, 0, owner=(1001, 0)),
+        TxnInfo("t", 0, 0, TxnState.ONGOING, frozenset(), -1, 1, 0, owner=(2**32 - 1, 2**32 - 1)),
         ExpiredId("t"),
         CommittedLabels(("q/1", "ü/2")),
         CoordinatorEpoch(0),
@@ -817,6 +835,9 @@ def test_every_record_type_reads_back_as_written(record: Record) -> None:
         b'"partitions":[],"start_ms":0,"timeout_ms":1,"last_update_ms":0,"label":null}',
         b'{"type":"txn","transactional_id":"t","producer_id":0,"producer_epoch":0,"state":"ONGOING",'
         b'"partitions":[["a","0"]],"start_ms":0,"timeout_ms":1,"last_update_ms":0,"label":null}',
+        *(b'{"type":"txn","transactional_id":"t","producer_id":0,"producer_epoch":0,"state":"ONGOING",'
+          b'"partitions":[],"start_ms":0,"timeout_ms":1,"last_update_ms":0,"label":null,"owner":' + owner + b"}"
+          for owner in (b"[1]", b"[1,2,3]", b"[-1,0]", b"[4294967296,0]", b'["0",0]', b"[true,0]", b"7")),
         b'{"type":"labels","labels":[1]}',
         b'{"type":"coordinator","coordinator_epoch":true}',
         b'{"type":"unknown"}',
