@@ -109,6 +109,12 @@ docs/replication.md, "acks=all through the mount"); docs/config.md holds the sam
                                                             delete (5 minutes).
     max.follow.readers                  1000                int, at least 1. logfs's own: follow/ handles that may be
                                                             open at once in the whole mount; one more fails with EMFILE.
+    max.follow.readers.per.user         2147483647          int, at least 1. logfs's own, for a shared mount: follow/
+                                                            handles one user (uid, root included) may hold open at once;
+                                                            one more fails with EMFILE, so no user takes every one of
+                                                            max.follow.readers from the others (Kafka's
+                                                            max.connections.per.ip, per user; Int.MAX: no limit but the
+                                                            mount's).
     mount.allow.other                   false               true, false. Share every mount this process makes with other
                                                             users (FUSE's allow_other, the kernel checking each node's
                                                             owner and mode); --allow-other sets it. Users other than

@@ -26,6 +26,7 @@ from logfs.core.configdef import (
     keys_of,
 )
 from logfs.core.errors import ConfigError
+from logfs.core.format.varint import INT32_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,13 @@ class StoreConfig:
     max_follow_readers: int = field(default=1000, metadata=key_field(
         "max.follow.readers", ValueType.INT,
         "logfs's own: `follow/` handles that may be open at once in the whole mount; one more fails with EMFILE.",
+        minimum=1,
+    ))  # fmt: skip
+    max_follow_readers_per_user: int = field(default=INT32_MAX, metadata=key_field(
+        "max.follow.readers.per.user", ValueType.INT,
+        "logfs's own, for a shared mount: `follow/` handles one user (uid, root included) may hold open at once; "
+        "one more fails with EMFILE, so no user takes every one of max.follow.readers from the others (Kafka's "
+        "max.connections.per.ip, per user; Int.MAX: no limit but the mount's).",
         minimum=1,
     ))  # fmt: skip
     log_cleaner_enable: bool = field(default=True, metadata=key_field(

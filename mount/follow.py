@@ -6,7 +6,8 @@ owns them.
   file's size is what has been committed since: the rendered bytes of ``[start, HW)`` (the LSO under
   ``committed/``), answered with attribute timeout 0 (:meth:`FollowReaders.size`, remembered per range).
 * **Open.** A reader starts at its inode's start offset; one reader beyond ``max.follow.readers`` is refused
-  (EMFILE): each may hold a pyfuse3 task while it waits, and the server sizes its task limit by that number.
+  (EMFILE): each may hold a pyfuse3 task while it waits, and the server sizes its task limit by that number. So is
+  one beyond ``max.follow.readers.per.user`` of its opener's uid, so that on a shared mount no user holds them all.
 * **tail.** GNU ``tail`` opens, fstats, seeks to the end (which FUSE never sees) and, when the size is 0 (an
   idle ``follow/latest``), reads until EOF before it starts polling st_size; a ``cat`` does exactly the same
   requests and must block. They cannot be told apart by what they send (pyfuse3's read has neither the caller nor
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import select
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,13 +116,16 @@ class FollowReaders:
         *,
         read_thread: Runner,
         max_readers: int,
+        max_per_user: int,
     ) -> None:
         self.store = store
         self.partitions = partitions
         self.metrics = metrics
         self.cache = cache
         self.max_readers = max_readers
+        self.max_per_user = max_per_user
         self.count = 0  # open follow/ handles (``logfs_follow_readers``)
+        self._by_user: Counter[int] = Counter()  # uid → its open follow/ handles (only uids holding some)
         self._read_thread = read_thread
         self._waiting: dict[FollowHandle, trio.CancelScope] = {}
         self._probes: dict[int, signals.SignalProbe] = {}  # pid → the probe its open readers share
@@ -177,12 +182,17 @@ class FollowReaders:
         return open_range(self._log(node), self.cache, node.topic, node.partition, spec.fmt, spec.start, end,
                           node.committed)  # fmt: skip
 
-    async def open(self, entry: Entry, pid: int) -> FollowHandle:
-        """A reader of ``entry`` opened by process ``pid``: a stream whose reads wait at the end (interrupted by
-        ``pid``'s signals), or a sized handle when ``pid`` polls sizes (tail: see the module docstring)."""
+    async def open(self, entry: Entry, pid: int, uid: int) -> FollowHandle:
+        """A reader of ``entry`` opened by process ``pid`` of user ``uid``: a stream whose reads wait at the end
+        (interrupted by ``pid``'s signals), or a sized handle when ``pid`` polls sizes (tail: see the module
+        docstring). TooManyReaders past the mount's limit or the user's."""
         if self.count >= self.max_readers:
             _log.info("refused a follow/ reader: max.follow.readers=%d are open", self.max_readers)
             raise TooManyReaders(f"max.follow.readers={self.max_readers} are open")
+        if self._by_user[uid] >= self.max_per_user:
+            _log.info("refused a follow/ reader of uid %d: max.follow.readers.per.user=%d are open", uid,
+                      self.max_per_user)  # fmt: skip
+            raise TooManyReaders(f"max.follow.readers.per.user={self.max_per_user} of uid {uid} are open")
         node, spec = entry.node, entry.payload
         assert isinstance(spec, FollowStart)
         log = self._log(node)
@@ -200,9 +210,10 @@ class FollowReaders:
                 spec.sized_readers -= 1
                 raise
         self.count += 1
+        self._by_user[uid] += 1
         if view is not None:
-            return FollowHandle(entry, spec.fmt, spec.start, None, view=view)
-        return FollowHandle(entry, spec.fmt, spec.start, self._probe(pid))
+            return FollowHandle(entry, spec.fmt, spec.start, None, view=view, uid=uid)
+        return FollowHandle(entry, spec.fmt, spec.start, self._probe(pid), uid=uid)
 
     def _probe(self, pid: int) -> signals.SignalProbe:
         """The signal probe of process ``pid``, shared by every reader it opened (the watcher then reads its
@@ -216,6 +227,9 @@ class FollowReaders:
 
     def release(self, fh: int, h: FollowHandle) -> None:
         self.count -= 1
+        self._by_user[h.uid] -= 1
+        if self._by_user[h.uid] <= 0:
+            del self._by_user[h.uid]
         if h.probe is not None:
             probe, h.probe = h.probe, None
             probe.users -= 1

@@ -220,7 +220,7 @@ class Groups:
             self._leader()
             self.access.check_topic_read(caller, node.topic)  # it streams the topic: the topic's mode decides
             await self.access.claim_group(caller, node.group)
-            h = await self.follows.open(entry, pid)
+            h = await self.follows.open(entry, pid, caller.uid)
             start = h.position  # where this reader starts (a later lookup may move the inode's start)
             self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, start, start,
                                             trio.current_time())  # fmt: skip

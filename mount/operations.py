@@ -144,7 +144,8 @@ class Operations(pyfuse3.Operations):
         )  # fmt: skip
         self.cache = RenderCache()
         self.follows = FollowReaders(store, self.partitions, self.metrics, self.cache, read_thread=self._read_thread,
-                                     max_readers=self.max_follow_readers)  # fmt: skip
+                                     max_readers=self.max_follow_readers,
+                                     max_per_user=store.config.max_follow_readers_per_user)  # fmt: skip
         self.reader = Reader(
             store, self.tree, self.partitions, self.metrics, self._handles, self.follows, self.cache,
             read_thread=self._read_thread, write_thread=self._write_thread, replication=self.replication,

@@ -344,7 +344,7 @@ class Reader:
         if kind is Kind.FOLLOW_FILE:
             # Seekable, though reads ignore the offset: `head -n` seeks back over what it read past its last line
             # (lseek SEEK_CUR) and fails with ESPIPE on a nonseekable file.
-            return await self.follows.open(entry, pid), pyfuse3.FileInfo(direct_io=True)
+            return await self.follows.open(entry, pid, caller.uid), pyfuse3.FileInfo(direct_io=True)
         if kind is Kind.FETCH_FILE:
             snapshot: FetchSnapshot = entry.payload
             if self.replication is None:  # this mount stopped leading since the lookup (ZooKeeper: logfs/cluster/)

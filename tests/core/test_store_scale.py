@@ -25,6 +25,7 @@ from logfs.core.format.encode import encode_values
 from logfs.core.log import loader
 from logfs.core.log.log import Isolation, Log
 from logfs.core.log.segment import LogSegment
+from logfs.core.owners import Owner, Owners
 from logfs.core.store import NewTopic, Store
 from logfs.core.storedir import HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 
@@ -246,3 +247,31 @@ def test_readers_of_many_segments_through_a_tiny_handle_cache(tmp_path: Path, ma
         assert open_fds() - baseline <= 3 * max_open
     finally:
         store.close()
+
+
+def test_every_topics_owner_is_read_once_at_open_and_never_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared mount asks a topic's owner on every getattr, on its trio thread (mount/access.py): the open reads each
+    owner file once (one file per topic: core/owners.py), and no later ask reads one, whatever the count."""
+    store = Store.open(tmp_path, CONFIG)
+    store.create_topics([NewTopic(f"t{i}", 1, owner=Owner(1000 + i, 1000, 0o750)) for i in range(TOPICS)])
+    store.close()
+    reads: Counter[str] = Counter()
+    real = Owners._read
+
+    def counting(self: Owners, name: str) -> Owner | None:
+        reads[name] += 1
+        return real(self, name)
+
+    monkeypatch.setattr(Owners, "_read", counting)
+    started = time.perf_counter()
+    with Store.open(tmp_path, CONFIG) as store:
+        opened_s = time.perf_counter() - started
+        assert len(reads) == TOPICS and set(reads.values()) == {1}
+        reads.clear()
+        owners = [store.owners.get(Owners.topic_file(f"t{i}")) for i in range(TOPICS)]
+        assert owners == [Owner(1000 + i, 1000, 0o750) for i in range(TOPICS)]
+        assert store.owners.get(Owners.topic_file("missing")) is None
+        assert not reads
+    print(f"opened a store of {TOPICS} owned topics in {opened_s:.2f} s")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 PREFIX = "logfs-"  # every user the tests make: no clash with a real account
+SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, in reach of every user (scripts/setup installs python3)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,15 @@ class User:
         return subprocess.run(
             ["runuser", "-u", self.name, "--", "bash", "-c", f"umask 022; {command}"],
             cwd=cwd or "/", capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    def python(self, script: str, *args: str) -> subprocess.Popen[str]:
+        """The system's Python (this test's own interpreter may sit where this user cannot reach) running ``script``
+        with ``args`` as this user, its standard input and output pipes: a program that holds files open while the
+        test acts."""
+        return subprocess.Popen(
+            ["runuser", "-u", self.name, "--", SYSTEM_PYTHON, "-c", script, *args], cwd="/",
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
     def ok(self, command: str, cwd: Path | None = None) -> str:

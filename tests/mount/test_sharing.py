@@ -207,6 +207,63 @@ def test_a_transaction_is_its_beginners_and_stays_so_across_a_remount(
         bob.ok(f"echo abort > {txn}/control")
 
 
+# Holds argv[2] follow/ readers of argv[1] open, says whether one more opened (or its errno's name), waits for a line
+# on stdin, then reads one chunk from each at once and prints how many read b"x\n".
+HOLD_READERS = r"""
+import errno, os, sys, threading
+path, n = sys.argv[1], int(sys.argv[2])
+fds = [os.open(path, os.O_RDONLY) for _ in range(n)]
+try:
+    os.close(os.open(path, os.O_RDONLY))
+    print("opened", flush=True)
+except OSError as e:
+    print(errno.errorcode[e.errno], flush=True)
+sys.stdin.readline()
+got = [b""] * n
+def read(i):
+    got[i] = os.read(fds[i], 100)
+threads = [threading.Thread(target=read, args=(i,)) for i in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(sum(g == b"x\n" for g in got), flush=True)
+"""
+
+
+def test_readers_of_several_users_and_the_per_user_limit(place: tuple[Path, Path], people: tuple[User, User]) -> None:
+    """One user cannot hold every follow/ reader of a shared mount: past max.follow.readers.per.user their next
+    open is refused (EMFILE), another user's still opens until the mount's own limit; every held reader is woken by
+    one write, and a released reader frees its user's share."""
+    alice, bob = people
+    store, mnt = place
+    with shared_mount(store, mnt, "max.follow.readers=100", "max.follow.readers.per.user=60"):
+        os.mkdir(mnt / "t")
+        latest = str(mnt / "t/0/follow/latest")
+        bobs = bob.python(HOLD_READERS, latest, "60")
+        try:
+            assert bobs.stdout is not None and bobs.stdin is not None
+            assert bobs.stdout.readline().strip() == "EMFILE", bobs.stderr.read()  # bob's 61st: his share is held
+            alices = alice.python(HOLD_READERS, latest, "40")
+            try:
+                assert alices.stdout is not None and alices.stdin is not None
+                assert alices.stdout.readline().strip() == "EMFILE", alices.stderr.read()  # the mount's 101st
+                (mnt / "t/0/append").write_text("x\n")
+                for held, count in ((bobs, 60), (alices, 40)):
+                    assert held.stdin is not None and held.stdout is not None
+                    held.stdin.write("\n")
+                    held.stdin.flush()
+                    assert held.stdout.readline().strip() == str(count)
+                    assert held.wait(timeout=30) == 0
+            finally:
+                alices.kill()
+                alices.wait()
+        finally:
+            bobs.kill()
+            bobs.wait()
+        assert bob.ok(f"timeout 5 head -c 2 {mnt}/t/0/follow/earliest") == "x\n"  # his share is free again
+
+
 def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
     place: tuple[Path, Path], people: tuple[User, User]
 ) -> None:

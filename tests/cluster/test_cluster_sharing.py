@@ -1,0 +1,72 @@
+"""Owners on a ZooKeeper cluster of shared mounts (issue 26; docs/mount.md, "Sharing a mount"): every node reads
+``mount.allow.other``, its followers take each topic's, group's and the root's owner and mode from the leader's
+mount, so the node elected after the leader is killed shows and enforces the same, for real Unix users
+(tests/helpers/users.py), as the old leader did."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+from users import User, shared_dir, user
+from zkcluster import Cluster, append_acked, wait_until
+from zkserver import ZooKeeperServer
+
+SESSION_MS = 1500
+WAIT_S = 30.0
+ATTR_S = 1.2  # the kernel keeps a node's attributes up to 1 s (mount/reads.py's STABLE_TIMEOUT_S)
+
+
+def owner(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def produce_acked(who: User, mount: Path, topic: str, line: str) -> None:
+    """One acks=all write as ``who``: ``dd`` appends the line and fsyncs before it exits."""
+    who.ok(f"printf '%s\\n' {line} | dd of={mount}/{topic}/0/append oflag=append conv=notrunc,fsync status=none")
+
+
+def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zookeeper: ZooKeeperServer) -> None:
+    alice, bob = user("alice"), user("bob")
+    with shared_dir() as shared, Cluster(shared / "cluster", 3, session_timeout_ms=SESSION_MS, zookeeper=zookeeper,
+                                          config=["mount.allow.other=true"]) as cluster:  # fmt: skip
+        leader, info = cluster.wait_leader(WAIT_S)
+        mnt = leader.mount
+        os.chmod(mnt, 0o1777)
+        alice.ok(f"mkdir {mnt}/private {mnt}/public && chmod 0700 {mnt}/private")
+        produce_acked(alice, mnt, "private", "secret")
+        produce_acked(alice, mnt, "public", "news")
+        alice.ok(f"echo 1 > {mnt}/.logfs/groups/g/public/0/offset")
+        time.sleep(ATTR_S)  # the kernel saw the group unclaimed on the way in
+        alice.ok(f"chmod 0750 {mnt}/.logfs/groups/g")
+        expected = {
+            "": (0, 0, 0o1777),
+            "private": (alice.uid, alice.gid, 0o700),
+            "public": (alice.uid, alice.gid, 0o755),
+            ".logfs/groups/g": (alice.uid, alice.gid, 0o750),
+        }
+        for node in cluster.nodes.values():  # every follower took them from the leader's mount
+            wait_until(f"node {node.node_id}'s owners", lambda n=node: all(  # type: ignore[misc]
+                owner(n.mount / path) == want for path, want in expected.items()), WAIT_S, logs=cluster.logs)
+            wait_until(f"node {node.node_id}'s records", lambda n=node: (n.mount / "private/0/at/earliest").read_text()
+                       == "secret\n", WAIT_S, logs=cluster.logs)  # fmt: skip
+
+        leader.kill()
+        new, _ = cluster.wait_leader(WAIT_S, min_epoch=info.leader_epoch + 1, exclude=[leader.node_id])
+        mnt = new.mount
+        assert {path: owner(mnt / path) for path in expected} == expected
+        assert "Permission denied" in bob.refused(f"cat {mnt}/private/0/at/earliest")
+        assert alice.ok(f"cat {mnt}/private/0/at/earliest") == "secret\n"
+        assert bob.ok(f"cat {mnt}/public/0/at/earliest") == "news\n"
+        assert "Permission denied" in bob.refused(f"echo forged >> {mnt}/public/0/append")
+        assert "Permission denied" in bob.refused(f"echo retention.ms=1 > {mnt}/public/config")  # the owner's alone
+        assert "Permission denied" in bob.refused(f"echo 2 > {mnt}/.logfs/groups/g/public/0/offset")
+        assert "Permission denied" in bob.refused(f"stat {mnt}/.logfs/fetch/{leader.node_id}")  # not a replica user
+        assert "Operation not permitted" in bob.refused(f"rmdir {mnt}/public")  # the sticky root's rule (EPERM)
+        produce_acked(alice, mnt, "public", "more")  # the owner writes through the new leader, acks=all
+        bob.ok(f"mkdir {mnt}/bobs")  # the root's 1777, enforced by the new leader: anyone creates a topic
+        assert owner(mnt / "bobs")[0] == bob.uid
+        append_acked(mnt, "bobs", 0, ["root writes anywhere"])
