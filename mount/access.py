@@ -198,20 +198,24 @@ class Access:
         """Root and the mounting user read every refusal in ``.logfs/errors``; anyone else only their own."""
         return not self.shared or caller.is_root or caller.uid == self.uid
 
-    async def claim_group(self, caller: Caller, group: str) -> None:
+    async def claim_group(self, caller: Caller, group: str) -> bool:
         """A commit, a config change or a group ``follow`` by ``caller``: it claims ``group`` when nobody did yet
         (mode 0755: others read its commits and lag, the owner commits; ``chmod g+w`` shares it); then AccessDenied
         unless ``caller`` may write the group (its owner, its group or others by the mode, or root). The kernel
-        checked the mode it saw before the open, which a claim since may have changed."""
+        checked the mode it saw before the open, which a claim since may have changed. True if this call claimed
+        it."""
         if not self.shared:
-            return
+            return False
+        claimed = False
         async with self._claiming:
             owner = self.group(group)
             if owner is None:
                 owner = Owner(caller.uid, caller.gid, DEFAULT_MODE)
                 await self._write_thread(self.store.owners.set, Owners.group_file(group), owner)
+                claimed = True
         if not caller.is_root and not _allows(owner, caller, 0o2):
             raise AccessDenied(f"group {group!r} belongs to uid {owner.uid}: uid {caller.uid} may not commit to it")
+        return claimed
 
     def check_topic_read(self, caller: Caller, topic: str) -> None:
         """AccessDenied unless ``caller`` may read ``topic`` by its mode (or is root): a group's ``follow`` streams

@@ -198,6 +198,12 @@ class Groups:
 
     # --- opens --------------------------------------------------------------------------------------------------
 
+    async def _claim(self, caller: Caller, node: Node) -> None:
+        """``caller`` claims ``node``'s group if nobody did (mount/access.py); then the kernel forgets what it cached
+        of the group's nodes, which showed it unclaimed."""
+        if await self.access.claim_group(caller, node.group):
+            self.tree.invalidate_attributes_below(Node(Kind.GROUP, group=node.group))
+
     async def open(self, entry: Entry, access: int, caller: Caller, sync: bool) -> tuple[Handle, bool]:
         """The handle of a group file (and whether it is a stream, direct_io either way). A commit, a config change
         or a group ``follow`` (which commits) by ``caller`` claims a group nobody owns yet (mount/access.py)."""
@@ -206,7 +212,7 @@ class Groups:
         pid = caller.pid
         if kind in GROUP_WRITE_KINDS and access != os.O_RDONLY:
             self._leader()
-            await self.access.claim_group(caller, node.group)
+            await self._claim(caller, node)
             commit = WriteHandle(entry, LineFramer(1024 * 1024), read_write=access == os.O_RDWR, sync=sync,
                                  caller=caller)  # fmt: skip
             return commit, False
@@ -219,7 +225,7 @@ class Groups:
         if kind is Kind.GROUP_FOLLOW:
             self._leader()
             self.access.check_topic_read(caller, node.topic)  # it streams the topic: the topic's mode decides
-            await self.access.claim_group(caller, node.group)
+            await self._claim(caller, node)
             h = await self.follows.open(entry, pid, caller.uid)
             start = h.position  # where this reader starts (a later lookup may move the inode's start)
             self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, start, start,

@@ -384,6 +384,7 @@ class Operations(pyfuse3.Operations):
         self._refuse_if_read_only()
         entry = self.tree.entry(inode)
         await self.permissions.setattr(entry.node, attr, fields, caller_of(ctx))
+        self.tree.invalidate_attributes_below(entry.node, inode)  # the nodes taking their bits from it: asked again
         return await self.reader.attributes(entry)
 
     @handler

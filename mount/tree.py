@@ -53,6 +53,7 @@ from the store's in-memory maps.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,8 @@ class Tree:
         self._next_inode = ROOT_INODE + 1
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
+        # the stable inodes under each topic and each consumer group (what a chmod there changes the attributes of)
+        self._stable_below: dict[tuple[str, str], list[int]] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
         self._follow_names: dict[Node, Entry] = {}  # follow/ name → the entry its last counted lookup named
         self._fresh = 0  # how many of _entries are fresh: counted, not walked (the table may hold 300,000 entries)
@@ -304,7 +307,24 @@ class Tree:
             inode = self._allocate()
             self._stable[node] = inode
             self._entries[inode] = Entry(inode, node)
+            owner = _owning_name(node)
+            if owner is not None:
+                self._stable_below.setdefault(owner, []).append(inode)
         return inode
+
+    def invalidate_attributes_below(self, node: Node, answered: int = 0) -> None:
+        """After the owner or mode of ``node`` (a topic or a consumer group) changed (a chmod, chgrp or chown; a
+        group's claim): the kernel forgets the attributes it cached of every stable node that takes its owner and
+        mode from it (mount/access.py), which it would otherwise keep for up to a second (mount/reads.py's
+        STABLE_TIMEOUT_S); ``answered``, the inode whose new attributes the request's reply carries, excepted. Fresh
+        nodes are looked up again at every open. Attributes only: no page cache is dropped and no kernel lock is
+        taken (no writeback cache), so this never waits for another request. O(nodes of that topic or group), never
+        of the mount."""
+        owner = _owning_name(node)
+        for inode in self._stable_below.get(owner, ()) if owner is not None else ():
+            if inode != answered:
+                with contextlib.suppress(OSError):  # ENOENT: the kernel does not hold that inode
+                    pyfuse3.invalidate_inode(pyfuse3.InodeT(inode), attr_only=True)
 
     def listed_inode(self, node: Node) -> int:
         """The inode number a listing gives a name it does not look up (``mount/direntry.py``): a stable node's
@@ -418,6 +438,16 @@ class Tree:
         inode = self._next_inode
         self._next_inode += 1
         return inode
+
+
+def _owning_name(node: Node) -> tuple[str, str] | None:
+    """("topic", name) or ("group", name): whose owner and mode ``node``'s attributes take (mount/access.py); None for
+    the rest (the root, ``.logfs/``, transactions, fetches)."""
+    if node.group:
+        return ("group", node.group)
+    if node.topic and not node.txn and not node.kind.is_fetch:
+        return ("topic", node.topic)
+    return None
 
 
 def _child(children: dict[str, Kind], name: str) -> Kind:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 from users import User, shared_dir, user
@@ -16,7 +15,6 @@ from zkserver import ZooKeeperServer
 
 SESSION_MS = 1500
 WAIT_S = 30.0
-ATTR_S = 1.2  # the kernel keeps a node's attributes up to 1 s (mount/reads.py's STABLE_TIMEOUT_S)
 
 
 def owner(path: Path) -> tuple[int, int, int]:
@@ -40,7 +38,6 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         produce_acked(alice, mnt, "private", "secret")
         produce_acked(alice, mnt, "public", "news")
         alice.ok(f"echo 1 > {mnt}/.logfs/groups/g/public/0/offset")
-        time.sleep(ATTR_S)  # the kernel saw the group unclaimed on the way in
         alice.ok(f"chmod 0750 {mnt}/.logfs/groups/g")
         expected = {
             "": (0, 0, 0o1777),
