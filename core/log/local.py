@@ -407,8 +407,18 @@ class LocalLog:
         return len(due)
 
     def close(self) -> None:
-        """Trim and close every segment; unlink pending deletions. Under the lock, after the Log's last flush."""
-        for segment in self._segments.segments:
+        """Trim and close every segment; unlink pending deletions. Under the lock, after the Log's last flush.
+
+        The active segment is flushed first when it holds records but has never written its offset index: the log
+        start offset passed its records (delete-records raises the recovery point with it, as Kafka's
+        ``updateLogStartOffset`` does) before any flush reached it, so the Log's last flush found nothing to do.
+        Kafka's clean shutdown flushes the active segment whatever the recovery point says
+        (``flush(forceFlushActiveSegment = true)``); here only a segment that needs it is, so an idle store's close
+        costs no fsync, and the next open finds every index and recovers nothing."""
+        segments = self._segments.segments
+        if segments and segments[-1].size_bytes and segments[-1].offset_index_missing():
+            segments[-1].flush()
+        for segment in segments:
             segment.close()
         self.delete_expired_files(NO_LIMIT)
 

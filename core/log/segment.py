@@ -395,9 +395,13 @@ class LogSegment:
         self.roll.recovered()
         self._bytes_since_last_index_entry = self._log.size_bytes - last_index_entry
 
+    def offset_index_missing(self) -> bool:
+        """Whether the offset index has no file yet (it is made by its first flush, entry or trim). Blocks (a stat)."""
+        return not self._offset_index.path.exists()
+
     def sanity_check(self, *, full: bool = True) -> None:
         """Raise CorruptIndex when the offset index is missing, or (``full``) a present index fails its checks."""
-        if not self._offset_index.path.exists():
+        if self.offset_index_missing():
             raise CorruptIndex(str(self._offset_index.path), "the offset index is missing")
         if full:
             self._offset_index.sanity_check()

@@ -21,7 +21,6 @@ from follower_procs import following, state, wait_for
 from users import User, shared_dir, user
 
 
-
 @pytest.fixture
 def people() -> tuple[User, User]:
     return user("alice"), user("bob")

@@ -473,6 +473,29 @@ def test_log_ending_below_the_log_start_offset_restarts_empty_at_it(tmp_path: Pa
 # --- logfs's own ---------------------------------------------------------------------------------------------------
 
 
+def test_a_clean_close_after_delete_records_leaves_every_index_and_recovers_nothing(tmp_path: Path) -> None:
+    """delete-records raises the recovery point with the log start offset (Kafka's updateLogStartOffset), so the
+    close's flush found nothing to do and the active segment, never flushed, had no offset index: the next open
+    warned "the offset index is missing" and recovered it (found by tests/mount/test_users_campaign.py). The close
+    flushes such a segment, as Kafka's clean shutdown flushes the active one."""
+    config = LogConfig()
+    directory = tmp_path / "topic-0"
+    log = open_log(directory, config)
+    t0 = now_ms()
+    for i in range(3):
+        log.append_as_leader(singleton(str(i).encode(), t0), 0, now_ms=t0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.maybe_increment_log_start_offset(3)
+    assert log.delete_old_segments(now_ms=t0) == 0  # the active segment stays (only retention may roll it away)
+    log.close()
+    assert (directory / "00000000000000000000.index").exists()
+    events: list[LoadEvent] = []
+    log = open_log(directory, config, recovery_point=3, log_start_offset=3, events=events)
+    assert [e.kind for e in events if e.kind in ("bad-index", "recovered")] == []
+    assert (log.log_start_offset, log.log_end_offset) == (3, 3)
+    log.close()
+
+
 def test_unclean_reopen_with_a_smaller_index_size_keeps_a_sparser_index_and_rolls(tmp_path: Path) -> None:
     """Recovery rebuilds indexes at the size configured now: when ``segment.index.bytes`` shrank since the segment
     was written, the rebuilt index fills up and stops there (Kafka's load fails on the full index); every offset
