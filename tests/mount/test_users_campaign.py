@@ -3,14 +3,14 @@
 Three real users (tests/helpers/users.py) and root act at random through real shell commands (``runuser``): alice,
 bob, and carol, who is in alice's group, so a topic's group bits decide for her. Each step is one request a user may
 or may not be allowed: create a topic under a random umask, append, read, ``chmod`` (the owner's own and anyone
-else's attempts), change a topic's config, ``rmdir`` it, delete its records, commit to a consumer group and read its
-commit, ``chmod`` a group, a transaction begun by one user that another tries to end, a lookup under
-``.logfs/fetch/``, and reading ``.logfs/errors``. A model written from the contract's words (not from logfs's code)
-predicts each outcome: allowed or refused, and for an allowed step what it changes. The checker fails the first step
-whose outcome differs, and every few steps (and after a remount at the end) compares the whole mount, read as root,
-with the model: every topic's records and config, every owner and mode, every group's owner; and each user's view
-of ``.logfs/errors`` holds that user's refusals only. So nothing a refused request sent lands anywhere, and nothing
-an allowed one did is lost.
+else's attempts), change a topic's config, ``rmdir`` it, delete its records, delete it through
+``.logfs/delete-topic``, commit to a consumer group and read its commit, ``chmod`` a group, a transaction begun by
+one user that another tries to end, a lookup under ``.logfs/fetch/``, and reading ``.logfs/errors``. A model written
+from the contract's words (not from logfs's code) predicts each outcome: allowed or refused, and for an allowed step
+what it changes. The checker fails the first step whose outcome differs, and every few steps (and after a remount at
+the end) compares the whole mount, read as root, with the model: every topic's records and config, every owner and
+mode, every group's owner; and each user's view of ``.logfs/errors`` holds that user's refusals only. So nothing a
+refused request sent lands anywhere, and nothing an allowed one did is lost.
 
 ``LOGFS_USERS_ROUNDS`` steps (150 unless set; a seeded generator, ``LOGFS_USERS_SEED``, so a failure repeats).
 """
@@ -124,8 +124,8 @@ class Campaign:
         choices = ["mkdir"] if len(live) < 2 else []
         choices += ["mkdir"] * (len(live) < 6)
         if live:
-            choices += ["append"] * 4 + ["read"] * 3 + ["chmod"] * 2 + ["config", "rmdir", "delete_records",
-                                                                        "commit", "commit", "txn"]  # fmt: skip
+            choices += ["append"] * 4 + ["read"] * 3 + ["chmod"] * 2
+            choices += ["config", "rmdir", "delete_records", "delete_topic", "commit", "commit", "txn"]
         choices += ["group_chmod", "group_read", "fetch", "errors"]
         getattr(self, choices[self.rng.randrange(len(choices))])(u, live)
 
@@ -179,6 +179,14 @@ class Campaign:
         t = self.topics[name]
         allowed = u.uid in (0, t.owner.uid) and t.leo == 0  # the sticky root; only a topic without records
         self.expect(u, f"rmdir {self.mnt}/{name}", allowed, f"rmdir of {name} (leo {t.leo})")
+        if allowed:
+            del self.topics[name]
+
+    def delete_topic(self, u: User, live: list[str]) -> None:
+        name = self.rng.choice(live)
+        t = self.topics[name]
+        allowed = u.uid in (0, t.owner.uid)  # records or not: the owner's (logfs checks the line's topic)
+        self.expect(u, f"echo {name} > {self.mnt}/.logfs/delete-topic", allowed, f"delete-topic of {name}")
         if allowed:
             del self.topics[name]
 
