@@ -52,7 +52,8 @@ attributes (offsets, positions, sizes), not only in their message, so callers an
     │   │   └── TopicNameTooLong          over 249 characters
     │   ├── TopicExists                   create of a topic that exists (TopicExistsException)
     │   ├── UnknownTopicOrPartition       no such topic or partition (UnknownTopicOrPartitionException)
-    │   ├── InvalidPartitions             adding a partition other than the next number
+    │   ├── InvalidPartitions             adding a partition other than the next number; a count below 1
+    │   ├── InvalidReplicationFactor      below 1 or above the live nodes (InvalidReplicationFactorException)
     │   └── TopicNotEmpty                 removing a topic that holds records without the explicit delete
     └── StorageError                      the disk failed us: I/O error, disk full, store locked, damaged file
         ├── DiskFull
@@ -353,7 +354,11 @@ class UnknownTopicOrPartition(TopicError):
 
 
 class InvalidPartitions(TopicError):
-    """A new partition number that is not the next one."""
+    """A new partition number that is not the next one, or a partition count below 1."""
+
+
+class InvalidReplicationFactor(TopicError):
+    """A replication factor below 1, or above the number of live nodes (Kafka's INVALID_REPLICATION_FACTOR)."""
 
 
 class TopicNotEmpty(TopicError):

@@ -77,6 +77,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (core.TopicExists, errno.EEXIST, INFO),
     (core.TopicNotEmpty, errno.ENOTEMPTY, INFO),
     (core.InvalidPartitions, errno.EINVAL, INFO),
+    (core.InvalidReplicationFactor, errno.EINVAL, INFO),
     (core.ConfigError, errno.EINVAL, INFO),
     (core.InvalidJsonRecord, errno.EINVAL, INFO),
     (core.InvalidOffsetCommit, errno.EINVAL, INFO),
