@@ -140,7 +140,10 @@ class Access:
             owner = self.topic(node.topic)
             return owner.uid, owner.gid, file_type | self._topic_bits(kind, owner.mode)
         if kind in GROUP_KINDS and node.group:
-            owner = self.group(node.group) or Owner(self.uid, self.gid, UNCLAIMED_GROUP_MODE)
+            claimed = self.group(node.group)
+            # a claimed group shows its permission bits only: only an unclaimed one has the sticky bit
+            owner = (Owner(claimed.uid, claimed.gid, claimed.mode & GROUP_MODE_BITS) if claimed is not None
+                     else Owner(self.uid, self.gid, UNCLAIMED_GROUP_MODE))  # fmt: skip
             return owner.uid, owner.gid, file_type | self._group_bits(kind, owner.mode)
         if kind in TXN_KINDS and node.txn:
             owner = self.transaction(node.txn)

@@ -59,6 +59,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.WrongAccessMode, errno.EACCES, DEBUG),
     (mount.AccessDenied, errno.EACCES, DEBUG),
     (mount.TooManyReaders, errno.EMFILE, DEBUG),
+    (mount.ReadInProgress, errno.EBUSY, DEBUG),
     (mount.Interrupted, errno.EINTR, DEBUG),
     (mount.InvalidName, errno.EINVAL, DEBUG),
     (mount.InvalidCommand, errno.EINVAL, DEBUG),

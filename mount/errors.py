@@ -15,7 +15,9 @@ topic that exists, a record too large) stays the core's error.
     ├── NotADirectory           opendir of a file (ENOTDIR)
     ├── IsADirectory            open of a directory (EISDIR)
     ├── WrongAccessMode         a write file opened for reading, or a read file for writing (EACCES)
-    ├── TooManyReaders          one follow/ reader beyond max.follow.readers (EMFILE)
+    ├── AccessDenied            on a shared mount, what only a topic's owner, root or a replica user may do (EACCES)
+    ├── TooManyReaders          one follow/ reader beyond max.follow.readers, or a user's share of them (EMFILE)
+    ├── ReadInProgress          a second read of one follow/ handle while its first waits (EBUSY)
     ├── Interrupted             a waiting follow/ read whose opener got a signal (EINTR)
     ├── InvalidName             mkdir of a name that cannot be one (undecodable, not a partition number) (EINVAL)
     ├── InvalidCommand          a command-file line that is not one (EINVAL)
@@ -74,6 +76,12 @@ class WrongAccessMode(MountRefusal):
 
 class TooManyReaders(MountRefusal):
     """One ``follow/`` reader more than ``max.follow.readers`` (each may hold a pyfuse3 task while it waits)."""
+
+
+class ReadInProgress(MountRefusal):
+    """A read of a ``follow/`` stream while another read of the same handle is in progress: each waiting read holds
+    a pyfuse3 task, so one handle read by many threads at once could take every task of the mount (whose number
+    ``max.follow.readers`` sizes, one per handle)."""
 
 
 class Interrupted(MountRefusal):

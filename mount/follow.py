@@ -47,7 +47,7 @@ from logfs.core.errors import OffsetOutOfRange
 from logfs.core.log.log import Log
 from logfs.core.store import Store
 from logfs.mount import signals
-from logfs.mount.errors import Interrupted, NoEntry, TooManyReaders
+from logfs.mount.errors import Interrupted, NoEntry, ReadInProgress, TooManyReaders
 from logfs.mount.handles import FollowHandle, Handle, Partitions
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import parse_follow_name
@@ -199,18 +199,20 @@ class FollowReaders:
         if not log.log_start_offset <= spec.start <= log.log_end_offset:
             raise NoEntry(f"{node}: offset {spec.start} is outside the log")
         view = None
+        self.count += 1  # counted before any await: opens at once cannot all pass the checks above
+        self._by_user[uid] += 1
         if polls_size(pid):
             spec.sized_readers += 1  # first: no later lookup may move this inode's start under its size
             try:
                 view = await self._read_thread(self._open_view, node, spec, view_end(log, node.committed))
             except OffsetOutOfRange:
                 spec.sized_readers -= 1
+                self._uncount(uid)
                 raise NoEntry(f"{node}: offset {spec.start} is outside the log") from None
             except BaseException:
                 spec.sized_readers -= 1
+                self._uncount(uid)
                 raise
-        self.count += 1
-        self._by_user[uid] += 1
         if view is not None:
             return FollowHandle(entry, spec.fmt, spec.start, None, view=view, uid=uid)
         return FollowHandle(entry, spec.fmt, spec.start, self._probe(pid), uid=uid)
@@ -225,11 +227,14 @@ class FollowReaders:
         probe.users += 1
         return probe
 
-    def release(self, fh: int, h: FollowHandle) -> None:
+    def _uncount(self, uid: int) -> None:
         self.count -= 1
-        self._by_user[h.uid] -= 1
-        if self._by_user[h.uid] <= 0:
-            del self._by_user[h.uid]
+        self._by_user[uid] -= 1
+        if self._by_user[uid] <= 0:
+            del self._by_user[uid]
+
+    def release(self, fh: int, h: FollowHandle) -> None:
+        self._uncount(h.uid)
         if h.probe is not None:
             probe, h.probe = h.probe, None
             probe.users -= 1
@@ -254,6 +259,8 @@ class FollowReaders:
             return await self._read_sized(h, off, size)
         node = h.node
         key = (node.topic, node.partition)
+        if h.lock.locked():  # one read of a stream at a time: reads in flight never outnumber the handles
+            raise ReadInProgress(f"{node}: another read of this handle is in progress")
         async with h.lock:
             while True:
                 if h.pending:

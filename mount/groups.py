@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import pyfuse3
 import trio
 
 from logfs.core.durable import now_ms
@@ -200,9 +201,19 @@ class Groups:
 
     async def _claim(self, caller: Caller, node: Node) -> None:
         """``caller`` claims ``node``'s group if nobody did (mount/access.py); then the kernel forgets what it cached
-        of the group's nodes, which showed it unclaimed."""
+        of the group (:meth:`_owner_changed`), which showed it unclaimed."""
         if await self.access.claim_group(caller, node.group):
-            self.tree.invalidate_attributes_below(Node(Kind.GROUP, group=node.group))
+            self._owner_changed(node.group)
+
+    def _owner_changed(self, group: str) -> None:
+        """The group's owner changed (a claim, a deletion): the kernel forgets the attributes it cached of the
+        group's nodes, and its entry in ``.logfs/groups/``, so that the next path walk looks the name up again. The
+        kernel checks a chmod's caller and a sticky directory's rmdir against the owner it holds without asking, so
+        only a new lookup brings those checks the new owner (invalidating the entry waits for nothing: pyfuse3
+        sends it from its own thread)."""
+        self.tree.invalidate_attributes_below(Node(Kind.GROUP, group=group))
+        groups_dir = self.tree.stable_inode(Node(Kind.GROUPS_DIR))
+        pyfuse3.invalidate_entry_async(pyfuse3.InodeT(groups_dir), group.encode(), ignore_enoent=True)
 
     async def open(self, entry: Entry, access: int, caller: Caller, sync: bool) -> tuple[Handle, bool]:
         """The handle of a group file (and whether it is a stream, direct_io either way). A commit, a config change
@@ -368,6 +379,7 @@ class Groups:
             await replication.wait_replicated(OFFSETS_TOPIC, {p: end}, self.store.config.request_timeout_ms)
         await self._write_thread(self.configs.delete, group)
         await self._write_thread(self.store.owners.forget, Owners.group_file(group))
+        self.tree.invalidate_attributes_below(Node(Kind.GROUP, group=group))  # unclaimed again
         _log.info("deleted group %s (%d commit(s))", group, len(keys))
 
 

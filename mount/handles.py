@@ -74,7 +74,7 @@ class FollowHandle(Handle):
     interrupted: bool = False  # set by the signal watcher before it cancels the wait
     lock: trio.Lock = field(default_factory=trio.Lock)
     view: RangeView | None = None  # a sized handle (tail): [start, HW) read at offsets, EOF at its end
-    uid: int = 0  # its opener's: counted against max.follow.readers.per.user until released
+    uid: int = field(kw_only=True)  # its opener's: counted against max.follow.readers.per.user until released
 
 
 @dataclass(eq=False)

@@ -53,7 +53,8 @@ from the store's in-memory maps.
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,8 @@ from logfs.mount.nodes import (
     Kind,
     Node,
 )
+
+_log = logging.getLogger(__name__)
 
 ROOT_INODE: int = pyfuse3.ROOT_INODE
 FOLLOW_KINDS = frozenset({Kind.FOLLOW_FILE, Kind.GROUP_FOLLOW})  # streams: the same start, the same inode
@@ -317,14 +320,18 @@ class Tree:
         group's claim): the kernel forgets the attributes it cached of every stable node that takes its owner and
         mode from it (mount/access.py), which it would otherwise keep for up to a second (mount/reads.py's
         STABLE_TIMEOUT_S); ``answered``, the inode whose new attributes the request's reply carries, excepted. Fresh
-        nodes are looked up again at every open. Attributes only: no page cache is dropped and no kernel lock is
-        taken (no writeback cache), so this never waits for another request. O(nodes of that topic or group), never
-        of the mount."""
+        nodes are looked up again at every open. Attributes only: no page cache is dropped and no inode or directory
+        lock is taken (no writeback cache; the kernel holds only its superblock's unmount lock for reading), so this
+        cannot wait on another request. O(nodes of that topic or group), never of the mount."""
         owner = _owning_name(node)
         for inode in self._stable_below.get(owner, ()) if owner is not None else ():
             if inode != answered:
-                with contextlib.suppress(OSError):  # ENOENT: the kernel does not hold that inode
+                try:
                     pyfuse3.invalidate_inode(pyfuse3.InodeT(inode), attr_only=True)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:  # ENOENT: the kernel does not hold that inode
+                        _log.warning("invalidating the attributes of inode %d: %s", inode, exc)
+                        return
 
     def listed_inode(self, node: Node) -> int:
         """The inode number a listing gives a name it does not look up (``mount/direntry.py``): a stable node's

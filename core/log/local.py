@@ -416,10 +416,12 @@ class LocalLog:
         (``flush(forceFlushActiveSegment = true)``); here only a segment that needs it is, so an idle store's close
         costs no fsync, and the next open finds every index and recovers nothing."""
         segments = self._segments.segments
-        if segments and segments[-1].size_bytes and segments[-1].offset_index_missing():
-            segments[-1].flush()
-        for segment in segments:
-            segment.close()
+        try:
+            if segments and segments[-1].size_bytes and segments[-1].offset_index_missing():
+                segments[-1].flush()
+        finally:  # a failing disk: the segments still give back their descriptors
+            for segment in segments:
+                segment.close()
         self.delete_expired_files(NO_LIMIT)
 
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from logfs.core.configtext import parse_config_lines
 from logfs.core.errors import ConfigError, LogfsError
-from logfs.core.owners import UNCLAIMED_GROUP_MODE, Owner, Owners, default_owner
+from logfs.core.owners import GROUP_MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners, default_owner
 from logfs.core.store import NewTopic, Store
 
 _log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def _group_owners(leader: Path) -> dict[str, Owner]:
     for name in names:
         owner = _owner_of(leader / LOGFS_DIR / GROUPS_DIR / name)
         if owner is not None and owner.mode != UNCLAIMED_GROUP_MODE:
-            owners[name] = owner
+            owners[name] = Owner(owner.uid, owner.gid, owner.mode & GROUP_MODE_BITS)
     return owners
 
 

@@ -8,17 +8,20 @@ store: a remount and a follower's mount show and enforce the same."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import LOGFS, Mount, finish_mount, running_mount, start_mount
 from follower_procs import following, state, wait_for
-from users import User, shared_dir, user
+from users import SYSTEM_PYTHON, User, shared_dir, user
 
 
 @pytest.fixture
@@ -122,8 +125,11 @@ def test_a_chmod_or_a_claim_reaches_the_nodes_below_at_once(
         bob.ok(f"cat {lag}")  # unclaimed: the kernel holds the group's nodes as anyone's
         alice.ok(f"echo 0 > {mnt}/.logfs/groups/g/t/0/offset")  # claims it: alice's, 0755
         assert owner(lag)[0] == alice.uid
-        alice.ok(f"chmod 0700 {mnt}/.logfs/groups/g")
+        # chmod(2) alone, no stat first: the kernel checks its caller against the owner it holds of the group
+        alice.ok(f"{SYSTEM_PYTHON} -c 'import os; os.chmod(\"{mnt}/.logfs/groups/g\", 0o700)'")
         assert "Permission denied" in bob.refused(f"cat {mnt}/.logfs/groups/g/t/0/offset")
+        bob.ok(f"echo 0 > {mnt}/.logfs/groups/h/t/0/offset")  # bob claims h, then removes it at once
+        bob.ok(f"rmdir {mnt}/.logfs/groups/h")  # the sticky groups/ directory: the kernel checks h's owner
 
 
 def test_without_allow_other_modes_are_as_always_and_chmod_is_refused(tmp_path: Path) -> None:
@@ -279,7 +285,41 @@ def test_readers_of_several_users_and_the_per_user_limit(place: tuple[Path, Path
         finally:
             bobs.kill()
             bobs.wait()
-        assert bob.ok(f"timeout 5 head -c 2 {mnt}/t/0/follow/earliest") == "x\n"  # his share is free again
+        wait_for("every reader released", lambda: "logfs_follow_readers 0\n" in (mnt / ".logfs/metrics").read_text())
+        again = bob.python(HOLD_READERS, latest, "60")  # his whole share is free again, and no more
+        try:
+            assert again.stdout is not None and again.stdin is not None
+            assert again.stdout.readline().strip() == "EMFILE", again.stderr.read() if again.stderr else ""
+        finally:
+            again.kill()
+            again.wait()
+
+        # One handle, two threads reading with pread(2) (read(2) would queue in the kernel behind the file position
+        # lock): the second read does not wait beside the first, each holding a task of the mount.
+        fd = os.open(mnt / "t/0/follow/latest", os.O_RDONLY)
+        try:
+            first = threading.Thread(target=os.pread, args=(fd, 100, 0))
+            first.start()
+            time.sleep(0.5)  # the first read's request reaches the mount in microseconds, and waits there
+            assert first.is_alive()
+            answers: list[object] = []
+
+            def second() -> None:
+                try:
+                    answers.append(os.pread(fd, 100, 0))
+                except OSError as exc:
+                    answers.append(exc.errno)
+
+            other = threading.Thread(target=second)
+            other.start()
+            other.join(timeout=5)  # at once: it does not wait (a wrong mount would hold it until the write below)
+            assert answers == [errno.EBUSY]
+            (mnt / "t/0/append").write_text("y\n")  # wakes the first read
+            first.join(timeout=10)
+            other.join(timeout=10)
+            assert not first.is_alive() and not other.is_alive()
+        finally:
+            os.close(fd)
 
 
 def test_a_followers_mount_shows_and_enforces_the_leaders_owners(

@@ -3,14 +3,15 @@
 Three real users (tests/helpers/users.py) and root act at random through real shell commands (``runuser``): alice,
 bob, and carol, who is in alice's group, so a topic's group bits decide for her. Each step is one request a user may
 or may not be allowed: create a topic under a random umask, append, read, ``chmod`` (the owner's own and anyone
-else's attempts), change a topic's config, ``rmdir`` it, delete its records, delete it through
-``.logfs/delete-topic``, commit to a consumer group and read its commit, ``chmod`` a group, a transaction begun by
-one user that another tries to end, a lookup under ``.logfs/fetch/``, and reading ``.logfs/errors``. A model written
-from the contract's words (not from logfs's code) predicts each outcome: allowed or refused, and for an allowed step
-what it changes. The checker fails the first step whose outcome differs, and every few steps (and after a remount at
-the end) compares the whole mount, read as root, with the model: every topic's records and config, every owner and
-mode, every group's owner; and each user's view of ``.logfs/errors`` holds that user's refusals only. So nothing a
-refused request sent lands anywhere, and nothing an allowed one did is lost.
+else's attempts, through chmod(1) and a bare chmod(2)), ``chown`` (root's alone), change a topic's config, ``rmdir``
+it, delete its records, delete it through ``.logfs/delete-topic``, commit to a consumer group and read its commit,
+``chmod`` and ``rmdir`` a group, a transaction begun by one user that another tries to end, a lookup under
+``.logfs/fetch/``, and reading ``.logfs/errors``. A model written from the contract's words (not from logfs's code)
+predicts each outcome: allowed or refused, and for an allowed step what it changes. The checker fails the first step
+whose outcome differs, and every few steps (and after a remount at the end) compares the whole mount, read as root,
+with the model: every topic's records and config, every owner and mode, every group's owner and mode (an unclaimed
+one's included); and each user's view of ``.logfs/errors`` holds that user's refusals only. So nothing a refused
+request sent lands anywhere, and nothing an allowed one did is lost.
 
 ``LOGFS_USERS_ROUNDS`` steps (150 unless set; a seeded generator, ``LOGFS_USERS_SEED``, so a failure repeats).
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Mount, finish_mount, start_mount
-from users import User, shared_dir, user
+from users import SYSTEM_PYTHON, User, shared_dir, user
 
 ROUNDS = int(os.environ.get("LOGFS_USERS_ROUNDS", "150"))
 SEED = int(os.environ.get("LOGFS_USERS_SEED", "26"))
@@ -93,7 +94,6 @@ class Campaign:
         self.groups: dict[str, Group] = {f"g{i}": Group() for i in range(3)}
         self.made = 0
         self.step = 0
-        self.refused_by: dict[int, int] = {}  # uid → refusals its requests provoked (logged ones)
         self.history: list[str] = []
         self.outcomes: Counter[tuple[str, bool]] = Counter()  # (what, allowed) → steps: the campaign's reach
 
@@ -104,7 +104,8 @@ class Campaign:
 
     def expect(self, u: User, command: str, allowed: bool, what: str) -> subprocess.CompletedProcess[str]:
         done = self.run(u, command)
-        self.outcomes[(what.split(" of ")[0].split(" to ")[0], allowed)] += 1
+        label = what.split(" of ")[0].split(" to ")[0] + (" (group)" if " group " in f" {what} " else "")
+        self.outcomes[(label, allowed)] += 1
         if (done.returncode == 0) != allowed:
             recent = "\n".join(self.history[-15:])
             pytest.fail(f"seed {SEED} step {self.step}: {what} by {u.name} should be "
@@ -126,7 +127,8 @@ class Campaign:
         if live:
             choices += ["append"] * 4 + ["read"] * 3 + ["chmod"] * 2
             choices += ["config", "rmdir", "delete_records", "delete_topic", "commit", "commit", "txn"]
-        choices += ["group_chmod", "group_read", "fetch", "errors"]
+            choices += ["chown"]
+        choices += ["group_chmod", "group_read", "group_rmdir", "fetch", "errors"]
         getattr(self, choices[self.rng.randrange(len(choices))])(u, live)
 
     def mkdir(self, u: User, live: list[str]) -> None:
@@ -161,9 +163,25 @@ class Campaign:
         t = self.topics[name]
         mode = self.rng.choice(TOPIC_MODES)
         allowed = u.uid in (0, t.owner.uid)
-        self.expect(u, f"chmod {mode:o} {self.mnt}/{name}", allowed, f"chmod of {name} {t.owner}")
+        self.expect(u, self.chmod_command(self.mnt / name, mode), allowed, f"chmod of {name} {t.owner}")
         if allowed:
             t.owner.mode = mode
+
+    def chmod_command(self, path: Path, mode: int) -> str:
+        """chmod(1), which stats the file first, or chmod(2) alone (the kernel then checks the owner it holds)."""
+        if self.rng.random() < 0.5:
+            return f"chmod {mode:o} {path}"
+        return f"{SYSTEM_PYTHON} -c 'import os, sys; os.chmod(sys.argv[1], {mode:#o})' {path}"
+
+    def chown(self, u: User, live: list[str]) -> None:
+        name = self.rng.choice(live)
+        t = self.topics[name]
+        heir = self.rng.choice([a for a in self.actors if a.uid != 0])
+        allowed = u.uid == 0  # root alone gives a topic away
+        self.expect(u, f"chown {heir.uid} {self.mnt}/{name}", allowed or heir.uid == t.owner.uid == u.uid,
+                    f"chown of {name}")  # fmt: skip
+        if allowed:
+            t.owner.uid = heir.uid
 
     def config(self, u: User, live: list[str]) -> None:
         name = self.rng.choice(live)
@@ -218,9 +236,18 @@ class Campaign:
         g = self.groups[gname]
         mode = self.rng.choice(GROUP_MODES)
         allowed = g.owner is not None and u.uid in (0, g.owner.uid)  # an unclaimed group has no owner to chmod
-        self.expect(u, f"chmod {mode:o} {self.mnt}/.logfs/groups/{gname}", allowed, f"chmod of group {gname}")
+        path = self.mnt / ".logfs/groups" / gname
+        self.expect(u, self.chmod_command(path, mode), allowed, f"chmod of group {gname}")
         if allowed and g.owner is not None:
             g.owner.mode = mode
+
+    def group_rmdir(self, u: User, live: list[str]) -> None:
+        gname = self.rng.choice(sorted(self.groups))
+        g = self.groups[gname]
+        allowed = g.owner is not None and u.uid in (0, g.owner.uid)  # a claimed group has commits; its owner's
+        self.expect(u, f"rmdir {self.mnt}/.logfs/groups/{gname}", allowed, f"rmdir of group {gname}")
+        if allowed:
+            self.groups[gname] = Group()  # gone: unclaimed, nothing committed
 
     def group_read(self, u: User, live: list[str]) -> None:
         committed = [(gname, t) for gname, g in self.groups.items() for t in sorted(g.commits) if t in self.topics]
@@ -280,11 +307,9 @@ class Campaign:
             if t.retention is not None:
                 assert f"retention.ms={t.retention}\n" in config, (name, config)
         for gname, g in self.groups.items():
-            path = self.mnt / ".logfs/groups" / gname
-            if g.owner is None:
-                continue
-            st = os.stat(path)
-            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (g.owner.uid, g.owner.gid, g.owner.mode)
+            st = os.stat(self.mnt / ".logfs/groups" / gname)
+            owned = g.owner or Owned(0, MOUNT_GID, 0o1777)  # unclaimed: the mounting user's, with the sticky bit
+            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (owned.uid, owned.gid, owned.mode), gname
 
 
 @pytest.fixture
