@@ -72,7 +72,8 @@ class Listing:
     groups: dict[str, Owner] = field(default_factory=dict)  # the claimed consumer groups' owners
 
 
-def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None) -> Listing:
+def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None,
+                known_groups: dict[str, Owner] | None = None) -> Listing:  # fmt: skip
     """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount).
 
     With ``known`` (topic → what an earlier round found), a topic of the root listing that ``known`` holds is taken
@@ -84,7 +85,10 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
     the leader this follower is live even while it has no partition to fetch, so a topic created there starts with
     this replica in its ISR (core/replication/replica.py, ``LeaderReplicas.follower_heard``). The kernel keeps that
     entry 1 s (mount/reads.py's STABLE_TIMEOUT_S), so with a listing every second the leader hears of it at least
-    every 2 s or so. A refusal (EPERM: not one of the leader's replicas) is the fetches' to report."""
+    every 2 s or so. A refusal (EPERM: not one of the leader's replicas) is the fetches' to report.
+
+    ``known_groups`` (claimed group → owner) does for a shared leader's consumer groups what ``known`` does for
+    topics: a listed group it holds is not looked at again this round."""
     names = os.listdir(leader)
     if LOGFS_DIR not in names:
         raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {leader}: the leader is not mounted")
@@ -95,7 +99,8 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
             if exc.errno in LEADER_DOWN:
                 raise
     shared = _leader_is_shared(leader)
-    listing = Listing(root=_owner_of(leader) if shared else None, groups=_group_owners(leader) if shared else {})
+    listing = Listing(root=_owner_of(leader) if shared else None,
+                      groups=_group_owners(leader, known_groups or {}) if shared else {})  # fmt: skip
     for topic in sorted(n for n in names if not n.startswith(".")):
         if known is not None and topic in known:
             listing.topics[topic] = known[topic]
@@ -138,9 +143,9 @@ def _leader_is_shared(leader: Path) -> bool:
         return False
 
 
-def _group_owners(leader: Path) -> dict[str, Owner]:
+def _group_owners(leader: Path, known: dict[str, Owner]) -> dict[str, Owner]:
     """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 01777, a mode
-    no claimed group has: mount/access.py)."""
+    no claimed group has: mount/access.py); a listed group in ``known`` is taken as it says, without a stat."""
     try:
         names = os.listdir(leader / LOGFS_DIR / GROUPS_DIR)
     except OSError as exc:
@@ -149,6 +154,9 @@ def _group_owners(leader: Path) -> dict[str, Owner]:
         return {}
     owners = {}
     for name in names:
+        if name in known:
+            owners[name] = known[name]
+            continue
         owner = _owner_of(leader / LOGFS_DIR / GROUPS_DIR / name)
         if owner is not None and owner.mode != UNCLAIMED_GROUP_MODE:
             owners[name] = Owner(owner.uid, owner.gid, owner.mode & GROUP_MODE_BITS)

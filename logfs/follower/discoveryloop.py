@@ -45,6 +45,7 @@ class DiscoveryLoop:
         self._ensured: dict[str, LeaderTopic] = {}  # topic → what discovery last made of it
         self._round = 0
         self._owners: dict[str, Owner] = {}  # owner file → the leader's owner, as last taken (root, groups)
+        self._groups: dict[str, Owner] = {}  # claimed group → its owner, as the leader showed it last
 
     def forget(self, topic: str) -> None:
         """A topic deleted here: a later listing of it on the leader makes it anew."""
@@ -61,7 +62,7 @@ class DiscoveryLoop:
             known = self._known_slice()
             try:
                 listing = await self.follower._leader_call(
-                    list_leader, self.follower.leader, self.follower.replica_id, known
+                    list_leader, self.follower.leader, self.follower.replica_id, known, self._known_groups()
                 )
             except OSError as exc:
                 self.follower._leader_failed(exc)
@@ -102,21 +103,28 @@ class DiscoveryLoop:
                     self.follower._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self.follower._delete_topic(topic)
+            self._round += 1
             await trio.sleep(DISCOVER_INTERVAL_S)
 
     async def _take_owners(self, listing: Listing) -> None:
         """The owners a shared leader shows for its root and its claimed groups, taken when they changed (a topic's
-        owner comes with the topic: ``ensure_topic``)."""
+        owner comes with the topic: ``ensure_topic``); a group taken before that the leader no longer shows as
+        claimed (deleted, or never claimed again) is forgotten here, so a node that comes to lead lets its next
+        committer claim it, as the leader would."""
+        if listing.root is None:
+            return  # an unshared leader: its attributes say nothing of owners
         wanted = {Owners.group_file(g): o for g, o in listing.groups.items()}
-        if listing.root is not None:
-            wanted[Owners.root_file()] = listing.root
+        wanted[Owners.root_file()] = listing.root
         changed = {name: owner for name, owner in wanted.items() if self._owners.get(name) != owner}
-        if not changed:
+        gone = [group for group in self._groups if group not in listing.groups]
+        if not changed and not gone:
             return
 
         def take() -> None:
             for name, owner in changed.items():
                 take_owner(self.follower.store, name, owner)
+            for group in gone:
+                self.follower.store.owners.forget(Owners.group_file(group))
 
         try:
             await self.follower._thread(self.follower._disk_limiter, take)
@@ -124,6 +132,16 @@ class DiscoveryLoop:
             _log.error("cannot take the leader's owners here: %s", exc)
             return
         self._owners.update(changed)
+        for group in gone:
+            self._owners.pop(Owners.group_file(group), None)
+        self._groups = dict(listing.groups)
+
+    def _known_groups(self) -> dict[str, Owner]:
+        """The claimed groups whose owner discovery may take as known this round (no stat of them on the leader):
+        all it took before but a rotating slice, as for topics (:meth:`_rotating`). A claim, a chmod or a deletion
+        of a known group is seen within DISCOVER_FULL_ROUNDS rounds; a new group within one."""
+        again = self._rotating(sorted(self._groups))
+        return {g: owner for g, owner in self._groups.items() if g not in again}
 
     def _known_slice(self) -> dict[str, LeaderTopic]:
         """What discovery may take as known this round: every topic made here before, but a rotating slice of them
@@ -131,10 +149,14 @@ class DiscoveryLoop:
         listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS
         seconds; a new topic and a deleted one within one round."""
         topics = sorted(self._ensured)
-        if not topics:
-            return {}
-        size = max(DISCOVER_SLICE_MIN, -(-len(topics) // DISCOVER_FULL_ROUNDS))
-        start = self._round * size % len(topics)
-        self._round += 1
-        again = set(topics[start : start + size]) | set(topics[: max(0, start + size - len(topics))])
+        again = self._rotating(topics)
         return {t: self._ensured[t] for t in topics if t not in again}
+
+    def _rotating(self, names: list[str]) -> set[str]:
+        """This round's slice of ``names`` (sorted): at least DISCOVER_SLICE_MIN, each name once in
+        DISCOVER_FULL_ROUNDS rounds."""
+        if not names:
+            return set()
+        size = max(DISCOVER_SLICE_MIN, -(-len(names) // DISCOVER_FULL_ROUNDS))
+        start = self._round * size % len(names)
+        return set(names[start : start + size]) | set(names[: max(0, start + size - len(names))])

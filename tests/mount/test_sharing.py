@@ -349,3 +349,7 @@ def test_a_followers_mount_shows_and_enforces_the_leaders_owners(
             wait_for("the group's owner on the follower", lambda: owner(group) == (alice.uid, alice.gid, 0o700))
             open_group = follower_mnt / ".logfs/groups/open"
             wait_for("a 0777 group's owner", lambda: owner(open_group) == (alice.uid, alice.gid, 0o777), follower)
+            alice.ok(f"chmod 0750 {mnt}/.logfs/groups/g")  # a known group's change reaches the follower too
+            wait_for("the group's new mode", lambda: owner(group) == (alice.uid, alice.gid, 0o750), follower)
+            alice.ok(f"rmdir {mnt}/.logfs/groups/open")  # deleted: unclaimed again, on the follower as well
+            wait_for("the deleted group unclaimed", lambda: owner(open_group) == (0, 0, 0o1777), follower)
