@@ -69,7 +69,7 @@ class Listing:
 
     topics: dict[str, LeaderTopic] = field(default_factory=dict)
     root: Owner | None = None  # None: the leader's mount is not shared (its attributes say nothing of owners)
-    groups: dict[str, Owner] = field(default_factory=dict)  # the claimed consumer groups' owners
+    groups: dict[str, Owner] | None = None  # the claimed consumer groups' owners (None: not known this round)
 
 
 def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None,
@@ -100,7 +100,7 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
                 raise
     shared = _leader_is_shared(leader)
     listing = Listing(root=_owner_of(leader) if shared else None,
-                      groups=_group_owners(leader, known_groups or {}) if shared else {})  # fmt: skip
+                      groups=_group_owners(leader, known_groups or {}) if shared else None)  # fmt: skip
     for topic in sorted(n for n in names if not n.startswith(".")):
         if known is not None and topic in known:
             listing.topics[topic] = known[topic]
@@ -143,15 +143,16 @@ def _leader_is_shared(leader: Path) -> bool:
         return False
 
 
-def _group_owners(leader: Path, known: dict[str, Owner]) -> dict[str, Owner]:
+def _group_owners(leader: Path, known: dict[str, Owner]) -> dict[str, Owner] | None:
     """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 01777, a mode
-    no claimed group has: mount/access.py); a listed group in ``known`` is taken as it says, without a stat."""
+    no claimed group has: mount/access.py); a listed group in ``known`` is taken as it says, without a stat. None
+    when ``.logfs/groups/`` cannot be listed: nothing is known of them this round (not "none is claimed")."""
     try:
         names = os.listdir(leader / LOGFS_DIR / GROUPS_DIR)
     except OSError as exc:
         if exc.errno in LEADER_DOWN:
             raise
-        return {}
+        return None
     owners = {}
     for name in names:
         if name in known:

@@ -113,10 +113,11 @@ class DiscoveryLoop:
         committer claim it, as the leader would."""
         if listing.root is None:
             return  # an unshared leader: its attributes say nothing of owners
-        wanted = {Owners.group_file(g): o for g, o in listing.groups.items()}
+        groups = listing.groups if listing.groups is not None else self._groups  # unlisted this round: as they were
+        wanted = {Owners.group_file(g): o for g, o in groups.items()}
         wanted[Owners.root_file()] = listing.root
         changed = {name: owner for name, owner in wanted.items() if self._owners.get(name) != owner}
-        gone = [group for group in self._groups if group not in listing.groups]
+        gone = [group for group in self._groups if group not in groups]
         if not changed and not gone:
             return
 
@@ -134,7 +135,7 @@ class DiscoveryLoop:
         self._owners.update(changed)
         for group in gone:
             self._owners.pop(Owners.group_file(group), None)
-        self._groups = dict(listing.groups)
+        self._groups = dict(groups)
 
     def _known_groups(self) -> dict[str, Owner]:
         """The claimed groups whose owner discovery may take as known this round (no stat of them on the leader):
