@@ -72,6 +72,36 @@ class MountError(StorageError):
     """The mount point cannot be used: missing, a live mount, or a stale mount that would not clear."""
 
 
+FUSE_CONF = Path("/etc/fuse.conf")
+
+
+def allow_other_refusal(euid: int, fuse_conf: str | None) -> str | None:
+    """Why a process of ``euid`` cannot mount with ``allow_other`` given ``fuse_conf`` (the text of /etc/fuse.conf,
+    None: no such file), or None when it can: root always; another user only with a ``user_allow_other`` line (FUSE's
+    fusermount3 refuses the mount otherwise, after the store would have been opened)."""
+    if euid == 0:
+        return None
+    lines = [line.split("#", 1)[0].strip() for line in (fuse_conf or "").splitlines()]
+    if "user_allow_other" in lines:
+        return None
+    return (f"--allow-other (mount.allow.other): a user other than root needs user_allow_other in {FUSE_CONF}; "
+            "root adds it with: bash scripts/setup --user-allow-other")  # fmt: skip
+
+
+def check_allow_other(config: StoreConfig) -> None:
+    """MountError when ``config`` shares the mount and this user may not (:func:`allow_other_refusal`): at the start,
+    before the store is opened or created."""
+    if not config.mount_allow_other:
+        return
+    try:
+        text: str | None = FUSE_CONF.read_text(errors="replace")
+    except OSError:
+        text = None
+    refusal = allow_other_refusal(os.geteuid(), text)
+    if refusal is not None:
+        raise MountError(refusal)
+
+
 def clear_stale_mount(mountpoint: Path, store: Path | None = None) -> None:
     """Unmount a dead FUSE mount at ``mountpoint`` (lazily); MountError when that fails or it is a live mount, and
     first (from /proc, before a stat that could hang) when ``store``'s last owner was killed but cannot exit, with
@@ -121,6 +151,7 @@ def serve(store_path: Path, mountpoint: Path, config: StoreConfig, *, unclean: b
     followed, and not ``unclean``) before anything is mounted.
     """
     raise_open_file_limit()
+    check_allow_other(config)
     clear_stale_mount(mountpoint, store_path)  # first: an unusable mount point must leave no new store directory
     store = Store.open(store_path, config)
     freeze_loaded()  # a store kept for the process's life (core/collector.py)

@@ -21,7 +21,13 @@ from logfs.core.collector import freeze_loaded
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
 from logfs.mount.operations import Operations
-from logfs.mount.server import clear_stale_mount, raise_open_file_limit, run_mount, standard_tasks
+from logfs.mount.server import (
+    check_allow_other,
+    clear_stale_mount,
+    raise_open_file_limit,
+    run_mount,
+    standard_tasks,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -32,6 +38,7 @@ def serve_cluster(store_path: Path, mountpoint: Path, config: StoreConfig) -> in
     (MountError, StoreLocked, ConfigError: a bad ``zookeeper.auth.file`` too, read first)."""
     credential = read_credential(config.zookeeper_auth_file) if config.zookeeper_auth_file else None
     raise_open_file_limit()
+    check_allow_other(config)
     clear_stale_mount(mountpoint, store_path)
     store = Store.open(store_path, config)
     freeze_loaded()  # a store kept for the process's life (core/collector.py)

@@ -36,9 +36,10 @@ def follow(leader_mount: Path, store_path: Path, replica_id: int, config: StoreC
     thread. Raises MountError (before the store is opened or created), StoreLocked and ConfigError (a node.id the
     store refuses) before anything runs."""
     if mountpoint is not None:
-        from logfs.mount.server import clear_stale_mount, raise_open_file_limit
+        from logfs.mount.server import check_allow_other, clear_stale_mount, raise_open_file_limit
 
         raise_open_file_limit()
+        check_allow_other(config)
         clear_stale_mount(mountpoint)  # first: a mount point that cannot be used must not leave a new store behind
     store = Store.open(store_path, config)
     freeze_loaded()  # a store kept for the process's life (core/collector.py)

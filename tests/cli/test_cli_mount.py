@@ -15,6 +15,8 @@ import pytest
 from conftest import Mount, finish_mount, make_topic, running_mount, start_mount, write_all
 from follower_procs import following, values, wait_for
 
+from logfs.mount.server import allow_other_refusal
+
 LOGFS = str(Path(sys.executable).with_name("logfs"))
 
 
@@ -70,3 +72,24 @@ def test_a_brand_new_follower_store_does_not_log_an_unclean_shutdown(tmp_path: P
             log = follower.log_text()
         assert "opened store" in log and "a new store" in log, log
         assert "unclean" not in log, log
+
+
+@pytest.mark.parametrize(
+    ("euid", "conf", "allowed"),
+    [
+        (0, None, True),  # root always
+        (1000, None, False),  # no /etc/fuse.conf
+        (1000, "#user_allow_other\n", False),  # Debian's file as shipped: commented out
+        (1000, "# user_allow_other - Using the allow_other mount option\n", False),
+        (1000, "mount_max = 1000\nuser_allow_other\n", True),
+        (1000, "  user_allow_other   # for logfs --allow-other\n", True),
+        (1000, "user_allow_others\n", False),
+    ],
+)
+def test_allow_other_as_a_user_needs_user_allow_other(euid: int, conf: str | None, allowed: bool) -> None:
+    """What ``logfs mount --allow-other`` checks before it opens the store (mount/server.py): fusermount3 would
+    refuse the mount only after that, with a message that does not say what to do."""
+    refusal = allow_other_refusal(euid, conf)
+    assert (refusal is None) == allowed
+    if refusal is not None:
+        assert "user_allow_other in /etc/fuse.conf" in refusal and "scripts/setup --user-allow-other" in refusal
