@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from logfs.core.durable import replace_file
+from logfs.core.durable import fsync_dir, replace_file
 from logfs.core.errors import StorageError
 from logfs.core.topicnames import store_file_name
 
@@ -140,3 +141,18 @@ class Owners:
             os.unlink(self._dir / name)
         except FileNotFoundError:
             pass
+
+    def forget_all(self, names: Iterable[str]) -> None:
+        """:meth:`forget` each of ``names``, then fsync the store directory once, so that no forgotten owner comes
+        back after a crash. Blocks."""
+        names = list(names)
+        for name in names:
+            self.forget(name)
+        if names:
+            fsync_dir(self._dir)
+
+    def recorded(self, prefix: str) -> frozenset[str]:
+        """The owner files starting with ``prefix`` (``GROUP_PREFIX``, ``TOPIC_PREFIX``) that hold an owner now. A
+        copy of the in-memory record (the store's open read them all): no disk. Any thread."""
+        with self._lock:
+            return frozenset(n for n, owner in self._known.items() if owner is not None and n.startswith(prefix))

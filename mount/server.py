@@ -75,13 +75,17 @@ class MountError(StorageError):
 FUSE_CONF = Path("/etc/fuse.conf")
 
 
-def allow_other_refusal(euid: int, fuse_conf: str | None) -> str | None:
+CAP_SYS_ADMIN = 21  # its bit in /proc/self/status's CapEff: mount(2) itself, without fusermount3
+
+
+def allow_other_refusal(euid: int, fuse_conf: str | None, *, cap_sys_admin: bool = False) -> str | None:
     """Why a process of ``euid`` cannot mount with ``allow_other`` given ``fuse_conf`` (the text of /etc/fuse.conf,
-    None: no such file), or None when it can: root always; another user only with a ``user_allow_other`` line (FUSE's
-    fusermount3 refuses the mount otherwise, after the store would have been opened)."""
-    if euid == 0:
+    None: no such file), or None when it can: root, or a process that may mount(2) itself, always; another user only
+    with a ``user_allow_other`` line, as fusermount3 reads the file (comments from ``#``, blanks around, and only
+    lines that end in a newline), which refuses the mount otherwise, after the store would have been opened."""
+    if euid == 0 or cap_sys_admin:
         return None
-    lines = [line.split("#", 1)[0].strip() for line in (fuse_conf or "").splitlines()]
+    lines = [line.split("#", 1)[0].strip() for line in (fuse_conf or "").split("\n")[:-1]]
     if "user_allow_other" in lines:
         return None
     return (f"--allow-other (mount.allow.other): a user other than root needs user_allow_other in {FUSE_CONF}; "
@@ -95,11 +99,24 @@ def check_allow_other(config: StoreConfig) -> None:
         return
     try:
         text: str | None = FUSE_CONF.read_text(errors="replace")
+    except PermissionError:
+        return  # a file kept from this user (0640 root:fuse): setuid fusermount3 reads it and decides
     except OSError:
         text = None
-    refusal = allow_other_refusal(os.geteuid(), text)
+    refusal = allow_other_refusal(os.geteuid(), text, cap_sys_admin=_has_cap_sys_admin())
     if refusal is not None:
         raise MountError(refusal)
+
+
+def _has_cap_sys_admin() -> bool:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def clear_stale_mount(mountpoint: Path, store: Path | None = None) -> None:

@@ -6,11 +6,11 @@ it also looks up ``.logfs/fetch/<replica id>`` there, so that the leader knows t
 has a partition to fetch (a topic created there starts with the live followers in its ISR).
 Then :func:`ensure_topic` makes this store hold the same: the topic, its missing partitions, the leader's config
 as this store's topic overrides whenever the text changed, and the owner and mode its directory shows (so a
-follower's mount, and this node once it leads, enforce what the leader did: core/owners.py); the root's owner and
-mode too (:func:`take_owner`). Names are copied as the leader has them: Kafka's rules still apply here
-(core/names.py), but two names that differ only in ``.`` against ``_`` are not refused (the leader refuses such a
-pair when one is created; a leader that holds both anyway is copied whole). A topic deleted between the listing of
-the root and of the topic is skipped, not an error: the next round sees the truth.
+follower's mount, and this node once it leads, enforce what the leader did: core/owners.py); the root's and the
+consumer groups' owners too (:func:`plan_owners`). Names are copied as the leader has them: Kafka's rules still
+apply here (core/names.py), but two names that differ only in ``.`` against ``_`` are not refused (the leader
+refuses such a pair when one is created; a leader that holds both anyway is copied whole). A topic deleted between
+the listing of the root and of the topic is skipped, not an error: the next round sees the truth.
 
 A leader that is not there answers with one of :data:`LEADER_DOWN`'s errors (a dead FUSE mount, an sshfs without its
 server, an unmounted mount point) or :class:`LeaderUnavailable` (a mount point with no ``.logfs``); the daemon
@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from logfs.core.configtext import parse_config_lines
 from logfs.core.errors import ConfigError, LogfsError
-from logfs.core.owners import GROUP_MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners, default_owner
+from logfs.core.owners import GROUP_MODE_BITS, GROUP_PREFIX, UNCLAIMED_GROUP_MODE, Owner, Owners, default_owner
 from logfs.core.store import NewTopic, Store
 
 _log = logging.getLogger(__name__)
@@ -69,11 +69,12 @@ class Listing:
 
     topics: dict[str, LeaderTopic] = field(default_factory=dict)
     root: Owner | None = None  # None: the leader's mount is not shared (its attributes say nothing of owners)
-    groups: dict[str, Owner] | None = None  # the claimed consumer groups' owners (None: not known this round)
+    # every consumer group the leader lists → its owner, None while unclaimed; None: groups not listed this round
+    groups: dict[str, Owner | None] | None = None
 
 
 def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, LeaderTopic] | None = None,
-                known_groups: dict[str, Owner] | None = None) -> Listing:  # fmt: skip
+                groups: GroupsKnown | None = None) -> Listing:  # fmt: skip
     """The leader's topics, partition counts and configs. Worker thread (blocks on the leader's mount).
 
     With ``known`` (topic → what an earlier round found), a topic of the root listing that ``known`` holds is taken
@@ -87,8 +88,8 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
     entry 1 s (mount/reads.py's STABLE_TIMEOUT_S), so with a listing every second the leader hears of it at least
     every 2 s or so. A refusal (EPERM: not one of the leader's replicas) is the fetches' to report.
 
-    ``known_groups`` (claimed group → owner) does for a shared leader's consumer groups what ``known`` does for
-    topics: a listed group it holds is not looked at again this round."""
+    ``groups`` does for a shared leader's consumer groups what ``known`` does for topics: a listed group it holds
+    and does not name again is taken as it was, without a stat."""
     names = os.listdir(leader)
     if LOGFS_DIR not in names:
         raise LeaderUnavailable(errno.ENOENT, f"no {LOGFS_DIR} in {leader}: the leader is not mounted")
@@ -100,7 +101,7 @@ def list_leader(leader: Path, replica_id: int | None = None, known: dict[str, Le
                 raise
     shared = _leader_is_shared(leader)
     listing = Listing(root=_owner_of(leader) if shared else None,
-                      groups=_group_owners(leader, known_groups or {}) if shared else None)  # fmt: skip
+                      groups=_group_owners(leader, groups or GroupsKnown()) if shared else None)  # fmt: skip
     for topic in sorted(n for n in names if not n.startswith(".")):
         if known is not None and topic in known:
             listing.topics[topic] = known[topic]
@@ -143,25 +144,59 @@ def _leader_is_shared(leader: Path) -> bool:
         return False
 
 
-def _group_owners(leader: Path, known: dict[str, Owner]) -> dict[str, Owner] | None:
-    """The consumer groups a shared leader shows as claimed, with their owners (an unclaimed group is 01777, a mode
-    no claimed group has: mount/access.py); a listed group in ``known`` is taken as it says, without a stat. None
-    when ``.logfs/groups/`` cannot be listed: nothing is known of them this round (not "none is claimed")."""
+@dataclass(frozen=True)
+class GroupsKnown:
+    """What discovery knew of a shared leader's groups after its last round (group → owner, None: unclaimed), and
+    which of them to look at again this round."""
+
+    previous: dict[str, Owner | None] = field(default_factory=dict)
+    again: frozenset[str] = frozenset()
+
+
+def _group_owners(leader: Path, known: GroupsKnown) -> dict[str, Owner | None] | None:
+    """Every consumer group a shared leader lists, with its owner, None while unclaimed (an unclaimed group shows
+    01777, a mode no claimed group has: mount/access.py). A group ``known`` holds and does not name again is taken
+    as it was; one whose stat fails (but for ENOENT: deleted since listed) stays as it was. None when
+    ``.logfs/groups/`` cannot be listed: nothing is known of them this round (not "none is claimed")."""
     try:
         names = os.listdir(leader / LOGFS_DIR / GROUPS_DIR)
     except OSError as exc:
         if exc.errno in LEADER_DOWN:
             raise
         return None
-    owners = {}
+    owners: dict[str, Owner | None] = {}
     for name in names:
-        if name in known:
-            owners[name] = known[name]
+        if name in known.previous and name not in known.again:
+            owners[name] = known.previous[name]
             continue
-        owner = _owner_of(leader / LOGFS_DIR / GROUPS_DIR / name)
-        if owner is not None and owner.mode != UNCLAIMED_GROUP_MODE:
-            owners[name] = Owner(owner.uid, owner.gid, owner.mode & GROUP_MODE_BITS)
+        try:
+            st = os.stat(leader / LOGFS_DIR / GROUPS_DIR / name)
+        except OSError as exc:
+            if exc.errno in LEADER_DOWN:
+                raise
+            if exc.errno != errno.ENOENT:
+                owners[name] = known.previous.get(name)
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        owners[name] = None if mode == UNCLAIMED_GROUP_MODE else Owner(st.st_uid, st.st_gid, mode & GROUP_MODE_BITS)
     return owners
+
+
+def plan_owners(
+    store: Store, root: Owner, groups: dict[str, Owner | None] | None
+) -> tuple[dict[str, Owner], list[str]]:
+    """What this store must take to match a shared leader's ``root`` and ``groups`` (``Listing``): the owner files to
+    write (name → owner) and the group owner files to remove, those of groups the leader does not show as claimed
+    (deleted there, or never claimed), also ones recorded before this process started. With ``groups`` None (not
+    listed this round) the groups are left as they are. Reads the store's in-memory record only: any thread."""
+    changed: dict[str, Owner] = {}
+    if (store.owners.get(Owners.root_file()) or default_owner()) != root:
+        changed[Owners.root_file()] = root
+    if groups is None:
+        return changed, []
+    wanted = {Owners.group_file(g): owner for g, owner in groups.items() if owner is not None}
+    changed.update({name: owner for name, owner in wanted.items() if store.owners.get(name) != owner})
+    return changed, sorted(store.owners.recorded(GROUP_PREFIX) - wanted.keys())
 
 
 def _owner_of(path: Path) -> Owner | None:

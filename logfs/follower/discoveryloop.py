@@ -15,14 +15,23 @@ Threads: the trio thread; listings and store changes in worker threads.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import TYPE_CHECKING
 
 import trio
 
 from logfs.core.errors import LogfsError
-from logfs.core.owners import Owner, Owners
-from logfs.follower.discovery import LeaderTopic, Listing, create_topics, ensure_topic, list_leader, take_owner
+from logfs.core.owners import Owner
+from logfs.follower.discovery import (
+    GroupsKnown,
+    LeaderTopic,
+    Listing,
+    create_topics,
+    ensure_topic,
+    list_leader,
+    plan_owners,
+)
 from logfs.follower.retry import Backoff
 
 if TYPE_CHECKING:
@@ -43,9 +52,8 @@ class DiscoveryLoop:
         self._configs: dict[str, str] = {}  # topic → the config text last copied
         self._seen_topics: set[str] = set()  # topics the leader listed during this run
         self._ensured: dict[str, LeaderTopic] = {}  # topic → what discovery last made of it
-        self._round = 0
-        self._owners: dict[str, Owner] = {}  # owner file → the leader's owner, as last taken (root, groups)
-        self._groups: dict[str, Owner] = {}  # claimed group → its owner, as the leader showed it last
+        self._cursors: dict[str, str] = {}  # "topics", "groups" → the last name a slice held (see _rotating)
+        self._groups: dict[str, Owner | None] = {}  # every group the leader listed → its owner (None: unclaimed)
 
     def forget(self, topic: str) -> None:
         """A topic deleted here: a later listing of it on the leader makes it anew."""
@@ -61,8 +69,9 @@ class DiscoveryLoop:
                 await trio.sleep_forever()  # no topic is created or deleted here any more; the other tasks go on
             known = self._known_slice()
             try:
+                groups = GroupsKnown(dict(self._groups), frozenset(self._rotating("groups", sorted(self._groups))))
                 listing = await self.follower._leader_call(
-                    list_leader, self.follower.leader, self.follower.replica_id, known, self._known_groups()
+                    list_leader, self.follower.leader, self.follower.replica_id, known, groups
                 )
             except OSError as exc:
                 self.follower._leader_failed(exc)
@@ -103,46 +112,30 @@ class DiscoveryLoop:
                     self.follower._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self.follower._delete_topic(topic)
-            self._round += 1
             await trio.sleep(DISCOVER_INTERVAL_S)
 
     async def _take_owners(self, listing: Listing) -> None:
-        """The owners a shared leader shows for its root and its claimed groups, taken when they changed (a topic's
-        owner comes with the topic: ``ensure_topic``); a group taken before that the leader no longer shows as
-        claimed (deleted, or never claimed again) is forgotten here, so a node that comes to lead lets its next
-        committer claim it, as the leader would."""
+        """The owners a shared leader shows for its root and its claimed groups, taken when they differ from this
+        store's (a topic's owner comes with the topic: ``ensure_topic``); a group owner recorded here that the
+        leader does not show as claimed (deleted there, or unclaimed) is forgotten, so a node that comes to lead
+        lets its next committer claim it, as the leader would (``plan_owners``). Nothing for an unshared leader."""
         if listing.root is None:
             return  # an unshared leader: its attributes say nothing of owners
-        groups = listing.groups if listing.groups is not None else self._groups  # unlisted this round: as they were
-        wanted = {Owners.group_file(g): o for g, o in groups.items()}
-        wanted[Owners.root_file()] = listing.root
-        changed = {name: owner for name, owner in wanted.items() if self._owners.get(name) != owner}
-        gone = [group for group in self._groups if group not in groups]
-        if not changed and not gone:
-            return
+        root, groups = listing.root, listing.groups
 
         def take() -> None:
+            changed, gone = plan_owners(self.follower.store, root, groups)
             for name, owner in changed.items():
-                take_owner(self.follower.store, name, owner)
-            for group in gone:
-                self.follower.store.owners.forget(Owners.group_file(group))
+                self.follower.store.owners.set(name, owner)
+            self.follower.store.owners.forget_all(gone)
 
         try:
             await self.follower._thread(self.follower._disk_limiter, take)
         except (LogfsError, OSError) as exc:
             _log.error("cannot take the leader's owners here: %s", exc)
             return
-        self._owners.update(changed)
-        for group in gone:
-            self._owners.pop(Owners.group_file(group), None)
-        self._groups = dict(groups)
-
-    def _known_groups(self) -> dict[str, Owner]:
-        """The claimed groups whose owner discovery may take as known this round (no stat of them on the leader):
-        all it took before but a rotating slice, as for topics (:meth:`_rotating`). A claim, a chmod or a deletion
-        of a known group is seen within DISCOVER_FULL_ROUNDS rounds; a new group within one."""
-        again = self._rotating(sorted(self._groups))
-        return {g: owner for g, owner in self._groups.items() if g not in again}
+        if groups is not None:
+            self._groups = groups
 
     def _known_slice(self) -> dict[str, LeaderTopic]:
         """What discovery may take as known this round: every topic made here before, but a rotating slice of them
@@ -150,14 +143,18 @@ class DiscoveryLoop:
         listed again. So a new partition or a config change of a known topic is seen within DISCOVER_FULL_ROUNDS
         seconds; a new topic and a deleted one within one round."""
         topics = sorted(self._ensured)
-        again = self._rotating(topics)
+        again = self._rotating("topics", topics)
         return {t: self._ensured[t] for t in topics if t not in again}
 
-    def _rotating(self, names: list[str]) -> set[str]:
-        """This round's slice of ``names`` (sorted): at least DISCOVER_SLICE_MIN, each name once in
-        DISCOVER_FULL_ROUNDS rounds."""
+    def _rotating(self, kind: str, names: list[str]) -> set[str]:
+        """This round's slice of ``names`` (sorted): at least DISCOVER_SLICE_MIN of them, going on from the last
+        name the previous slice of ``kind`` held, so each name is in one within DISCOVER_FULL_ROUNDS rounds even
+        while names come and go (a slice kept by name, not by position)."""
         if not names:
             return set()
-        size = max(DISCOVER_SLICE_MIN, -(-len(names) // DISCOVER_FULL_ROUNDS))
-        start = self._round * size % len(names)
-        return set(names[start : start + size]) | set(names[: max(0, start + size - len(names))])
+        # one round in hand for the names added meanwhile, which lengthen the cycle
+        size = min(len(names), max(DISCOVER_SLICE_MIN, -(-len(names) // (DISCOVER_FULL_ROUNDS - 1))))
+        start = bisect.bisect_right(names, self._cursors.get(kind, "")) % len(names)
+        picked = [names[(start + i) % len(names)] for i in range(size)]
+        self._cursors[kind] = picked[-1]
+        return set(picked)

@@ -84,6 +84,7 @@ def test_a_brand_new_follower_store_does_not_log_an_unclean_shutdown(tmp_path: P
         (1000, "mount_max = 1000\nuser_allow_other\n", True),
         (1000, "  user_allow_other   # for logfs --allow-other\n", True),
         (1000, "user_allow_others\n", False),
+        (1000, "mount_max = 10\nuser_allow_other", False),  # no newline at its end: fusermount3 ignores the line
     ],
 )
 def test_allow_other_as_a_user_needs_user_allow_other(euid: int, conf: str | None, allowed: bool) -> None:
@@ -91,5 +92,6 @@ def test_allow_other_as_a_user_needs_user_allow_other(euid: int, conf: str | Non
     refuse the mount only after that, with a message that does not say what to do."""
     refusal = allow_other_refusal(euid, conf)
     assert (refusal is None) == allowed
+    assert allow_other_refusal(euid, conf, cap_sys_admin=True) is None  # mount(2) itself, no fusermount3
     if refusal is not None:
         assert "user_allow_other in /etc/fuse.conf" in refusal and "scripts/setup --user-allow-other" in refusal

@@ -297,27 +297,25 @@ def test_readers_of_several_users_and_the_per_user_limit(place: tuple[Path, Path
         # One handle, two threads reading with pread(2) (read(2) would queue in the kernel behind the file position
         # lock): the second read does not wait beside the first, each holding a task of the mount.
         fd = os.open(mnt / "t/0/follow/latest", os.O_RDONLY)
+        answers: list[object] = []  # in the order the reads end
+
+        def pread() -> None:
+            try:
+                answers.append(os.pread(fd, 100, 0))
+            except OSError as exc:
+                answers.append(exc.errno)
+
         try:
-            first = threading.Thread(target=os.pread, args=(fd, 100, 0))
-            first.start()
-            time.sleep(0.5)  # the first read's request reaches the mount in microseconds, and waits there
-            assert first.is_alive()
-            answers: list[object] = []
-
-            def second() -> None:
-                try:
-                    answers.append(os.pread(fd, 100, 0))
-                except OSError as exc:
-                    answers.append(exc.errno)
-
-            other = threading.Thread(target=second)
-            other.start()
-            other.join(timeout=5)  # at once: it does not wait (a wrong mount would hold it until the write below)
-            assert answers == [errno.EBUSY]
-            (mnt / "t/0/append").write_text("y\n")  # wakes the first read
-            first.join(timeout=10)
-            other.join(timeout=10)
-            assert not first.is_alive() and not other.is_alive()
+            readers = [threading.Thread(target=pread) for _ in range(2)]
+            readers[0].start()
+            time.sleep(0.5)  # a read's request reaches the mount in microseconds, and waits there
+            readers[1].start()
+            wait_for("one of the two reads to end", lambda: answers, timeout_s=5)  # at once: the one that came second
+            assert answers == [errno.EBUSY] and sum(r.is_alive() for r in readers) == 1  # the other still waits
+            (mnt / "t/0/append").write_text("y\n")  # wakes it
+            for reader in readers:
+                reader.join(timeout=10)
+            assert answers == [errno.EBUSY, b"y\n"]
         finally:
             os.close(fd)
 

@@ -23,6 +23,9 @@ def setup(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("before", "after", "said"), [
     (DEBIAN, DEBIAN.replace("\n#user_allow_other\n", "\nuser_allow_other\n"), "uncommented"),
     ("mount_max = 10\n", "mount_max = 10\nuser_allow_other\n", "added"),
+    ("mount_max = 10", "mount_max = 10\nuser_allow_other\n", "added"),  # a last line without its newline
+    ("#user_allow_other", "user_allow_other\n", "uncommented"),
+    ("", "user_allow_other\n", "added"),
 ])  # fmt: skip
 def test_user_allow_other_only_when_asked_and_once(tmp_path: Path, before: str, after: str, said: str) -> None:
     if os.geteuid() != 0:
@@ -36,6 +39,7 @@ def test_user_allow_other_only_when_asked_and_once(tmp_path: Path, before: str, 
     assert done.returncode == 0, done.stderr
     assert conf.read_text() == after and f"setup:   {said}" in done.stderr
     done = setup(conf, "--user-allow-other")
+    assert done.returncode == 0, done.stderr
     assert conf.read_text() == after and "setup:   already there" in done.stderr
 
 
