@@ -47,7 +47,7 @@ ROOT_UID = 0
 TXN_MODE = 0o700  # an open transaction: its owner's alone
 
 # Files a topic's readers open: they take the topic's r bits.
-_READ_KINDS = frozenset({Kind.STATE, Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE})
+_READ_KINDS = frozenset({Kind.STATE, Kind.PARTITION_LEADER, Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE})
 # Directories inside a topic: they take its r and x bits (nothing is made in them by mkdir).
 _TOPIC_DIR_KINDS = frozenset({Kind.PARTITION, Kind.COMMITTED, Kind.AT_DIR, Kind.FOLLOW_DIR, Kind.HW_DIR})
 # Files a topic's producers open: they take its w bits (and the matching r bits: produce responses are read back).

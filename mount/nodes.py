@@ -36,6 +36,7 @@ Paths::
         <partition>/                    PARTITION          0 … N-1, written without leading zeros
             append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES   w
             state                       STATE              r   JSON
+            leader                      PARTITION_LEADER   r   JSON: who leads this partition
             at/                         AT_DIR             lists nothing; <offset>, earliest, @<ms>, <a>-<b>
                 <name>                  AT_FILE            r   a snapshot fixed at lookup
             follow/                     FOLLOW_DIR         lists nothing; <offset>, earliest, @<ms>, latest
@@ -82,6 +83,7 @@ class Kind(enum.Enum):
     APPEND_JSONL = ("append_jsonl", False, 0o660, True)
     BATCHES = ("batches", False, 0o660, True)
     STATE = ("state", False, 0o444, False)
+    PARTITION_LEADER = ("partition_leader", False, 0o444, False)
     COMMITTED = ("committed", True, 0o555, False)
     AT_DIR = ("at_dir", True, 0o555, False)
     FOLLOW_DIR = ("follow_dir", True, 0o555, False)
@@ -213,6 +215,7 @@ _NAMES = {
     Kind.APPEND_JSONL: "append.jsonl",
     Kind.BATCHES: "batches",
     Kind.STATE: "state",
+    Kind.PARTITION_LEADER: "leader",
     Kind.AT_DIR: "at",
     Kind.FOLLOW_DIR: "follow",
     Kind.HW_DIR: "hw",
@@ -247,6 +250,7 @@ PARTITION_CHILDREN = {
     "append.jsonl": Kind.APPEND_JSONL,
     "batches": Kind.BATCHES,
     "state": Kind.STATE,
+    "leader": Kind.PARTITION_LEADER,
     "at": Kind.AT_DIR,
     "follow": Kind.FOLLOW_DIR,
     "hw": Kind.HW_DIR,

@@ -190,6 +190,9 @@ class Reader:
             return self._attr(inode, node, size=len(data), attr_timeout=MOVING_TIMEOUT_S)
         if kind is Kind.ERRORS and self.access.shared:  # each user reads their own: no size tells of the others'
             return self._attr(inode, node, mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
+        if kind is Kind.PARTITION_LEADER:
+            data = self.status.render_partition_leader(node)
+            return self._attr(inode, node, size=len(data), mtime_ns=time.time_ns(), attr_timeout=MOVING_TIMEOUT_S)
         if kind in (Kind.METRICS, Kind.ERRORS, Kind.LEADER):
             data = {Kind.METRICS: self.status.render_metrics, Kind.LEADER: self.status.render_leader,
                     Kind.ERRORS: self.metrics.refusals.render}[kind]()  # fmt: skip
@@ -370,6 +373,8 @@ class Reader:
             data = self.metrics.refusals.render(None if self.access.may_see_all_refusals(caller) else caller.uid)
         elif kind is Kind.LEADER:
             data = self.status.render_leader()
+        elif kind is Kind.PARTITION_LEADER:
+            data = self.status.render_partition_leader(node)
         else:
             data = self.status.render_metrics()
         return SnapshotHandle(entry, data), pyfuse3.FileInfo(direct_io=True)

@@ -63,6 +63,9 @@ class StatusFiles:
         # With ZooKeeper (logfs/cluster/node.py): .logfs/leader's object, and the fields ``state`` gains
         self.leader_info: Callable[[], dict[str, Any]] | None = None
         self.cluster_state: Callable[[], dict[str, Any]] | None = None
+        # … and a partition's leader (``<topic>/<p>/leader``) and replicas in assignment order (its ``state``)
+        self.partition_leader_info: Callable[[str, int], dict[str, Any]] | None = None
+        self.assigned_replicas: Callable[[str, int], tuple[int, ...]] | None = None
 
     def _log(self, node: Node) -> Log:
         return self.store.log(node.topic, node.partition)
@@ -85,13 +88,27 @@ class StatusFiles:
         doc = {**doc, "shared": self.store.config.mount_allow_other}
         return json.dumps(doc).encode() + b"\n"
 
+    def render_partition_leader(self, node: Node) -> bytes:
+        """``<topic>/<p>/leader``: the partition's leader as ``partition_leader_info`` says (a cluster); without
+        ZooKeeper, the mount's leader (:meth:`render_leader`: every partition has the same one)."""
+        if self.partition_leader_info is None:
+            return self.render_leader()
+        return json.dumps(self.partition_leader_info(node.topic, node.partition)).encode() + b"\n"
+
     async def render_state(self, node: Node) -> bytes:
-        """``state`` (:meth:`_render_state`), with ``zookeeper_session`` and ``controller`` added in a cluster."""
+        """``state`` (:meth:`_render_state`); in a cluster with ``zookeeper_session``, ``controller`` and ``leader``
+        added, and ``replicas`` in assignment order (:func:`replicas_in_assignment_order`)."""
         data = await self._render_state(node)
         if self.cluster_state is None:
             return data
         doc = json.loads(data)
         doc.update(self.cluster_state())
+        if self.partition_leader_info is not None:
+            doc["leader"] = self.partition_leader_info(node.topic, node.partition)["node_id"]
+        if self.assigned_replicas is not None:
+            assigned = self.assigned_replicas(node.topic, node.partition)
+            doc["replicas"] = replicas_in_assignment_order(doc["replicas"], assigned, self.store.config.node_id,
+                                                           doc["log_end_offset"])  # fmt: skip
         return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
     async def _render_state(self, node: Node) -> bytes:
@@ -177,3 +194,18 @@ def _state_with_cleaner(cleaner: CleanerTask | None, log: Log, topic: str, parti
     """``state`` with a compacted topic's dirty section (``mount/cleaning.py``). Worker thread: reads the disk."""
     dirty = None if cleaner is None else cleaner.state_of(topic, partition, log)
     return render_state(log, topic, partition, cleaner=dirty, **kwargs)
+
+
+def replicas_in_assignment_order(
+    known: dict[str, Any], assigned: tuple[int, ...], node_id: int, log_end_offset: int
+) -> dict[str, Any]:
+    """``state``'s ``replicas`` in a cluster: every assigned replica in assignment order (the preferred leader
+    first) with what this node knows of it (a leader: each follower's progress; any node: its own log end), -1 where
+    it knows nothing, then any replica known but not assigned (none, unless the assignment is not read yet)."""
+    unknown = {"log_end_offset": -1, "last_caught_up_ms": -1}
+    out: dict[str, Any] = {}
+    for replica in assigned:
+        own = {"log_end_offset": log_end_offset, "last_caught_up_ms": -1} if replica == node_id else unknown
+        out[str(replica)] = known.get(str(replica), own)
+    out.update((k, v) for k, v in known.items() if k not in out)
+    return out

@@ -18,13 +18,16 @@ from __future__ import annotations
 import logging
 import threading
 
+from logfs.cluster.assignment import assign_added_partitions, assign_replicas
 from logfs.cluster.rules import PartitionState
+from logfs.cluster.topics import Assignments
 from logfs.cluster.zk import ZooKeeper
-from logfs.cluster.zkerrors import Fenced, Superseded, ZkUnavailable
+from logfs.cluster.zkerrors import Conflict, Fenced, Superseded, ZkUnavailable
 from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.replication.leaderreplicas import LeaderReplicas
+from logfs.core.replication.replica import LeaderPartition
 
 _log = logging.getLogger(__name__)
 
@@ -39,8 +42,12 @@ class IsrRecorder:
         recorded: dict[tuple[str, int], Versioned],
         *,
         controller_epoch: int,
+        assignments: Assignments | None = None,
     ) -> None:
+        """``assignments``: the topics' recorded assignments, which :meth:`sync` completes for new topics and
+        partitions (``logfs/cluster/topics.py``); a fresh one (read from nothing) when not given."""
         self.zk = zk
+        self.assignments = assignments if assignments is not None else Assignments()
         self.leaders = leaders
         self.node_id = leaders.node_id
         self.epoch = leaders.leader_epoch
@@ -161,6 +168,45 @@ class IsrRecorder:
 
             return self.leaders.maybe_shrink_isr(now, confirm=confirm)
 
+    def _assign(self, live: list[tuple[TopicPartition, LeaderPartition]]) -> bool:
+        """Record the assignment of every topic of ``live`` that ZooKeeper lacks or that lacks some of its partitions,
+        before their states are recorded, as Kafka's admin client writes ``/brokers/topics/<t>`` before the controller
+        makes the partitions: a new topic's over every replica from a random start (``assignment.assign_replicas``:
+        every node holds a copy while one node leads all), a grown topic's continuing the pattern
+        (``assign_added_partitions``). True when every one is recorded. Caller holds the lock."""
+        counts: dict[str, int] = {}
+        for tp, _ in live:
+            counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
+        unread = sorted(t for t in counts if self.assignments.recorded(t) is None)
+        if unread:  # a topic made by an earlier logfs, or by this leader just now: one multiRead for all
+            for topic, (found, found_version) in self.zk.assignments(unread).items():
+                if found is not None:
+                    self.assignments.record(topic, found, found_version)
+                else:
+                    self.assignments.record_empty(topic, found_version)
+        nodes = self.leaders.replica_ids
+        complete = True
+        for topic, count in sorted(counts.items()):
+            recorded = self.assignments.recorded(topic)
+            known, version = (None, None) if recorded is None else (recorded[0], recorded[1])
+            if known is not None and all(p in known for p in range(count)):
+                continue
+            if known is None or sorted(known) != list(range(len(known))):
+                assignment = assign_replicas(count, len(nodes), nodes)
+            else:
+                assignment = {**known, **assign_added_partitions(known, count - len(known), nodes)}
+            try:
+                written = self.zk.write_assignment(topic, assignment, version)
+            except (Conflict, ZkUnavailable) as exc:
+                _log.warning("topic %s: cannot record its assignment yet (%s)", topic, exc)
+                self.assignments.forget(topic)
+                complete = False
+                continue
+            self.assignments.record(topic, assignment, written)
+            _log.info("topic %s: assignment recorded in ZooKeeper: %s", topic,
+                      " ".join(f"{p}:{','.join(map(str, r))}" for p, r in sorted(assignment.items())))  # fmt: skip
+        return complete
+
     def sync(self) -> list[str]:
         """Record every ISR that grew and every new partition (all of them in one pipelined batch: a leader that
         creates or takes 10,000 partitions waits for a few round trips, not 10,000); return the topics that were
@@ -186,6 +232,8 @@ class IsrRecorder:
                     continue
                 writes.append((tp.topic, tp.partition, state, None if recorded is None else recorded.version))
                 names[(tp.topic, tp.partition)] = p.name
+            if not self._assign(live):
+                complete = False
             if writes:
                 done = self._write_many(writes, names)
                 if self.fenced is not None:

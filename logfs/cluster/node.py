@@ -43,6 +43,7 @@ import trio
 from logfs.cluster.controller import Controller
 from logfs.cluster.isr import IsrRecorder
 from logfs.cluster.rules import NO_LEADER, NO_LEADERSHIP, Action, Broker, Leadership, decide
+from logfs.cluster.topics import Assignments
 from logfs.cluster.zk import ZooKeeper
 from logfs.cluster.zkauth import Credential
 from logfs.cluster.zkerrors import NotAuthorized, StillRegistered, ZkUnavailable
@@ -98,6 +99,9 @@ class ClusterNode:
         self.acted_epoch = -1
         self.broker_epoch = -1  # czxid of this node's registration; -1 while unregistered
         self.controller = Controller(self.zk, self.node_id, config)  # logfs/cluster/controller.py
+        # every topic's replica assignment (logfs/cluster/topics.py); a reader (the trio thread) that meets a
+        # partition it lacks nudges the loop, which reads it again
+        self.assignments = Assignments(on_stale=self.zk.nudge)
         self._recorder: IsrRecorder | None = None
         self._follower: Follower | None = None
         self._role_scope: trio.CancelScope | None = None
@@ -112,6 +116,11 @@ class ClusterNode:
     # --- what the mount shows ---------------------------------------------------------------------------------------
 
     def leader_file(self) -> dict[str, Any]:
+        return self.leadership.leader_file()
+
+    def partition_leader_file(self, topic: str, partition: int) -> dict[str, Any]:
+        """What ``<topic>/<p>/leader`` shows: the partition's leader (one node leads every partition for now, so
+        every partition names the leadership's)."""
         return self.leadership.leader_file()
 
     def state_fields(self) -> dict[str, Any]:
@@ -220,6 +229,7 @@ class ClusterNode:
                 _log.info("node %d registered in ZooKeeper (broker epoch %d)", self.node_id, self.broker_epoch)
             await self._zk(self.controller.control, self.broker_epoch >= 0)
             self._live = set(await self._zk(self.zk.live_brokers)) if self.broker_epoch >= 0 else set()
+            await self._zk(self.assignments.refresh, self.zk)
             leadership, _ = await self._zk(self.zk.leadership)
             await self._apply_deletions()
             self._refused = None
@@ -296,6 +306,7 @@ class ClusterNode:
             # until the next reconcile tries again (``_act``). A leader adopting an epoch keeps its tasks until then.
             await self._stop_role()
         states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
+        await self._zk(functools.partial(self.assignments.refresh, self.zk, everything=True))
         await self._stop_role()
         node = self.node_id
         await trio.to_thread.run_sync(write_replica_state, self.store.path,
@@ -321,7 +332,8 @@ class ClusterNode:
         if adopt and self.ops.replication is not None:
             self.ops.replication.leaders = leaders  # waiting acks go on against the new epoch's partitions
             replication = self.ops.replication
-        self._recorder = IsrRecorder(self.zk, leaders, states, controller_epoch=seen.controller_epoch)
+        self._recorder = IsrRecorder(self.zk, leaders, states, controller_epoch=seen.controller_epoch,
+                                     assignments=self.assignments)  # fmt: skip
         self.ops.set_role(replication, None)
         self.ops.partitions.notify_all()
         self.role = ROLE_LEADER

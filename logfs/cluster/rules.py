@@ -125,6 +125,32 @@ class Broker:
         return cls(node_id, mount, _field(doc, "highest_epoch"))
 
 
+def encode_assignment(assignment: Mapping[int, Sequence[int]]) -> bytes:
+    """``/brokers/topics/<t>``: Kafka's version 3 JSON, partitions by number *as a string*, each list in assignment
+    order (the preferred leader first), with no reassignment under way."""
+    doc = {"version": 3, "partitions": {str(p): list(assignment[p]) for p in sorted(assignment)},
+           "adding_replicas": {}, "removing_replicas": {}}  # fmt: skip
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]] | None:
+    """The assignment a ``/brokers/topics/<t>`` znode holds (versions 1 to 3 read alike); None for an empty znode
+    (a topic recorded by an earlier logfs, before assignments were kept: its leader writes one)."""
+    if not data:
+        return None
+    doc = _object(data)
+    partitions = doc.get("partitions")
+    if not isinstance(partitions, dict):
+        raise BadZnode(f"topic: partitions is {partitions!r}")
+    out: dict[int, tuple[int, ...]] = {}
+    for name, replicas in partitions.items():
+        if not name.isdigit() or not isinstance(replicas, list) or not replicas or \
+                not all(_is_int(r) for r in replicas) or len(set(replicas)) != len(replicas):  # fmt: skip
+            raise BadZnode(f"topic: partition {name!r} has replicas {replicas!r}")
+        out[int(name)] = tuple(replicas)
+    return out
+
+
 def controller_data(node_id: int, now_ms: int | None = None) -> bytes:
     """``/controller``: Kafka's version 1 JSON (the timestamp a string of milliseconds)."""
     stamp = int(time.time() * 1000) if now_ms is None else now_ms

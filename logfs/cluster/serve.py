@@ -54,6 +54,8 @@ async def _run(store: Store, mountpoint: Path, credential: Credential | None) ->
     node = ClusterNode(ops, store, store.config, Path(mountpoint).absolute(), credential)
     ops.reader.status.leader_info = node.leader_file
     ops.reader.status.cluster_state = node.state_fields
+    ops.reader.status.partition_leader_info = node.partition_leader_file
+    ops.reader.status.assigned_replicas = node.assignments.replicas
     groups = ops.reader.status.extra_metrics
 
     def metrics() -> str:

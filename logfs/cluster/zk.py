@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from logfs.cluster.assignment import Assignment
 from logfs.cluster.rules import (
     NO_LEADERSHIP,
     BadZnode,
@@ -36,6 +37,8 @@ from logfs.cluster.rules import (
     PartitionState,
     controller_data,
     controller_id,
+    decode_assignment,
+    encode_assignment,
 )
 from logfs.cluster.zkerrors import (
     BadVersion,
@@ -179,6 +182,40 @@ class ZooKeeper(ZkSession):
             except (NoNode, BadZnode) as exc:
                 _log.debug("partition %s-%s: %r", key[0], key[1], exc)
         return states
+
+    # --- topics and their assignments ---------------------------------------------------------------------------------
+
+    def topics(self, *, watch: bool = False) -> list[str]:
+        """The topics recorded under ``/brokers/topics`` (a watch sees one made or deleted)."""
+        return self._children(TOPICS, watch=watch)
+
+    def assignments(self, topics: Sequence[str]) -> dict[str, tuple[Assignment | None, int]]:
+        """The recorded assignment of each of ``topics`` and its znode version, in multiReads (None for an empty
+        znode; a topic gone or holding bad JSON is left out, the latter logged)."""
+        out: dict[str, tuple[Assignment | None, int]] = {}
+        for topic, answer in zip(topics, self._read_many(GET_DATA, [f"{TOPICS}/{t}" for t in topics]), strict=True):
+            if isinstance(answer, Exception):
+                continue
+            data, stat = answer
+            try:
+                out[topic] = (decode_assignment(data), int(stat.version))
+            except BadZnode as exc:
+                _log.error("%s/%s: %s: treated as no assignment", TOPICS, topic, exc)
+                out[topic] = (None, int(stat.version))
+        return out
+
+    def write_assignment(self, topic: str, assignment: Assignment, version: int | None) -> int:
+        """Record ``topic``'s assignment (Kafka's admin write): create its znode when ``version`` is None, else set it
+        expecting ``version``; the znode's new version. Conflict when it was made or changed meanwhile (the caller
+        reads it again)."""
+        data = encode_assignment(assignment)
+        try:
+            if version is None:
+                self._do(self._client.create_async, self._p(f"{TOPICS}/{topic}"), data)
+                return 0
+            return int(self._do(self._client.set_async, self._p(f"{TOPICS}/{topic}"), data, version).version)
+        except (NodeExists, BadVersion, NoNode) as exc:
+            raise Conflict(f"topic {topic}: its assignment changed meanwhile ({type(exc).__name__})") from None
 
     def write_election(
         self,

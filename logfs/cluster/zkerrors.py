@@ -35,9 +35,9 @@ class Fenced(Exception):
 
 
 class Conflict(Exception):
-    """A controller multi was refused by a partition state's version, not by ``/controller_epoch``: the state changed
-    since the controller read it (the leader recorded an ISR). The controller is still the controller: it reads the
-    states again and tries again."""
+    """A conditional write was refused by its znode's version, not by ``/controller_epoch``: the znode changed since it
+    was read (a partition state whose leader recorded an ISR, under a controller's multi; a topic's assignment made
+    or grown meanwhile). The writer is not deposed: it reads the znode again and tries again."""
 
 
 class Refused(Exception):

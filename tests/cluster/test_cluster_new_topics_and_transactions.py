@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import LOGFS, make_topic
-from zkcluster import Cluster, Node, append_acked, wait_until
+from zkcluster import Cluster, Node, append_acked, checked_cluster, wait_until
 from zkserver import ZooKeeperServer
 
 SESSION_MS = 1500
@@ -38,10 +38,8 @@ FAILOVER_SLACK_S = 10.0
 def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     """Three nodes on one ZooKeeper; stopped after the test, and each node still running must exit 0."""
     config = [f"transaction.timeout.ms={TXN_TIMEOUT_MS}"]
-    with Cluster(tmp_path / "cluster", 3, session_timeout_ms=SESSION_MS, zookeeper=zookeeper, config=config) as c:
+    with checked_cluster(tmp_path / "cluster", zookeeper, 3, session_timeout_ms=SESSION_MS, config=config) as c:
         yield c
-        codes = c.close()
-    assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{c.logs()}"
 
 
 def create_topic(mount: Path, topic: str) -> None:

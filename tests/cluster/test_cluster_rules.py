@@ -20,7 +20,9 @@ from logfs.cluster.rules import (
     controller_id,
     dead_removed,
     decide,
+    decode_assignment,
     elect,
+    encode_assignment,
     isr_after_election,
     needs_election,
     next_leader_epoch,
@@ -50,6 +52,31 @@ def test_partition_state_is_kafkas_json_and_round_trips() -> None:
 def test_a_bad_partition_state_is_refused(data: bytes) -> None:
     with pytest.raises(BadZnode):
         PartitionState.decode(data)
+
+
+def test_topic_assignment_is_kafkas_version_3_json_and_round_trips() -> None:
+    assignment = {1: (2, 3, 1), 0: (1, 2, 3), 10: (3, 1, 2)}
+    doc = json.loads(encode_assignment(assignment))
+    # the reference's example shape: partitions by number as strings, lists in assignment order, nothing moving
+    assert doc == {"version": 3, "partitions": {"0": [1, 2, 3], "1": [2, 3, 1], "10": [3, 1, 2]},
+                   "adding_replicas": {}, "removing_replicas": {}}  # fmt: skip
+    assert decode_assignment(encode_assignment(assignment)) == assignment
+    # Kafka's own example, and what Kafka 2.3 (version 1) and 2.4 (version 2, with a topic id in 2.8) wrote
+    assert decode_assignment(b'{"version":3,"partitions":{"0":[1,2,3]},"adding_replicas":{},"removing_replicas":{}}'
+                             ) == {0: (1, 2, 3)}  # fmt: skip
+    assert decode_assignment(b'{"version":1,"partitions":{"1":[2],"0":[1]}}') == {0: (1,), 1: (2,)}
+    assert decode_assignment(b'{"version":2,"topic_id":"x","partitions":{"0":[3,1]}}') == {0: (3, 1)}
+    assert decode_assignment(b"") is None  # a topic recorded by an earlier logfs: no assignment yet
+
+
+@pytest.mark.parametrize("data", [
+    b"[]", b"{", b'{"version":3}', b'{"partitions":[]}', b'{"partitions":{"x":[1]}}', b'{"partitions":{"-1":[1]}}',
+    b'{"partitions":{"0":[]}}', b'{"partitions":{"0":[1,1]}}', b'{"partitions":{"0":["1"]}}',
+    b'{"partitions":{"0":[true]}}', b'{"partitions":{"0":1}}',
+])  # fmt: skip
+def test_a_bad_topic_assignment_is_refused(data: bytes) -> None:
+    with pytest.raises(BadZnode):
+        decode_assignment(data)
 
 
 def test_controller_znode_is_kafkas_version_1() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from ackcheck import EpochWatch, check_history, wait_acks, writing
 from conftest import make_topic
-from zkcluster import Cluster, LeaderInfo, Node, wait_until
+from zkcluster import Cluster, LeaderInfo, Node, checked_cluster, wait_until
 from zkserver import ZooKeeperServer
 
 SESSION_MS = 1500
@@ -35,10 +35,8 @@ WAIT_S = 30.0
 @pytest.fixture
 def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     """Three nodes on one ZooKeeper; stopped after the test, and each node still running must exit 0."""
-    with Cluster(tmp_path / "cluster", 3, session_timeout_ms=SESSION_MS, zookeeper=zookeeper) as c:
+    with checked_cluster(tmp_path / "cluster", zookeeper, 3, session_timeout_ms=SESSION_MS) as c:
         yield c
-        codes = c.close()
-    assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{c.logs()}"
 
 
 def full_isr(cluster: Cluster, members: list[int] | None = None) -> bool:

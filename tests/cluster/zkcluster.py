@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -527,6 +527,16 @@ class Cluster:
             if refuse_until_serving:
                 for node in self.nodes.values():
                     node.proxy.heal()
+
+
+@contextlib.contextmanager
+def checked_cluster(root: Path, zookeeper: ZooKeeperServer, size: int = 3, **options: Any) -> Iterator[Cluster]:
+    """A started cluster of ``size`` nodes on ``zookeeper`` (a test fixture's body): stopped when the test ends, and
+    every node still running then must exit 0."""
+    with Cluster(root, size, zookeeper=zookeeper, **options) as c:
+        yield c
+        codes = c.close()
+    assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{c.logs()}"
 
 
 def is_refusal(exc: OSError) -> bool:

@@ -58,13 +58,14 @@ def test_a_listing_takes_no_lookup_of_a_file_and_shows_every_name_and_type(mount
     assert after == before, f"the listing made {after - before} fresh inodes"
     for name in ("append", "append.jsonl", "config", "0", "1", "2"):
         assert f"\n{name}\n" in f"\n{out}"
-    for name in ("at", "batches", "committed", "follow", "hw", "state", "00000000000000000000.jsonl"):
+    for name in ("at", "batches", "committed", "follow", "hw", "state", "leader", "00000000000000000000.jsonl"):
         assert f"\n{name}\n" in out
     with os.scandir(topic / "0") as it:
         kinds = {e.name: (e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it}
     assert kinds == {
         "append": (False, True), "append.jsonl": (False, True), "batches": (False, True), "state": (False, True),
-        "at": (True, False), "committed": (True, False), "follow": (True, False), "hw": (True, False),
+        "leader": (False, True), "at": (True, False), "committed": (True, False), "follow": (True, False),
+        "hw": (True, False),
     }  # fmt: skip
 
 

@@ -128,8 +128,12 @@ def test_listings(mnt: Path) -> None:
     assert ".logfs" in os.listdir(mnt) and "listing" in os.listdir(mnt)
     assert sorted(os.listdir(mnt / "listing")) == ["0", "1", "append", "append.jsonl", "config"]
     assert sorted(os.listdir(mnt / "listing/0")) == [
-        "append", "append.jsonl", "at", "batches", "committed", "follow", "hw", "state",
+        "append", "append.jsonl", "at", "batches", "committed", "follow", "hw", "leader", "state",
     ]  # fmt: skip
+    # without ZooKeeper every partition's leader is the mount's (.logfs/leader: this mount, naming itself)
+    leader = json.loads((mnt / ".logfs/leader").read_text())
+    assert leader["node_id"] == 0 and leader["mount"] == str(mnt)
+    assert json.loads((mnt / "listing/1/leader").read_text()) == leader
     assert os.listdir(mnt / "listing/0/at") == [] and os.listdir(mnt / "listing/0/follow") == []
     assert sorted(os.listdir(mnt / ".logfs")) == LOGFS_LISTING
     assert errno_of(os.stat, mnt / "listing/0/hw/.x.jsonl.crc") == errno.ENOENT
