@@ -122,6 +122,10 @@ docs/replication.md, "acks=all through the mount"); docs/config.md holds the sam
     node.id                             0                   int, at least 0. This store's replica id; a store remembers
                                                             the first id it served under (meta.properties) and refuses
                                                             another.
+    node.mounts                                             string. With ZooKeeper: ID:PATH,… — where this node reaches
+                                                            another node's mount (an sshfs mount of each peer), instead
+                                                            of the mount that node registered; for forwarded writes.
+                                                            Empty: the registered mounts.
     num.partitions                      1                   int, at least 1. Partitions of a topic created by mkdir.
     replica.ids                         node.id             comma-separated ints, at least 0, node.id among them. The
                                                             replica set of every partition, the leader's own id

@@ -139,6 +139,11 @@ class StoreConfig:
         "With ZooKeeper: where the other nodes reach this node's mount (they tail it while it leads); empty: the "
         "mount point.",
     ))  # fmt: skip
+    node_mounts: str = field(default="", metadata=key_field(
+        "node.mounts", ValueType.STRING,
+        "With ZooKeeper: ID:PATH,… — where this node reaches another node's mount (an sshfs mount of each peer), "
+        "instead of the mount that node registered; for forwarded writes. Empty: the registered mounts.",
+    ))  # fmt: skip
     unclean_leader_election_enable: bool = field(default=False, metadata=key_field(
         "unclean.leader.election.enable", ValueType.BOOLEAN,
         "With ZooKeeper: elect a live node outside the ISR when no ISR member is live (records may be lost).",
@@ -155,6 +160,16 @@ class StoreConfig:
     ))  # fmt: skip
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
+    def node_mount_paths(self) -> dict[int, str]:
+        """``node.mounts`` as node id → path (ConfigError when it does not parse: an id twice, a relative path)."""
+        out: dict[int, str] = {}
+        for item in filter(None, (part.strip() for part in self.node_mounts.split(","))):
+            node, colon, path = item.partition(":")
+            if not colon or not node.strip().isdigit() or not path.startswith("/") or int(node) in out:
+                raise invalid_value("node.mounts", self.node_mounts, "must be ID:/absolute/path,… with each id once")
+            out[int(node)] = path
+        return out
+
     def __post_init__(self) -> None:
         for key in STORE_KEYS.values():
             key.check(getattr(self, key.attribute))
@@ -169,6 +184,7 @@ class StoreConfig:
             )
         if len(set(self.replica_ids)) != len(self.replica_ids):
             raise invalid_value("replica.ids", ",".join(map(str, self.replica_ids)), "a replica id is listed twice")
+        self.node_mount_paths()  # refused here when it does not parse
         if self.zookeeper_set_acl and not self.zookeeper_auth_file:
             raise invalid_value("zookeeper.set.acl", "true", "needs zookeeper.auth.file, the credential that alone "
                                 "may change the znodes")  # fmt: skip

@@ -40,7 +40,7 @@ from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.errors import AccessDenied, NotPermitted
-from logfs.mount.nodes import GROUP_KINDS, TXN_KINDS, Kind, Node
+from logfs.mount.nodes import FORWARD_DIR_KINDS, GROUP_KINDS, TXN_KINDS, Kind, Node
 from logfs.mount.runner import Runner
 
 ROOT_UID = 0
@@ -134,8 +134,10 @@ class Access:
         if kind is Kind.ROOT:
             owner = self.root()
             return owner.uid, owner.gid, file_type | owner.mode
-        if kind is Kind.FETCH_SESSION:
+        if kind is Kind.FETCH_SESSION or node.forwarded:
             return self.uid, self.gid, file_type | 0o666  # logfs checks replica.users at open (check_fetch)
+        if kind in FORWARD_DIR_KINDS:
+            return self.uid, self.gid, kind.mode
         if node.topic and not kind.is_fetch and kind not in GROUP_KINDS and kind not in TXN_KINDS:
             owner = self.topic(node.topic)
             return owner.uid, owner.gid, file_type | self._topic_bits(kind, owner.mode)
@@ -193,7 +195,8 @@ class Access:
 
     def check_fetch(self, caller: Caller) -> None:
         """AccessDenied unless ``caller`` is root or named in ``replica.users``: a fetch moves a replica's position,
-        the ISR and the high watermark, and it happens at lookup."""
+        the ISR and the high watermark, and it happens at lookup; a forwarded write (``.logfs/forward/``) was
+        checked against its writer by the node that forwards it, so only that node's user may make one."""
         if self.shared and not caller.is_root and caller.uid not in self._replica_users:
             raise AccessDenied(f"uid {caller.uid} is not in replica.users: only replicas fetch")
 

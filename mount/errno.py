@@ -53,6 +53,8 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.NoEntry, errno.ENOENT, DEBUG),
     (mount.NotPermitted, errno.EPERM, DEBUG),
     (mount.ReadOnlyMount, errno.EROFS, DEBUG),
+    (mount.NoLeader, errno.EAGAIN, INFO),
+    (mount.ForwardFailed, errno.EIO, INFO),  # the leader's own errno, passed through (lookup)
     (mount.BadFileHandle, errno.EBADF, DEBUG),
     (mount.NotADirectory, errno.ENOTDIR, DEBUG),
     (mount.IsADirectory, errno.EISDIR, DEBUG),
@@ -117,7 +119,10 @@ _NO_REPLY: Final = frozenset({"forget"})
 
 
 def lookup(exc: BaseException) -> tuple[int, int] | None:
-    """``(errno, log level)`` for ``exc``: its own type's row, else its nearest ancestor's; None when unmapped."""
+    """``(errno, log level)`` for ``exc``: its own type's row, else its nearest ancestor's; None when unmapped. A
+    forwarded request's refusal answers the leader's errno (its row's level)."""
+    if isinstance(exc, mount.ForwardFailed):
+        return exc.code, INFO
     for klass in type(exc).__mro__:
         found = _BY_TYPE.get(klass)
         if found is not None:
@@ -234,7 +239,10 @@ def render_table() -> str:
     """The table as markdown, for docs/mount.md."""
     lines = ["| Error (and its subclasses) | errno | logged at |", "|---|---|---|"]
     for klass, code, level in ERRNO_TABLE:
-        lines.append(f"| `{klass.__name__}` | `{errno_name(code)}` | {logging.getLevelName(level)} |")
+        answer = f"`{errno_name(code)}`"
+        if klass is mount.ForwardFailed:
+            answer = f"the leader's own (`{errno_name(code)}` when it gave none)"
+        lines.append(f"| `{klass.__name__}` | {answer} | {logging.getLevelName(level)} |")
     lines.append("| `OSError` from the disk | `ENOSPC` for ENOSPC/EDQUOT, else `EIO` | ERROR |")
     lines.append("| anything else (a logfs bug) | `EIO` | ERROR, with the traceback |")
     return "\n".join(lines) + "\n"

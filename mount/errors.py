@@ -11,6 +11,8 @@ topic that exists, a record too large) stays the core's error.
     ├── NoEntry                 an unknown or vanished name, an offset outside the log (ENOENT)
     ├── NotPermitted            what an ordinary command must never do here: unlink, rename, chmod … (EPERM)
     ├── ReadOnlyMount           a change on a follower's mount (EROFS)
+    ├── NoLeader                a write to forward when no leader took it within request.timeout.ms (EAGAIN)
+    ├── ForwardFailed           a forwarded request the leader refused (the leader's errno)
     ├── BadFileHandle           an unknown handle, or one not open for that request (EBADF)
     ├── NotADirectory           opendir of a file (ENOTDIR)
     ├── IsADirectory            open of a directory (EISDIR)
@@ -50,6 +52,20 @@ class NotPermitted(MountRefusal):
 
 class ReadOnlyMount(MountRefusal):
     """A change on a follower's mount."""
+
+
+class NoLeader(MountRefusal):
+    """A write on a node that does not lead its partition, when no leader took it within ``request.timeout.ms``
+    (none elected, or none reachable): nothing of it is stored (mount/forwarding.py)."""
+
+
+class ForwardFailed(MountRefusal):
+    """The leader's refusal of a forwarded request: its errno is the answer (mount/forwarding.py), or EIO when the
+    request could not be carried to the new leader (part of a record went to the old one)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class BadFileHandle(MountRefusal):

@@ -30,6 +30,9 @@ Paths::
                     <partition>/        FETCH_PARTITION
                         <offset>.<epoch>    FETCH_FILE     r   a follower's fetch: a snapshot fixed at lookup
                 .session                FETCH_SESSION  rw  the follower's fetch session (mount/session.py)
+        forward/                        FORWARD_DIR        writes another node forwards here (mount/forwarding.py);
+            <topic>/<partition>/        FORWARD_TOPIC, FORWARD_PARTITION   looked up, never listed
+                append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (forwarded)   w   never forwarded on
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -97,6 +100,9 @@ class Kind(enum.Enum):
     FETCH_PARTITION = ("fetch_partition", True, 0o555, False)
     FETCH_FILE = ("fetch_file", False, 0o444, True)
     FETCH_SESSION = ("fetch_session", False, 0o660, False)
+    FORWARD_DIR = ("forward_dir", True, 0o555, False)
+    FORWARD_TOPIC = ("forward_topic", True, 0o555, False)
+    FORWARD_PARTITION = ("forward_partition", True, 0o555, False)
     PRODUCER_ID = ("producer_id", False, 0o444, False)
     LABELS_DIR = ("labels_dir", True, 0o555, False)
     LABEL = ("label", False, 0o444, True)
@@ -152,13 +158,16 @@ GROUP_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_CONFIG, Kind.GR
                          Kind.GROUP_PARTITION, Kind.GROUP_OFFSET, Kind.GROUP_FOLLOW})  # fmt: skip
 FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE,
                          Kind.FETCH_SESSION})  # fmt: skip
+FORWARD_DIR_KINDS = frozenset({Kind.FORWARD_DIR, Kind.FORWARD_TOPIC, Kind.FORWARD_PARTITION})
+# the partition's data files, which a node that does not lead the partition forwards to its leader (mount/forwarding.py)
+FORWARDABLE_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     """A path, by its parts: the kind, and the topic, partition, ``committed/`` flag, file name, (under
-    ``.logfs/fetch/``) replica id, (under ``.logfs/transactions/``) transactional id and (under
-    ``.logfs/groups/``) consumer group it needs."""
+    ``.logfs/fetch/``) replica id, (under ``.logfs/transactions/``) transactional id, (under ``.logfs/groups/``)
+    consumer group it needs, and whether it is a data file under ``.logfs/forward/`` (``forwarded``)."""
 
     kind: Kind
     topic: str = ""
@@ -168,8 +177,14 @@ class Node:
     replica: int = -1
     txn: str = ""
     group: str = ""
+    forwarded: bool = False
 
     def __str__(self) -> str:
+        if self.forwarded or self.kind in FORWARD_DIR_KINDS:
+            parts = [LOGFS_DIR_NAME, FORWARD_DIR_NAME, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [_NAMES[self.kind]] if self.forwarded else []
+            return "/" + "/".join(p for p in parts if p)
         if self.kind in GROUP_KINDS:
             parts = [LOGFS_DIR_NAME, GROUPS_DIR_NAME, self.group, self.topic]
             parts += [str(self.partition)] if self.partition >= 0 else []
@@ -260,6 +275,7 @@ COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.H
 
 
 FETCH_DIR_NAME = "fetch"
+FORWARD_DIR_NAME = "forward"
 FETCH_SESSION_NAME = ".session"  # .logfs/fetch/<replica id>/.session (mount/session.py)
 
 
@@ -273,6 +289,11 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.ROOT)
     if k.is_fetch:
         return _fetch_parent(node)
+    if node.forwarded:
+        return Node(Kind.FORWARD_PARTITION, node.topic, node.partition)
+    if k in FORWARD_DIR_KINDS:
+        return {Kind.FORWARD_DIR: Node(Kind.LOGFS_DIR), Kind.FORWARD_TOPIC: Node(Kind.FORWARD_DIR),
+                Kind.FORWARD_PARTITION: Node(Kind.FORWARD_TOPIC, node.topic)}[k]  # fmt: skip
     if k in _LOGFS_DIR_CHILDREN:
         return Node(Kind.LOGFS_DIR)
     if k is Kind.LABEL:

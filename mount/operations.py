@@ -72,11 +72,12 @@ from logfs.mount.errors import (
     WrongAccessMode,
 )
 from logfs.mount.follow import FollowReaders
+from logfs.mount.forwarding import Forwarder, ForwardHandle
 from logfs.mount.groups import Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name
-from logfs.mount.nodes import GROUP_KINDS, Kind, Node, parent_of
+from logfs.mount.nodes import FORWARDABLE_KINDS, GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.openwrite import open_write_handle
 from logfs.mount.reads import Reader
 from logfs.mount.refusals import refusal_target
@@ -162,6 +163,8 @@ class Operations(pyfuse3.Operations):
         self.dirs = Directories(
             store, self.tree, self.reader, self.writer, self.groups, self.permissions, write_thread=self._write_thread
         )
+        # writes to a partition this node does not lead, forwarded to its leader (a cluster node sets the target)
+        self.forwarder = Forwarder(store.config.request_timeout_ms)
 
     @property
     def max_tasks(self) -> int:
@@ -421,9 +424,14 @@ class Operations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
-            self._refuse_if_read_only()
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
+            if node.forwarded:  # another node's forwarded write: its user must be a replica's (mount/forwarding.py)
+                self.permissions.check_fetch(caller_of(ctx))
+            elif self.read_only and kind in FORWARDABLE_KINDS and not node.txn and self.forwarder.enabled:
+                forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))
+                return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
+            self._refuse_if_read_only()
             if kind is Kind.CONFIG:
                 self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
             h = open_write_handle(self.store, self.transactions, self.reader, entry, flags, access)
@@ -446,7 +454,10 @@ class Operations(pyfuse3.Operations):
     @handler
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
-        if isinstance(h, WriteHandle):
+        if isinstance(h, ForwardHandle):
+            async with h.lock:
+                await self.forwarder.flush(h)
+        elif isinstance(h, WriteHandle):
             async with h.lock:
                 await self.writer.tail(h)
 
@@ -459,6 +470,8 @@ class Operations(pyfuse3.Operations):
             if isinstance(h, SessionHandle):
                 if h.session is not None:
                     h.session.close()
+            elif isinstance(h, ForwardHandle):
+                await self.forwarder.release(h)
             elif isinstance(h, WriteHandle):
                 if isinstance(h.framer, LineFramer) and h.framer.pending_bytes:
                     async with h.lock:
@@ -472,6 +485,10 @@ class Operations(pyfuse3.Operations):
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self._handle(fh)
+        if isinstance(h, ForwardHandle):
+            async with h.lock:
+                await self.forwarder.fsync(h)
+            return
         if not isinstance(h, WriteHandle):
             return
         async with h.lock:
@@ -489,6 +506,8 @@ class Operations(pyfuse3.Operations):
             return cast(bytes, await h.session.read(size))  # pyfuse3 replies from any contiguous buffer
         if isinstance(h, FollowHandle) and h.node.kind is Kind.GROUP_FOLLOW:
             return await self.groups.read_follow(h, off, size)
+        if isinstance(h, ForwardHandle):
+            return await self.forwarder.read(h, size)
         return await self.reader.read(h, off, size)
 
     @handler
@@ -500,6 +519,10 @@ class Operations(pyfuse3.Operations):
         h = self._handle(fh)
         if isinstance(h, SessionHandle) and h.session is not None:
             await h.session.write(buf)
+            return len(buf)
+        if isinstance(h, ForwardHandle):
+            async with h.lock:  # forwarded in the order they arrived
+                await self.forwarder.write(h, buf)
             return len(buf)
         if not isinstance(h, WriteHandle):
             raise BadFileHandle(f"{h.node} is not open for writing")

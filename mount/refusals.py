@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from logfs.mount.errors import MountRefusal
+from logfs.mount.forwarding import ForwardHandle
 from logfs.mount.handles import Handle, WriteHandle
 from logfs.mount.nodes import Kind
 from logfs.mount.tree import Tree
@@ -169,7 +170,7 @@ def refusal_target(
     try:
         if handler in _WRITE_HANDLERS:
             h = handles.get(args[0])
-            if not isinstance(h, WriteHandle):
+            if not isinstance(h, (WriteHandle, ForwardHandle)):
                 return None
             op = FSYNC if handler == "fsync" else CONFIG if h.node.kind is Kind.CONFIG else WRITE
             return op, str(h.node), h.caller.uid if h.caller is not None else None

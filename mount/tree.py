@@ -69,6 +69,8 @@ from logfs.mount.nodes import (
     COMMITTED_CHILDREN,
     FETCH_DIR_NAME,
     FETCH_SESSION_NAME,
+    FORWARD_DIR_NAME,
+    FORWARDABLE_KINDS,
     GROUP_CHILDREN,
     GROUP_KINDS,
     GROUP_PARTITION_CHILDREN,
@@ -105,7 +107,7 @@ class Entry:
 
 
 # Directories whose entries are names users give (topics, group ids, transactional ids), where a leading "_" is a name.
-_NAMED_BY_USERS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.GROUPS_DIR, Kind.GROUP, Kind.FETCH_REPLICA})
+_NAMED_BY_USERS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.GROUPS_DIR, Kind.GROUP, Kind.FETCH_REPLICA, Kind.FORWARD_DIR})
 
 
 class Tree:
@@ -149,9 +151,21 @@ class Tree:
         if kind is Kind.LOGFS_DIR:
             if name == FETCH_DIR_NAME:
                 return Node(Kind.FETCH_DIR)  # looked up, never listed
+            if name == FORWARD_DIR_NAME:
+                return Node(Kind.FORWARD_DIR)  # looked up, never listed
             return Node(_child(LOGFS_CHILDREN, name))
         if kind.is_fetch:
             return self._resolve_fetch(parent, name)
+        if kind is Kind.FORWARD_DIR:
+            self._existing_topic(name)
+            return Node(Kind.FORWARD_TOPIC, name)
+        if kind is Kind.FORWARD_TOPIC:
+            return Node(Kind.FORWARD_PARTITION, parent.topic, self._existing_partition(parent.topic, name))
+        if kind is Kind.FORWARD_PARTITION:
+            child = _child(PARTITION_CHILDREN, name)
+            if child not in FORWARDABLE_KINDS:
+                raise NoEntry(name)
+            return Node(child, parent.topic, parent.partition, forwarded=True)
         if kind in TXN_KINDS:
             return self._resolve_txn(parent, name)
         if kind in GROUP_KINDS:

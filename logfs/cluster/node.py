@@ -91,6 +91,7 @@ class ClusterNode:
         self.store = store
         self.config = config
         self.node_id = config.node_id
+        self.mountpoint = mountpoint
         self.advertised = config.advertised_mount or str(mountpoint)
         self.zk = ZooKeeper(config.zookeeper_connect, config.zookeeper_session_timeout_ms, credential,
                             secure=config.zookeeper_set_acl)  # fmt: skip
@@ -112,11 +113,27 @@ class ClusterNode:
         self._refused: str | None = None  # what ZooKeeper's ACLs last refused (said once at ERROR, not every second)
         self._limiter = trio.CapacityLimiter(1)  # ZooKeeper calls, one at a time
         ops.set_role(None, _no_view)
+        # writes to a partition another node leads go to that node's mount (mount/forwarding.py): node.mounts, else
+        # the mount it registered
+        self.node_mounts = {node: Path(path) for node, path in config.node_mount_paths().items()}
+        ops.forwarder.target = self.forward_target
+        ops.forwarder.refresh = self.zk.nudge
 
     # --- what the mount shows ---------------------------------------------------------------------------------------
 
     def leader_file(self) -> dict[str, Any]:
         return self.leadership.leader_file()
+
+    def forward_target(self, topic: str, partition: int) -> Path | None:
+        """Where a write to a partition this node does not lead goes (``mount/forwarding.py``): its leader's mount, as
+        ``node.mounts`` maps it or as it registered it; this node's own when it leads now (a handle opened while it
+        followed moves here); None while no leader is known."""
+        leadership = self.leadership
+        if leadership.leader == self.node_id and self.role == ROLE_LEADER:
+            return self.mountpoint
+        if leadership.leader in (NO_LEADER, self.node_id) or not leadership.mount:
+            return None
+        return self.node_mounts.get(leadership.leader, Path(leadership.mount))
 
     def partition_leader_file(self, topic: str, partition: int) -> dict[str, Any]:
         """What ``<topic>/<p>/leader`` shows: the partition's leader (one node leads every partition for now, so
@@ -406,6 +423,7 @@ class ClusterNode:
     async def _leave(self, why: str) -> None:
         """The store went offline: stop leading or fetching, and leave the cluster (the controller elects again)."""
         self._left = True
+        self.ops.forwarder.target = None  # nothing is forwarded by a node out of the cluster: EROFS
         if self.role == ROLE_LEADER:
             await self._fence(why)
         await self._stop_role()

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import random
 import threading
 import time
 from collections import Counter, defaultdict
@@ -44,7 +45,8 @@ class Ack:
     values: tuple[str, ...]
     topic: str
     partition: int
-    node_id: int
+    node_id: int  # the node the writer picked as leader; -1 for a write through any node (forwarded: the leader
+    # that acknowledged it is not known to the writer)
     seen_epoch: int  # the epoch in .logfs/leader when the writer picked that node
     sent: float  # time.monotonic() before the write(2)
     acked: float  # time.monotonic() after fsync(2) returned
@@ -54,7 +56,9 @@ class Writer(threading.Thread):
     """An acks=all writer thread over a cluster (``start()``, then ``stop()``); ``label`` prefixes its values."""
 
     def __init__(self, cluster: Cluster, topic: str, partitions: int, label: str = "w", *, batch: int = 5,
-                 o_sync: bool = False, interval_s: float = 0.0) -> None:  # fmt: skip
+                 o_sync: bool = False, interval_s: float = 0.0, through_any: bool = False) -> None:  # fmt: skip
+        """``through_any``: write through a node picked at random among the reachable ones, which forwards the write
+        to the leader when it does not lead (mount/forwarding.py), instead of through the leader named."""
         super().__init__(name=f"writer-{label}", daemon=True)
         self.cluster = cluster
         self.topic = topic
@@ -63,6 +67,8 @@ class Writer(threading.Thread):
         self.batch = batch
         self.o_sync = o_sync
         self.interval_s = interval_s
+        self.through_any = through_any
+        self._rng = random.Random(label)
         self.acks: list[Ack] = []
         self.errors: Counter[str] = Counter()
         self.attempts = 0
@@ -82,26 +88,36 @@ class Writer(threading.Thread):
     def last_ack(self) -> Ack | None:
         return self.acks[-1] if self.acks else None
 
+    def _pick(self) -> tuple[int, Path, int] | None:
+        """(node id, mount, epoch seen) to write through: the leader the nodes name, or any reachable node."""
+        if self.through_any:
+            nodes = self.cluster.reachable()
+            return (-1, self._rng.choice(nodes).mount, -1) if nodes else None
+        found = self.cluster.current_leader()
+        if found is None:
+            return None
+        node, info = found
+        return node.node_id, Path(info.mount), info.leader_epoch
+
     def run(self) -> None:
         partition = 0
         while not self._halt.is_set():
-            found = self.cluster.current_leader()
+            found = self._pick()
             if found is None:
                 time.sleep(0.02)
                 continue
-            node, info = found
+            node_id, mount, seen_epoch = found
             values = tuple(f"{self.label}-{self._seq + i}" for i in range(self.batch))
             self._seq += self.batch
             self.attempts += 1
             sent = time.monotonic()
             try:
-                append_acked(Path(info.mount), self.topic, partition, list(values), o_sync=self.o_sync)
+                append_acked(mount, self.topic, partition, list(values), o_sync=self.o_sync)
             except OSError as exc:
                 self.errors[errno.errorcode.get(exc.errno or 0, str(exc.errno))] += 1
                 time.sleep(0.02)
                 continue
-            self.acks.append(Ack(values, self.topic, partition, node.node_id, info.leader_epoch, sent,
-                                 time.monotonic()))  # fmt: skip
+            self.acks.append(Ack(values, self.topic, partition, node_id, seen_epoch, sent, time.monotonic()))
             partition = (partition + 1) % self.partitions
             if self.interval_s:
                 time.sleep(self.interval_s)
@@ -273,7 +289,8 @@ def check_history(
                         f"times in partition {p} of the final leader {leader.node_id}"
                     )
                     continue
-                verdict.ackers_by_epoch.setdefault(epoch_of[value], set()).add(ack.node_id)
+                if ack.node_id >= 0:  # a forwarded write's acknowledging leader is not known to its writer
+                    verdict.ackers_by_epoch.setdefault(epoch_of[value], set()).add(ack.node_id)
     for epoch, ackers in verdict.ackers_by_epoch.items():
         if len(ackers) > 1:
             problems.append(f"epoch {epoch} was acknowledged by nodes {sorted(ackers)}")

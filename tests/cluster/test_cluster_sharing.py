@@ -64,6 +64,14 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         assert "Permission denied" in bob.refused(f"stat {mnt}/.logfs/fetch/{leader.node_id}")  # not a replica user
         assert "Operation not permitted" in bob.refused(f"rmdir {mnt}/public")  # the sticky root's rule (EPERM)
         produce_acked(alice, mnt, "public", "more")  # the owner writes through the new leader, acks=all
+        # through the third node, which follows: the writer is checked there, then the write is the leader's
+        other = next(n for n in cluster.nodes.values() if n.node_id not in (leader.node_id, new.node_id))
+        wait_until("the third node's owners", lambda: owner(other.mount / "public") == expected["public"], WAIT_S)
+        assert "Permission denied" in bob.refused(f"echo forged >> {other.mount}/public/0/append")
+        produce_acked(alice, other.mount, "public", "forwarded")
+        assert (mnt / "public/0/at/earliest").read_text() == "news\nmore\nforwarded\n"
+        # the leader's .logfs/forward/ is for the nodes' users only (replica.users), not for bob
+        assert "Permission denied" in bob.refused(f"echo forged >> {mnt}/.logfs/forward/public/0/append")
         bob.ok(f"mkdir {mnt}/bobs")  # the root's 1777, enforced by the new leader: anyone creates a topic
         assert owner(mnt / "bobs")[0] == bob.uid
         append_acked(mnt, "bobs", 0, ["root writes anywhere"])

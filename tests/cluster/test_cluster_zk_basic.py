@@ -1,7 +1,7 @@
 """Three real ``logfs mount`` processes and a real ZooKeeper (tests/helpers/zkserver.py): the election,
-``.logfs/leader`` on every node, EROFS on followers, the znodes in Kafka's layout, a leader killed with -9 replaced
-within the session timeout + 1 s with every acknowledged record, and the old leader rejoining as a follower. The
-scenario list and the campaign are tests/cluster/test_failover_*.py."""
+``.logfs/leader`` on every node, EROFS on followers for writes forwarded to them, the znodes in Kafka's layout, a
+leader killed with -9 replaced within the session timeout + 1 s with every acknowledged record, and the old leader
+rejoining as a follower. The scenario list and the campaign are tests/cluster/test_failover_*.py."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_three_nodes_elect_fail_over_and_rejoin(tmp_path: Path, zookeeper: Any) 
     with three_nodes(tmp_path, zookeeper.connect) as nodes:
         for mount in nodes.values():  # a follower whose leader goes away says so; fencing is expected here
             mount.allow_log(r"leader .* unreachable|no leader in epoch|fetch failed")
-            mount.allow_refusals(r"/(t/0/append|u)")  # EROFS on purpose, below
+            mount.allow_refusals(r"/(\.logfs/forward/t/0/append|u)")  # EROFS on purpose, below
         m1, m2, m3 = (nodes[i].path for i in (1, 2, 3))
         # node 1 leads (first in replica.ids), in epoch 0 of a fresh cluster; every node says so
         for m in (m1, m2, m3):
@@ -79,7 +79,9 @@ def test_three_nodes_elect_fail_over_and_rejoin(tmp_path: Path, zookeeper: Any) 
         ack(m1, b"a\nb\nc\n")
         for m in (m2, m3):
             wait_for(f"{m} holds the records", lambda m=m: (m / "t/0/at/earliest").read_bytes() == b"a\nb\nc\n")
-            assert errno_of(os.open, m / "t/0/append", os.O_WRONLY) == errno.EROFS  # followers refuse writes
+            # a follower forwards writes to the leader (tests/cluster/test_cluster_forwarding.py), but never one that
+            # was forwarded to it: a node that does not lead refuses those
+            assert errno_of(os.open, m / ".logfs/forward/t/0/append", os.O_WRONLY) == errno.EROFS
             assert errno_of(os.mkdir, m / "u") == errno.EROFS
         s1, s2 = state(m1, "t"), state(m2, "t")
         assert (s1["role"], s2["role"]) == ("leader", "follower")
@@ -115,11 +117,11 @@ def test_three_nodes_elect_fail_over_and_rejoin(tmp_path: Path, zookeeper: Any) 
             clear_mount(m1)
             nodes[1] = start_mount(tmp_path / "store1", m1, *node_config(1, zookeeper.connect))
             nodes[1].allow_log(r"stale mount|leader .* unreachable")
-            nodes[1].allow_refusals(r"/t/0/append")
+            nodes[1].allow_refusals(r"/\.logfs/forward/t/0/append")
             wait_for("node 1 follows node 2", lambda: leader_of(m1)["node_id"] == 2)
             wait_for("node 1 caught up", lambda: (m1 / "t/0/at/earliest").read_bytes() == b"a\nb\nc\nd\n")
             wait_for("node 1 back in the ISR", lambda: _isr_is(zk, [1, 2, 3]))
-            assert errno_of(os.open, m1 / "t/0/append", os.O_WRONLY) == errno.EROFS
+            assert errno_of(os.open, m1 / ".logfs/forward/t/0/append", os.O_WRONLY) == errno.EROFS
         finally:
             zk.stop()
             zk.close()

@@ -1,16 +1,17 @@
 """The failover campaign of issue 17: rounds of random faults under acks=all writers, then the checker.
 
-Three ``logfs mount`` nodes (``min.insync.replicas=2``, session timeout 1500 ms, ZooKeeper's tickTime 200 ms), two
-writers (one fsyncs after each write, one writes with O_SYNC), and each round one fault from the scenarios' list:
-leader kill -9, leader SIGSTOP past the session timeout then SIGCONT, follower kill -9, the controller's node kill
--9, ZooKeeper kill -9 and restart, every node kill -9 and restart, one node cut from ZooKeeper (its proxy refusing
-or swallowing). After each round the cluster is healed and must settle (one leader every node agrees on, every node
-in the ISR recorded in ZooKeeper) and take acks again. A node deposed by a pause or a cut must acknowledge no write
-sent from the moment its successor is seen until the round ends.
+Three ``logfs mount`` nodes (``min.insync.replicas=2``, session timeout 1500 ms, ZooKeeper's tickTime 200 ms), three
+writers (one fsyncs after each write, one writes with O_SYNC, both through the leader the nodes name; one fsyncs
+through a node picked at random, which forwards to the leader when it does not lead: issue 27), and each round one
+fault from the scenarios' list: leader kill -9, leader SIGSTOP past the session timeout then SIGCONT, follower
+kill -9, the controller's node kill -9, ZooKeeper kill -9 and restart, every node kill -9 and restart, one node cut
+from ZooKeeper (its proxy refusing or swallowing). After each round the cluster is healed and must settle (one
+leader every node agrees on, every node in the ISR recorded in ZooKeeper) and take acks again. A node deposed by a
+pause or a cut must acknowledge no write sent from the moment its successor is seen until the round ends.
 
 At the end (tests/cluster/ackcheck.py): every acknowledged record is on the final leader exactly once, the replicas
 are byte-identical, no offset holds two different records, leader epochs only grow (stores and every state znode
-version seen), at most one node acknowledged in any epoch.
+version seen), at most one node acknowledged in any epoch (among the writes made through the leader named).
 
 ``LOGFS_FAILOVER_ROUNDS`` (default 4, for CI's budget) sets the rounds, ``LOGFS_FAILOVER_SEED`` the fault sequence
 (default: a fresh seed, printed and named in every failure). Run with ``-s`` to see the figures.
@@ -167,8 +168,9 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
         watch = EpochWatch(cluster, TOPIC, PARTITIONS)
         try:
             with writing(cluster, TOPIC, PARTITIONS, "fsync") as w1, \
-                    writing(cluster, TOPIC, PARTITIONS, "osync", o_sync=True) as w2:  # fmt: skip
-                campaign = Campaign(cluster, rng, [w1, w2])
+                    writing(cluster, TOPIC, PARTITIONS, "osync", o_sync=True) as w2, \
+                    writing(cluster, TOPIC, PARTITIONS, "any", through_any=True) as w3:  # fmt: skip
+                campaign = Campaign(cluster, rng, [w1, w2, w3])
                 campaign.settle()
                 for _ in range(ROUNDS):
                     fault = rng.choice(campaign.faults())
@@ -178,7 +180,7 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
             late = [a for a in w1.acks + w2.acks for node, seen, end in campaign.deposed
                     if a.node_id == node and seen < a.sent < end]  # fmt: skip
             assert not late, f"a deposed leader acknowledged a write sent after its successor was seen: {late[:3]}"
-            verdict = check_history(cluster, w1.acks + w2.acks, TOPIC, PARTITIONS, watch=watch)
+            verdict = check_history(cluster, w1.acks + w2.acks + w3.acks, TOPIC, PARTITIONS, watch=watch)
         except (AssertionError, ClusterError) as exc:
             raise AssertionError(f"seed {SEED}, faults so far: {done}\n{exc}") from exc
         codes = cluster.close()
@@ -186,7 +188,8 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
     failovers = sorted(campaign.failovers)
     print(f"\nfailover campaign: seed {SEED}, {ROUNDS} rounds, faults {dict(kinds)}")
     print(f"  acked records {verdict.acked_records}, stored on the final leader {verdict.stored_records}, "
-          f"lost {verdict.lost}, refused attempts {dict(w1.errors + w2.errors)}")  # fmt: skip
+          f"lost {verdict.lost}, refused attempts {dict(w1.errors + w2.errors + w3.errors)}; through any node: "
+          f"{w3.acked_values()} acked")  # fmt: skip
     if failovers:
         print(f"  failovers {len(failovers)}: median {statistics.median(failovers):.2f} s, max {failovers[-1]:.2f} s "
               f"(bound {BOUND_S:.1f} s)")  # fmt: skip

@@ -1,0 +1,248 @@
+"""Writes through a node that does not lead the partition, forwarded to its leader's mount and answered with the
+leader's result (docs/replication.md, "Writes through any node").
+
+* **Open.** A partition's ``append``, ``append.jsonl`` or ``batches`` opened for writing on a node that does not
+  lead the partition opens ``<leader mount>/.logfs/forward/<topic>/<p>/<file>`` with the caller's access mode and
+  O_SYNC/O_DSYNC. The leader serves that path as the partition's own file, for the users of ``replica.users`` only
+  (the caller was checked here, against the modes this node shows), and never forwards it again: a node that does
+  not lead the partition answers it EROFS.
+* **Requests.** Each write request is one write(2) of the same bytes on that descriptor, so framing is the leader's
+  (its handle keeps a line or batch split across requests); fsync(2) is the leader's acks=all; a read of an O_RDWR
+  handle reads the leader's produce responses (the leader's offsets); flush closes a duplicate of the descriptor,
+  which makes the kernel send the leader a FLUSH for its handle: a last line without a newline is stored there, and
+  its refusal reaches this close(2). Release closes the descriptor. The leader's errno is the answer.
+* **Finding the leader** (``target``: the cluster node's answer — the partition's leader's registered mount, or
+  ``node.mounts``). With none, or when the one named answers EROFS (it no longer leads) or cannot be reached, the
+  node is asked to read ZooKeeper again (``refresh``) and the open is tried again every ``RETRY_S``, for up to
+  ``request.timeout.ms``; then :class:`NoLeader` (EAGAIN), nothing stored.
+* **A leader change under an open handle.** A write that meets EROFS or an unreachable leader moves the handle to
+  the new leader and is made again there, when everything written before it ended at a record boundary (a whole
+  line, a whole batch: :class:`Boundary`); otherwise the write fails with EIO (part of a record went to the old
+  leader, and the rest would be framed alone). Bytes written and not yet acknowledged by an fsync before the move
+  make every later fsync of the handle fail with EIO: the new leader cannot vouch for what the old one held (an
+  unacknowledged write a failover may lose, as in Kafka).
+
+Threads: the trio thread; every call on the leader's mount runs in a worker thread under ``limiter`` (a forwarded
+write waits for the leader's acks=all, an unreachable sshfs for long: neither may stall another request).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from logfs.mount.access import Caller
+from logfs.mount.errors import BadFileHandle, ForwardFailed, NoLeader
+from logfs.mount.handles import Handle
+from logfs.mount.nodes import FORWARD_DIR_NAME, LOGFS_DIR_NAME, Kind, Node
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_S = 0.05  # between attempts to reach a leader (each also asks the node to read ZooKeeper again)
+FORWARD_THREADS = 64  # forwarded requests in the leader's mounts at once (each may wait for acks=all)
+_MOVE = frozenset({errno.EROFS, errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EHOSTUNREACH})
+_FLAGS = os.O_ACCMODE | os.O_SYNC | os.O_DSYNC
+
+
+class Boundary:
+    """Whether the bytes written so far end at a record boundary: after a newline (lines), or after a whole batch
+    (``batches``: each a 12-byte prefix, base offset and length, then that many bytes)."""
+
+    def __init__(self, batches: bool) -> None:
+        self._batches = batches
+        self._last_newline = True
+        self._prefix = bytearray()
+        self._left = 0
+
+    @property
+    def at_boundary(self) -> bool:
+        return self._left == 0 and not self._prefix if self._batches else self._last_newline
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._batches:
+            self._last_newline = data[-1:] == b"\n"
+            return
+        view, i = memoryview(data), 0
+        while i < len(view):
+            if self._left:
+                step = min(self._left, len(view) - i)
+                self._left -= step
+                i += step
+                continue
+            take = min(12 - len(self._prefix), len(view) - i)
+            self._prefix += view[i : i + take]
+            i += take
+            if len(self._prefix) == 12:
+                self._left = max(0, int.from_bytes(self._prefix[8:12], "big", signed=True))
+                self._prefix.clear()
+
+
+@dataclass(eq=False)
+class ForwardHandle(Handle):
+    """A write file opened on a node that does not lead its partition: the descriptor on the leader's mount."""
+
+    flags: int = 0
+    fd: int = -1
+    path: Path | None = None  # the leader's forward path the descriptor is open on
+    boundary: Boundary = field(default_factory=lambda: Boundary(False))
+    unsynced: bool = False  # bytes written on this leader since the last fsync that succeeded
+    lost: bool = False  # unacknowledged bytes went to an earlier leader: every fsync fails
+    caller: Caller | None = None  # who opened it (a refusal is recorded as theirs, mount/refusals.py)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+
+class Forwarder:
+    """Forwarded writes of one mount. ``target``: the partition's leader's mount path, None while there is none or
+    this node leads (the mount then does not forward); ``refresh``: ask for the leadership to be read again; both
+    set by the cluster node (``logfs/cluster/node.py``), None on a mount without ZooKeeper. Trio thread."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.target: Callable[[str, int], Path | None] | None = None
+        self.refresh: Callable[[], None] | None = None
+        self.timeout_s = timeout_ms / 1000
+        self._limiter = trio.CapacityLimiter(FORWARD_THREADS)
+
+    @property
+    def enabled(self) -> bool:
+        return self.target is not None
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    async def open(self, entry: Any, flags: int, caller: Caller) -> ForwardHandle:
+        """The handle of ``entry`` (a partition's data file) opened by ``caller`` with ``flags`` on the partition's
+        leader."""
+        h = ForwardHandle(entry, flags=flags & _FLAGS, boundary=Boundary(entry.node.kind is Kind.BATCHES),
+                          caller=caller)  # fmt: skip
+        await self._connect(h)
+        return h
+
+    async def _connect(self, h: ForwardHandle) -> None:
+        """Open ``h`` on the partition's current leader, trying until ``timeout_s``; NoLeader then."""
+        node = h.node
+        deadline = trio.current_time() + self.timeout_s
+        last: str = "no leader is known"
+        while True:
+            path = self._path(node)
+            if path is not None:
+                try:
+                    h.fd = await self._call(os.open, path, h.flags)
+                    h.path = path
+                    return
+                except OSError as exc:
+                    if exc.errno not in _MOVE and exc.errno != errno.ENOENT:
+                        raise _refused(node, path, "open", exc) from None
+                    if exc.errno == errno.ENOENT and await self._call(os.path.isdir, path.parents[3]):
+                        raise ForwardFailed(exc.errno, f"{node}: not on the leader at {path}") from None
+                    last = f"the leader at {path.parents[4]} answered {errno.errorcode.get(exc.errno, exc.errno)}"
+            if self.refresh is not None:
+                self.refresh()
+            if trio.current_time() >= deadline:
+                raise NoLeader(f"{node}: no leader took the write within request.timeout.ms "
+                               f"({self.timeout_s * 1000:.0f} ms): {last}")  # fmt: skip
+            await trio.sleep(RETRY_S)
+
+    def _path(self, node: Node) -> Path | None:
+        mount = None if self.target is None else self.target(node.topic, node.partition)
+        if mount is None:
+            return None
+        name = {Kind.APPEND: "append", Kind.APPEND_JSONL: "append.jsonl", Kind.BATCHES: "batches"}[node.kind]
+        return mount / LOGFS_DIR_NAME / FORWARD_DIR_NAME / node.topic / str(node.partition) / name
+
+    async def write(self, h: ForwardHandle, buf: bytes) -> None:
+        """One write request, on the leader; moved to a new leader when this one stopped leading (see the module
+        docstring)."""
+        while True:
+            if h.fd < 0:
+                raise BadFileHandle(f"{h.node}: its leader could not be reached again")
+            try:
+                written = await self._call(os.write, h.fd, buf)
+            except OSError as exc:
+                if exc.errno not in _MOVE:
+                    raise _refused(h.node, h.path, "write", exc) from None
+                await self._move(h, exc.errno)
+                continue
+            if written != len(buf):  # a FUSE write answers whole or fails; anything else is a broken leader mount
+                raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {h.path} took {written} of {len(buf)} bytes")
+            h.boundary.feed(buf)
+            h.unsynced = True
+            return
+
+    async def _move(self, h: ForwardHandle, code: int) -> None:
+        """The leader answered ``code`` (it stopped leading, or its mount is gone): reopen on the new one, when the
+        handle stands at a record boundary; ForwardFailed (EIO) when it does not."""
+        old = h.path
+        await self._close(h)
+        if not h.boundary.at_boundary:
+            name = errno.errorcode.get(code, code)
+            raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {old} answered {name} in the middle of a "
+                                           "record: the rest cannot follow it elsewhere")  # fmt: skip
+        if h.unsynced:
+            h.lost = True
+        await self._connect(h)
+        _log.info("%s: the leader at %s answered %s: writes go to %s now", h.node, old,
+                  errno.errorcode.get(code, code), h.path)  # fmt: skip
+
+    async def fsync(self, h: ForwardHandle) -> None:
+        if h.fd < 0:
+            raise BadFileHandle(f"{h.node}: its leader could not be reached again")
+        try:
+            await self._call(os.fsync, h.fd)
+        except OSError as exc:
+            raise _refused(h.node, h.path, "fsync", exc) from None
+        if h.lost:
+            raise ForwardFailed(errno.EIO, f"{h.node}: records written before the leader changed were never "
+                                           "acknowledged; this handle cannot vouch for them")  # fmt: skip
+        h.unsynced = False
+
+    async def read(self, h: ForwardHandle, size: int) -> bytes:
+        """Produce responses of an O_RDWR handle, as the leader renders them."""
+        if h.fd < 0:
+            return b""
+        try:
+            return await self._call(os.read, h.fd, size)
+        except OSError as exc:
+            raise _refused(h.node, h.path, "read", exc) from None
+
+    async def flush(self, h: ForwardHandle) -> None:
+        """close(2) here: make the leader flush its handle (its last line without newline stored, or refused)."""
+        if h.fd < 0:
+            return
+        try:
+            await self._call(_flush, h.fd)
+        except OSError as exc:
+            raise _refused(h.node, h.path, "flush", exc) from None
+
+    async def release(self, h: ForwardHandle) -> None:
+        await self._close(h)
+
+    async def _close(self, h: ForwardHandle) -> None:
+        fd, h.fd = h.fd, -1
+        if fd >= 0:
+            try:
+                await self._call(os.close, fd)
+            except OSError as exc:  # the leader's flush at release: its refusal was answered to flush already
+                _log.debug("%s: closing the forwarded handle: %s", h.node, exc)
+
+
+def _refused(node: Node, path: Path | None, what: str, exc: OSError) -> ForwardFailed:
+    """The leader's refusal of a forwarded request, with its errno (EIO when it gave none)."""
+    code = exc.errno if exc.errno is not None else errno.EIO
+    return ForwardFailed(code, f"{node}: the leader at {path} refused the {what}: {os.strerror(code)}")
+
+
+def _flush(fd: int) -> None:
+    """A FLUSH of ``fd``'s file on its filesystem: the close of a duplicate (the descriptor stays open)."""
+    os.close(os.dup(fd))

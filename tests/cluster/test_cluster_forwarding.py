@@ -1,0 +1,142 @@
+"""Writes through any node (issue 27, "Writes through any node"), through three real ``logfs mount`` nodes and a
+real ZooKeeper (tests/cluster/zkcluster.py): a write to a partition's files on a node that does not lead it is
+forwarded to the leader's mount (``.logfs/forward/``) and answered with the leader's result — the records, the
+offsets read back on O_RDWR, the errno, fsync's acks=all — by shell tools and Python alike; a handle moves to the
+new leader after a kill -9 when it stands at a record boundary, and an fsync cannot vouch for what the old leader
+held unacknowledged; with no leader reachable a write waits ``request.timeout.ms`` and fails with EAGAIN, nothing
+stored.
+
+Every process is stopped and every mount unmounted when the test ends, failed or not (``Cluster.close``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import errno_of, make_topic
+from zkcluster import Cluster, append_acked, checked_cluster, wait_until
+from zkserver import ZooKeeperServer
+
+SESSION_MS = 1500
+WAIT_S = 30.0
+TIMEOUT_MS = 3000  # request.timeout.ms of the cluster without a reachable leader
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    with checked_cluster(tmp_path / "cluster", zookeeper, 3, session_timeout_ms=SESSION_MS) as c:
+        yield c
+
+
+def values(mount: Path, topic: str, partition: int) -> list[str]:
+    return (mount / topic / str(partition) / "at" / "earliest").read_text().split()
+
+
+def everywhere(cluster: Cluster, topic: str, partition: int, expected: list[str]) -> None:
+    for node in cluster.reachable():
+        wait_until(f"node {node.node_id} holding {expected} in {topic}/{partition}",
+                   lambda n=node: values(n.mount, topic, partition) == expected, WAIT_S, logs=cluster.logs)  # fmt: skip
+
+
+def test_writes_through_every_node_are_the_leaders(cluster: Cluster) -> None:
+    leader, _ = cluster.wait_leader(WAIT_S)
+    followers = [n for n in cluster.nodes.values() if n is not leader]
+    make_topic(leader.mount, "t", 2)
+    for node in cluster.nodes.values():
+        wait_until(f"node {node.node_id} shows t/1", lambda n=node: (n.mount / "t/1/append").exists(), WAIT_S)
+    a, b = followers
+    # the shell: echo >> (one write, then close: acks=1) and dd conv=fsync (acks=all) on a follower's files
+    done = subprocess.run(f"echo one >> {a.mount}/t/0/append && printf 'two\\nthree' >> {a.mount}/t/0/append && "
+                          f"printf 'four\\n' | dd of={b.mount}/t/0/append conv=fsync status=none",
+                          shell=True, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # a last line without a newline was stored at close (the leader's flush), before dd's write: in this order
+    everywhere(cluster, "t", 0, ["one", "two", "three", "four"])
+    # acks=all through a follower: once fsync returns, the leader's HW covers the record (every ISR member has it)
+    append_acked(b.mount, "t", 1, ["x", "y"])
+    assert values(leader.mount, "t", 1) == ["x", "y"]
+    # Python, O_RDWR: the produce responses are the leader's offsets
+    fd = os.open(a.mount / "t/1/append.jsonl", os.O_RDWR)
+    try:
+        os.write(fd, b'{"value":"z1"}\n{"value":"z2"}\n')
+        os.fsync(fd)
+        assert os.read(fd, 4096) == b"1 2 3\n"  # partition 1, offsets 2 to 3
+        # the leader's errno: a bad JSON line is EINVAL there, and nothing of it is stored
+        assert errno_of(os.write, fd, b'{"value":\n') == errno.EINVAL
+    finally:
+        os.close(fd)
+    everywhere(cluster, "t", 1, ["x", "y", "z1", "z2"])
+    # the refusal is recorded on the node the writer used, with the leader's errno
+    errors = (a.mount / ".logfs/errors").read_text()
+    assert "EINVAL" in errors and "/t/1/append.jsonl" in errors, errors
+    # the leader serves the forwarded path itself; a follower refuses it (a forwarded write is never forwarded on)
+    assert errno_of(os.open, b.mount / ".logfs/forward/t/0/append", os.O_WRONLY) == errno.EROFS
+    with open(leader.mount / ".logfs/forward/t/0/append", "w") as f:
+        f.write("five\n")
+    everywhere(cluster, "t", 0, ["one", "two", "three", "four", "five"])
+    # __consumer_offsets is written by commits only, on any node; mkdir is not forwarded (yet): EROFS
+    assert errno_of(os.mkdir, a.mount / "u") == errno.EROFS
+
+
+def test_a_forwarded_handle_follows_a_new_leader_at_a_record_boundary(cluster: Cluster) -> None:
+    leader, info = cluster.wait_leader(WAIT_S)
+    make_topic(leader.mount, "t")
+    writer = max((n for n in cluster.nodes.values() if n is not leader), key=lambda n: n.node_id)  # stays a follower
+    wait_until("t on the writer's node", lambda: (writer.mount / "t/0/append").exists(), WAIT_S)
+    acked = os.open(writer.mount / "t/0/append", os.O_WRONLY)
+    unacked = os.open(writer.mount / "t/0/append", os.O_WRONLY)
+    partial = os.open(writer.mount / "t/0/append", os.O_WRONLY)
+    try:
+        os.write(acked, b"a\n")
+        os.fsync(acked)
+        os.write(unacked, b"b\n")  # acks=1: the failover may lose it, and no later fsync of this handle vouches
+        os.write(partial, b"half of a li")  # part of a line: it cannot be finished on another leader
+        leader.kill()
+        cluster.wait_leader(WAIT_S + cluster.session_timeout_s, min_epoch=info.leader_epoch + 1,
+                            exclude=[leader.node_id])  # fmt: skip
+        os.write(acked, b"c\n")  # the old leader's mount is gone: the handle moves, the write is made there
+        os.fsync(acked)
+        os.write(unacked, b"d\n")
+        assert errno_of(os.fsync, unacked) == errno.EIO
+        assert errno_of(os.write, partial, b"ne\n") == errno.EIO
+    finally:
+        for fd in (acked, unacked, partial):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    live = cluster.reachable()
+    for node in live:
+        got = wait_until(f"node {node.node_id} holding c", lambda n=node: "c" in values(n.mount, "t", 0) and
+                         values(n.mount, "t", 0), WAIT_S, logs=cluster.logs)  # fmt: skip
+        assert got.index("a") < got.index("c") and "ne" not in got and "half" not in " ".join(got), got
+
+
+def test_with_no_leader_reachable_a_forwarded_write_fails_eagain_and_stores_nothing(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    # every node reaches every other through a path where nothing is mounted (node.mounts)
+    nowhere = ",".join(f"{i}:/nonexistent/n{i}" for i in (1, 2, 3))
+    config = [f"node.mounts={nowhere}", f"request.timeout.ms={TIMEOUT_MS}"]
+    with checked_cluster(tmp_path / "cluster", zookeeper, 3, session_timeout_ms=SESSION_MS, config=config) as c:
+        leader, _ = c.wait_leader(WAIT_S)
+        make_topic(leader.mount, "t")
+        other = next(n for n in c.nodes.values() if n is not leader)
+        wait_until("t on another node", lambda: (other.mount / "t/0/append").exists(), WAIT_S)
+        started = time.monotonic()
+        assert errno_of(os.open, other.mount / "t/0/append", os.O_WRONLY) == errno.EAGAIN
+        took = time.monotonic() - started
+        assert TIMEOUT_MS / 1000 <= took < TIMEOUT_MS / 1000 + 5, took
+        assert "no leader took the write within request.timeout.ms" in (other.mount / ".logfs/errors").read_text()
+        append_acked(leader.mount, "t", 0, ["only"])  # the leader itself takes writes; nothing else was stored
+        for node in c.nodes.values():
+            wait_until(f"node {node.node_id} holding the record",
+                       lambda n=node: values(n.mount, "t", 0) == ["only"], WAIT_S, logs=c.logs)  # fmt: skip
+        assert json.loads((other.mount / "t/0/leader").read_text())["node_id"] == leader.node_id

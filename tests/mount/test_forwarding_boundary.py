@@ -1,0 +1,55 @@
+"""Where a forwarded handle may move to a new leader (mount/forwarding.py's ``Boundary``): only after a whole line
+or a whole batch, however the bytes were cut into write requests; and ``node.mounts``, the paths a node uses to
+reach the others. Pure functions: the forwarding itself runs through real mounts in
+tests/cluster/test_cluster_forwarding.py."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from logfs.core.errors import ConfigError
+from logfs.core.storeconfig import StoreConfig
+from logfs.mount.forwarding import Boundary
+
+
+def _batch(values: list[bytes], base: int = 0) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)  # fmt: skip
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
+    data = bytearray(builder.build())
+    data[0:8] = base.to_bytes(8, "big")
+    return bytes(data)
+
+
+def test_lines_are_at_a_boundary_after_a_newline_only() -> None:
+    b = Boundary(batches=False)
+    assert b.at_boundary  # nothing written yet
+    for chunk, expected in ((b"one\ntw", False), (b"o", False), (b"\n", True), (b"", True), (b"x\ny\n", True)):
+        b.feed(chunk)
+        assert b.at_boundary is expected, chunk
+
+
+@pytest.mark.parametrize("step", [1, 5, 11, 12, 13, 61, 1000])
+def test_batches_are_at_a_boundary_after_whole_batches_however_the_bytes_are_cut(step: int) -> None:
+    stream = _batch([b"a" * 10, b"b" * 300]) + _batch([b"c"], base=2) + _batch([b"d" * 4000, b"e"], base=3)
+    ends = {len(_batch([b"a" * 10, b"b" * 300]))}
+    ends.add(max(ends) + len(_batch([b"c"], base=2)))
+    ends.add(len(stream))
+    b = Boundary(batches=True)
+    written = 0
+    while written < len(stream):
+        chunk = stream[written : written + step]
+        b.feed(chunk)
+        written += len(chunk)
+        assert b.at_boundary is (written in ends), written
+
+
+def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
+    config = StoreConfig(node_id=1, replica_ids=(1, 2, 3), node_mounts="2:/net/n2, 3:/net/host:3/mnt")
+    assert config.node_mount_paths() == {2: "/net/n2", 3: "/net/host:3/mnt"}  # the first colon ends the id
+    assert StoreConfig().node_mount_paths() == {}
+    for bad in ("2", "x:/a", "2:relative", "2:/a,2:/b", ":/a"):
+        with pytest.raises(ConfigError, match=r"node\.mounts"):
+            StoreConfig(node_mounts=bad)
