@@ -40,7 +40,7 @@ from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.errors import AccessDenied, NotPermitted
-from logfs.mount.nodes import FORWARD_DIR_KINDS, GROUP_KINDS, TXN_KINDS, Kind, Node
+from logfs.mount.nodes import APPEND_KINDS, FORWARD_DIR_KINDS, GROUP_KINDS, TXN_KINDS, Kind, Node
 from logfs.mount.runner import Runner
 
 ROOT_UID = 0
@@ -50,8 +50,6 @@ TXN_MODE = 0o700  # an open transaction: its owner's alone
 _READ_KINDS = frozenset({Kind.STATE, Kind.PARTITION_LEADER, Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE})
 # Directories inside a topic: they take its r and x bits (nothing is made in them by mkdir).
 _TOPIC_DIR_KINDS = frozenset({Kind.PARTITION, Kind.COMMITTED, Kind.AT_DIR, Kind.FOLLOW_DIR, Kind.HW_DIR})
-# Files a topic's producers open: they take its w bits (and the matching r bits: produce responses are read back).
-_DATA_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
 # Under .logfs/: readable by all; the command files writable by all (logfs checks the topic each line names).
 _ALL_READ_KINDS = frozenset({Kind.METRICS, Kind.ERRORS, Kind.LEADER, Kind.PARTITIONS, Kind.PRODUCER_ID, Kind.LABEL})
 _COMMAND_KINDS = frozenset({Kind.DELETE_TOPIC, Kind.DELETE_RECORDS})
@@ -164,7 +162,7 @@ class Access:
             return mode
         if kind in _TOPIC_DIR_KINDS:
             return mode & 0o555
-        if kind in _DATA_KINDS:
+        if kind in APPEND_KINDS:  # producers' files: the w bits (and the matching r bits: responses are read back)
             return _data_bits(mode)
         if kind is Kind.CONFIG:
             return (mode & 0o444) | 0o200  # read as the topic says; written by its owner (checked by logfs too)

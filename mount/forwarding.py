@@ -1,11 +1,12 @@
 """Writes through a node that does not lead the partition, forwarded to its leader's mount and answered with the
 leader's result (docs/replication.md, "Writes through any node").
 
-* **Open.** A partition's ``append``, ``append.jsonl`` or ``batches`` opened for writing on a node that does not
-  lead the partition opens ``<leader mount>/.logfs/forward/<topic>/<p>/<file>`` with the caller's access mode and
-  O_SYNC/O_DSYNC. The leader serves that path as the partition's own file, for the users of ``replica.users`` only
-  (the caller was checked here, against the modes this node shows), and never forwards it again: a node that does
-  not lead the partition answers it EROFS.
+* **Open.** A partition's ``append``, ``append.jsonl`` or ``batches`` (or a topic's ``append``, ``append.jsonl``)
+  opened for writing on a node that does not lead the partition opens ``<leader mount>/.logfs/forward/<topic>/<p>/
+  <file>`` (``…/<topic>/<file>``) with the caller's access mode and O_SYNC/O_DSYNC. The leader serves that path as
+  its own file (for a topic's, it picks the partition: with one leader for every partition, the choice this node
+  would make), for the users of ``replica.users`` only (the caller was checked here, against the modes this node
+  shows), and never forwards it again: a node that does not lead the partition answers it EROFS.
 * **Requests.** Each write request is one write(2) of the same bytes on that descriptor, so framing is the leader's
   (its handle keeps a line or batch split across requests); fsync(2) is the leader's acks=all; a read of an O_RDWR
   handle reads the leader's produce responses (the leader's offsets); flush closes a duplicate of the descriptor,
@@ -28,6 +29,7 @@ write waits for the leader's acks=all, an unreachable sshfs for long: neither ma
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import logging
@@ -42,7 +44,7 @@ import trio
 from logfs.mount.access import Caller
 from logfs.mount.errors import BadFileHandle, ForwardFailed, NoLeader
 from logfs.mount.handles import Handle
-from logfs.mount.nodes import FORWARD_DIR_NAME, LOGFS_DIR_NAME, Kind, Node
+from logfs.mount.nodes import LOGFS_DIR_NAME, Kind, Node
 
 _log = logging.getLogger(__name__)
 
@@ -135,8 +137,9 @@ class Forwarder:
         deadline = trio.current_time() + self.timeout_s
         last: str = "no leader is known"
         while True:
-            path = self._path(node)
-            if path is not None:
+            mount = None if self.target is None else self.target(node.topic, node.partition)
+            if mount is not None:
+                path = forward_path(mount, node)
                 try:
                     h.fd = await self._call(os.open, path, h.flags)
                     h.path = path
@@ -144,22 +147,15 @@ class Forwarder:
                 except OSError as exc:
                     if exc.errno not in _MOVE and exc.errno != errno.ENOENT:
                         raise _refused(node, path, "open", exc) from None
-                    if exc.errno == errno.ENOENT and await self._call(os.path.isdir, path.parents[3]):
-                        raise ForwardFailed(exc.errno, f"{node}: not on the leader at {path}") from None
-                    last = f"the leader at {path.parents[4]} answered {errno.errorcode.get(exc.errno, exc.errno)}"
+                    if exc.errno == errno.ENOENT and await self._call(os.path.isdir, mount / LOGFS_DIR_NAME):
+                        raise ForwardFailed(exc.errno, f"{node}: not on the leader at {mount}") from None
+                    last = f"the leader at {mount} answered {errno.errorcode.get(exc.errno, exc.errno)}"
             if self.refresh is not None:
                 self.refresh()
             if trio.current_time() >= deadline:
                 raise NoLeader(f"{node}: no leader took the write within request.timeout.ms "
                                f"({self.timeout_s * 1000:.0f} ms): {last}")  # fmt: skip
             await trio.sleep(RETRY_S)
-
-    def _path(self, node: Node) -> Path | None:
-        mount = None if self.target is None else self.target(node.topic, node.partition)
-        if mount is None:
-            return None
-        name = {Kind.APPEND: "append", Kind.APPEND_JSONL: "append.jsonl", Kind.BATCHES: "batches"}[node.kind]
-        return mount / LOGFS_DIR_NAME / FORWARD_DIR_NAME / node.topic / str(node.partition) / name
 
     async def write(self, h: ForwardHandle, buf: bytes) -> None:
         """One write request, on the leader; moved to a new leader when this one stopped leading (see the module
@@ -235,6 +231,12 @@ class Forwarder:
                 await self._call(os.close, fd)
             except OSError as exc:  # the leader's flush at release: its refusal was answered to flush already
                 _log.debug("%s: closing the forwarded handle: %s", h.node, exc)
+
+
+def forward_path(mount: Path, node: Node) -> Path:
+    """Where the leader whose mount is ``mount`` takes the write ``node`` names: the same file under
+    ``.logfs/forward/`` (``Node.__str__`` of its forwarded twin)."""
+    return mount / str(dataclasses.replace(node, forwarded=True)).lstrip("/")
 
 
 def _refused(node: Node, path: Path | None, what: str, exc: OSError) -> ForwardFailed:

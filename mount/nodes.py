@@ -33,6 +33,7 @@ Paths::
         forward/                        FORWARD_DIR        writes another node forwards here (mount/forwarding.py);
             <topic>/<partition>/        FORWARD_TOPIC, FORWARD_PARTITION   looked up, never listed
                 append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (forwarded)   w   never forwarded on
+            <topic>/append, append.jsonl    TOPIC_APPEND, TOPIC_APPEND_JSONL (forwarded)  w
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -151,16 +152,16 @@ class Kind(enum.Enum):
         return self in FETCH_KINDS
 
 
-_APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
-WRITE_KINDS = _APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
+# the data files: records are appended through them (a node that does not lead their partition forwards them to its
+# leader, mount/forwarding.py)
+APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
+WRITE_KINDS = APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
 TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
 GROUP_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC,
                          Kind.GROUP_PARTITION, Kind.GROUP_OFFSET, Kind.GROUP_FOLLOW})  # fmt: skip
 FETCH_KINDS = frozenset({Kind.FETCH_DIR, Kind.FETCH_REPLICA, Kind.FETCH_TOPIC, Kind.FETCH_PARTITION, Kind.FETCH_FILE,
                          Kind.FETCH_SESSION})  # fmt: skip
 FORWARD_DIR_KINDS = frozenset({Kind.FORWARD_DIR, Kind.FORWARD_TOPIC, Kind.FORWARD_PARTITION})
-# the partition's data files, which a node that does not lead the partition forwards to its leader (mount/forwarding.py)
-FORWARDABLE_KINDS = frozenset({Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +291,8 @@ def parent_of(node: Node) -> Node:
     if k.is_fetch:
         return _fetch_parent(node)
     if node.forwarded:
-        return Node(Kind.FORWARD_PARTITION, node.topic, node.partition)
+        return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
+            Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip
     if k in FORWARD_DIR_KINDS:
         return {Kind.FORWARD_DIR: Node(Kind.LOGFS_DIR), Kind.FORWARD_TOPIC: Node(Kind.FORWARD_DIR),
                 Kind.FORWARD_PARTITION: Node(Kind.FORWARD_TOPIC, node.topic)}[k]  # fmt: skip

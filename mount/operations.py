@@ -77,7 +77,7 @@ from logfs.mount.groups import Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name
-from logfs.mount.nodes import FORWARDABLE_KINDS, GROUP_KINDS, Kind, Node, parent_of
+from logfs.mount.nodes import APPEND_KINDS, GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.openwrite import open_write_handle
 from logfs.mount.reads import Reader
 from logfs.mount.refusals import refusal_target
@@ -428,7 +428,7 @@ class Operations(pyfuse3.Operations):
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
             if node.forwarded:  # another node's forwarded write: its user must be a replica's (mount/forwarding.py)
                 self.permissions.check_fetch(caller_of(ctx))
-            elif self.read_only and kind in FORWARDABLE_KINDS and not node.txn and self.forwarder.enabled:
+            elif self.read_only and kind in APPEND_KINDS and not node.txn and self.forwarder.enabled:
                 forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
             self._refuse_if_read_only()

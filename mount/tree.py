@@ -66,11 +66,11 @@ from logfs.core.store import Store
 from logfs.mount.errors import NoEntry
 from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_follow_name, parse_partition_name
 from logfs.mount.nodes import (
+    APPEND_KINDS,
     COMMITTED_CHILDREN,
     FETCH_DIR_NAME,
     FETCH_SESSION_NAME,
     FORWARD_DIR_NAME,
-    FORWARDABLE_KINDS,
     GROUP_CHILDREN,
     GROUP_KINDS,
     GROUP_PARTITION_CHILDREN,
@@ -160,10 +160,12 @@ class Tree:
             self._existing_topic(name)
             return Node(Kind.FORWARD_TOPIC, name)
         if kind is Kind.FORWARD_TOPIC:
+            if TOPIC_CHILDREN.get(name) in APPEND_KINDS:
+                return Node(TOPIC_CHILDREN[name], parent.topic, forwarded=True)
             return Node(Kind.FORWARD_PARTITION, parent.topic, self._existing_partition(parent.topic, name))
         if kind is Kind.FORWARD_PARTITION:
             child = _child(PARTITION_CHILDREN, name)
-            if child not in FORWARDABLE_KINDS:
+            if child not in APPEND_KINDS:
                 raise NoEntry(name)
             return Node(child, parent.topic, parent.partition, forwarded=True)
         if kind in TXN_KINDS:

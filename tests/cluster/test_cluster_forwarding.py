@@ -24,6 +24,8 @@ from conftest import errno_of, make_topic
 from zkcluster import Cluster, append_acked, checked_cluster, wait_until
 from zkserver import ZooKeeperServer
 
+from logfs.core.format.partitioner import partition_for_key
+
 SESSION_MS = 1500
 WAIT_S = 30.0
 TIMEOUT_MS = 3000  # request.timeout.ms of the cluster without a reachable leader
@@ -81,8 +83,20 @@ def test_writes_through_every_node_are_the_leaders(cluster: Cluster) -> None:
     with open(leader.mount / ".logfs/forward/t/0/append", "w") as f:
         f.write("five\n")
     everywhere(cluster, "t", 0, ["one", "two", "three", "four", "five"])
-    # __consumer_offsets is written by commits only, on any node; mkdir is not forwarded (yet): EROFS
+    # mkdir is not forwarded (yet): EROFS
     assert errno_of(os.mkdir, a.mount / "u") == errno.EROFS
+    # a topic-level file: the record goes to its key's partition (Kafka's murmur2), told in the response
+    make_topic(leader.mount, "k", 3)
+    wait_until("k/2 on node a", lambda: (a.mount / "k/2").exists(), WAIT_S)
+    fd = os.open(a.mount / "k/append.jsonl", os.O_RDWR)
+    try:
+        os.write(fd, b'{"key":"user-1","value":"v1"}\n')
+        os.fsync(fd)
+        partition, first, last = map(int, os.read(fd, 4096).split())
+    finally:
+        os.close(fd)
+    assert (partition, first, last) == (partition_for_key(b"user-1", 3), 0, 0)
+    everywhere(cluster, "k", partition, ["v1"])
 
 
 def test_a_forwarded_handle_follows_a_new_leader_at_a_record_boundary(cluster: Cluster) -> None:
