@@ -5,10 +5,11 @@
 Starts a standalone ZooKeeper (Debian's package, tickTime 200 ms, a free loopback port) and three nodes, each
 ``logfs mount STORE MOUNTPOINT --config node.id=N --config zookeeper.connect=… --config replica.ids=1,2,3 --config
 min.insync.replicas=2 --config zookeeper.session.timeout.ms=…``. It creates a topic on the leader the nodes agree
-on, writes with acks=all (a write(2) then fsync(2), which returns only once the in-sync replicas hold the records),
-kills the leader with SIGKILL, shows the new leader ZooKeeper elected and the writer going on there, checks that
-every acknowledged record is on the new leader (read back through its mount's ``at/earliest``), restarts the old
-leader as a follower, and stops everything. Exit 0 when every acknowledged record was found.
+on, writes with acks=all (a write(2) then fsync(2), which returns only once the in-sync replicas hold the records)
+through the leader and through any node (a follower forwards to the leader), kills the leader with SIGKILL, shows
+the new leader ZooKeeper elected and the writers going on there, checks that every acknowledged record is on the new
+leader (read back through its mount's ``at/earliest``), restarts the old leader as a follower, and stops
+everything. Exit 0 when every acknowledged record was found.
 
 The processes are the ones the failover tests use (tests/helpers/zkserver.py, tests/cluster/zkcluster.py and
 tests/cluster/ackcheck.py), so what this shows is what the tests check.
@@ -44,6 +45,7 @@ def show_leader_files(cluster: Cluster) -> None:
 
 
 def show_znodes(cluster: Cluster) -> None:
+    say(f"    /brokers/topics/{TOPIC} = {json.dumps(cluster.znode_json(f'/brokers/topics/{TOPIC}'))} (the assignment)")
     for p in range(PARTITIONS):
         say(f"    /brokers/topics/{TOPIC}/partitions/{p}/state = {json.dumps(cluster.partition_znode(TOPIC, p))}")
     say(f"    /controller names node {cluster.controller_id()}; live nodes under /brokers/ids: {cluster.registered()}")
@@ -81,11 +83,15 @@ def main() -> int:
         wait_until("the followers in the ISR", full_isr, 30)
         say(f"    mkdir {leader.mount}/{TOPIC} (+ partition 1): replicated to the followers, in ZooKeeper:")
         show_znodes(cluster)
-        with writing(cluster, TOPIC, PARTITIONS, "order", batch=10) as writer:
-            say(f"[3/6] a writer appends to {TOPIC}/<p>/append on the leader, fsync(2) after each write (acks=all)")
+        with writing(cluster, TOPIC, PARTITIONS, "order", batch=10) as writer, \
+                writing(cluster, TOPIC, PARTITIONS, "anywhere", batch=10, through_any=True) as anywhere:  # fmt: skip
+            say(f"[3/6] a writer appends to {TOPIC}/<p>/append on the leader, fsync(2) after each write (acks=all); "
+                "another does the same through any node's mount, picked at random: a follower forwards the write to "
+                "the leader and answers with its result")  # fmt: skip
             time.sleep(args.seconds)
             before = writer.acked_values()
-            say(f"    {before:,} records acknowledged by node {leader.node_id}")
+            say(f"    {before:,} records acknowledged by node {leader.node_id}; through any node: "
+                f"{anywhere.acked_values():,}")  # fmt: skip
             say(f"[4/6] kill -9 node {leader.node_id} (the leader); its ZooKeeper session expires after "
                 f"{args.session_ms} ms")  # fmt: skip
             killed = time.monotonic()
@@ -100,10 +106,11 @@ def main() -> int:
             show_leader_files(cluster)
             show_znodes(cluster)
             time.sleep(args.seconds)
-        acked = [(a.partition, v) for a in writer.acks for v in a.values]
-        refused = dict(writer.errors) or "none"
-        say(f"[5/6] the writer stopped: {len(acked):,} records acknowledged, {len(acked) - before:,} of them by "
-            f"node {new.node_id}; refused attempts while no node could acknowledge: {refused}")  # fmt: skip
+        acked = [(a.partition, v) for a in writer.acks + anywhere.acks for v in a.values]
+        refused = dict(writer.errors + anywhere.errors) or "none"
+        say(f"[5/6] the writers stopped: {len(acked):,} records acknowledged ({anywhere.acked_values():,} through any "
+            f"node), {writer.acked_values() - before:,} of the leader writer's by node {new.node_id}; refused attempts "
+            f"while no node could acknowledge: {refused}")  # fmt: skip
         stored = {p: set((new.mount / TOPIC / str(p) / "at" / "earliest").read_text().splitlines())
                   for p in range(PARTITIONS)}  # fmt: skip
         missing = [v for p, v in acked if v not in stored[p]]

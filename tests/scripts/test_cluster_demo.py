@@ -31,6 +31,9 @@ def test_the_cluster_demo_fails_over_and_keeps_every_acknowledged_record(tmp_pat
     assert killed and new and killed.group(1) != new.group(1), out
     assert float(new.group(3)) <= 2.0 + 1.0 + 0.2, out  # the demo's session timeout (2000 ms) + 1 s, polled
     assert "acknowledged records missing: 0" in out
+    through = re.search(r"records acknowledged \(([\d,]+) through any node\)", out)
+    assert through and int(through.group(1).replace(",", "")) > 0, out  # writes forwarded by followers
+    assert '"version": 3, "partitions": {"0": [' in out, out  # the assignment znode, Kafka's JSON
     zk = re.search(r"ZooKeeper at (127\.0\.0\.1:\d+) ", out)
     assert zk, out
     for node in (1, 2, 3):  # issue 23 item 8: each node's proxied zookeeper.connect is explained
