@@ -165,7 +165,9 @@ class StoreConfig:
         out: dict[int, str] = {}
         for item in filter(None, (part.strip() for part in self.node_mounts.split(","))):
             node, colon, path = item.partition(":")
-            if not colon or not node.strip().isdigit() or not path.startswith("/") or int(node) in out:
+            node = node.strip()
+            digits = node.isascii() and node.isdecimal()  # "²".isdigit() is True, and int() refuses it
+            if not colon or not digits or not path.startswith("/") or int(node) in out:
                 raise invalid_value("node.mounts", self.node_mounts, "must be ID:/absolute/path,… with each id once")
             out[int(node)] = path
         return out

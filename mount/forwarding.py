@@ -16,12 +16,19 @@ leader's result (docs/replication.md, "Writes through any node").
   ``node.mounts``). With none, or when the one named answers EROFS (it no longer leads) or cannot be reached, the
   node is asked to read ZooKeeper again (``refresh``) and the open is tried again every ``RETRY_S``, for up to
   ``request.timeout.ms``; then :class:`NoLeader` (EAGAIN), nothing stored.
-* **A leader change under an open handle.** A write that meets EROFS or an unreachable leader moves the handle to
-  the new leader and is made again there, when everything written before it ended at a record boundary (a whole
-  line, a whole batch: :class:`Boundary`); otherwise the write fails with EIO (part of a record went to the old
-  leader, and the rest would be framed alone). Bytes written and not yet acknowledged by an fsync before the move
-  make every later fsync of the handle fail with EIO: the new leader cannot vouch for what the old one held (an
-  unacknowledged write a failover may lose, as in Kafka).
+* **A leader change under an open handle.** A write the leader answers EROFS was not stored (a leader refuses before
+  it appends; ``mount/writes.py`` takes its role once per append, so a change during one answers EIO, never EROFS):
+  the handle moves to the new leader and the write is made there, when everything written before it ended at a
+  record boundary (a whole line, a whole batch: :class:`Boundary`); otherwise EIO (part of a record went to the old
+  leader, and the rest would be framed alone). So is a request the kernel answered ENOTCONN: the leader's mount was
+  gone before it reached it. A leader whose mount went away while a request was in it (ECONNABORTED) may or may not
+  have stored it: EIO, never made again (no duplicate), and the next write opens the new leader's file. Bytes
+  written and not yet acknowledged before the handle left a leader make every later fsync of the handle fail with
+  EIO: the new leader cannot vouch for what the old one held (an unacknowledged write a failover may lose, as in
+  Kafka). An O_SYNC write is acknowledged by itself. fsync, flush and read answer EIO, not EROFS, when the leader
+  changed under them.
+* **Limits.** A paused leader (SIGSTOP) holds the requests forwarded to it, and the worker threads they occupy,
+  until it resumes or its mount is torn down (kill, unmount): a request in a FUSE filesystem cannot be withdrawn.
 
 Threads: the trio thread; every call on the leader's mount runs in a worker thread under ``limiter`` (a forwarded
 write waits for the leader's acks=all, an unreachable sshfs for long: neither may stall another request).
@@ -42,7 +49,7 @@ from typing import Any, TypeVar
 import trio
 
 from logfs.mount.access import Caller
-from logfs.mount.errors import BadFileHandle, ForwardFailed, NoLeader
+from logfs.mount.errors import ForwardFailed, NoLeader
 from logfs.mount.handles import Handle
 from logfs.mount.nodes import LOGFS_DIR_NAME, Kind, Node
 
@@ -52,7 +59,13 @@ T = TypeVar("T")
 
 RETRY_S = 0.05  # between attempts to reach a leader (each also asks the node to read ZooKeeper again)
 FORWARD_THREADS = 64  # forwarded requests in the leader's mounts at once (each may wait for acks=all)
-_MOVE = frozenset({errno.EROFS, errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EHOSTUNREACH})
+# answers that say the request was not served: the leader refused before appending (EROFS), or its mount was gone
+# before the request reached it (the kernel answers ENOTCONN once a FUSE connection is closed; sshfs refused or
+# unreachable): made again on the new leader
+_NOT_SERVED = frozenset({errno.EROFS, errno.ENOTCONN, errno.ECONNREFUSED, errno.EHOSTUNREACH})
+# the leader's mount went away while the request was in it (the kernel aborts those with ECONNABORTED): whether it was
+# served is unknown
+_GONE = frozenset({errno.ECONNABORTED})
 _FLAGS = os.O_ACCMODE | os.O_SYNC | os.O_DSYNC
 
 
@@ -145,7 +158,7 @@ class Forwarder:
                     h.path = path
                     return
                 except OSError as exc:
-                    if exc.errno not in _MOVE and exc.errno != errno.ENOENT:
+                    if exc.errno not in _GONE and exc.errno not in _NOT_SERVED and exc.errno != errno.ENOENT:
                         raise _refused(node, path, "open", exc) from None
                     if exc.errno == errno.ENOENT and await self._call(os.path.isdir, mount / LOGFS_DIR_NAME):
                         raise ForwardFailed(exc.errno, f"{node}: not on the leader at {mount}") from None
@@ -158,59 +171,83 @@ class Forwarder:
             await trio.sleep(RETRY_S)
 
     async def write(self, h: ForwardHandle, buf: bytes) -> None:
-        """One write request, on the leader; moved to a new leader when this one stopped leading (see the module
+        """One write request, on the leader. An answer that says it was not served (EROFS: the leader stopped
+        leading, and refuses before it appends; ENOTCONN: its mount was gone before the request reached it) moves the
+        handle to the new leader, where the write is made; a leader that went away while the request was in it
+        (ECONNABORTED) may or may not have stored it: EIO, and the next write finds the new leader (see the module
         docstring)."""
+        if h.fd < 0:  # closed by an earlier failure (or no leader was found then): reopened at a record boundary
+            if not h.boundary.at_boundary:
+                raise ForwardFailed(errno.EIO, f"{h.node}: part of a record went to a leader that is gone: the rest "
+                                               "cannot follow it elsewhere")  # fmt: skip
+            await self._connect(h)
         while True:
-            if h.fd < 0:
-                raise BadFileHandle(f"{h.node}: its leader could not be reached again")
             try:
                 written = await self._call(os.write, h.fd, buf)
             except OSError as exc:
-                if exc.errno not in _MOVE:
-                    raise _refused(h.node, h.path, "write", exc) from None
-                await self._move(h, exc.errno)
-                continue
+                if exc.errno in _NOT_SERVED:
+                    await self._move(h, exc.errno)
+                    continue
+                if exc.errno in _GONE:
+                    h.boundary.feed(buf)  # framed there or not: what follows must start a record of its own
+                    await self._lose(h)
+                    raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {h.path} went away during the write "
+                                                   "(it may or may not be stored)") from None  # fmt: skip
+                raise _refused(h.node, h.path, "write", exc) from None
             if written != len(buf):  # a FUSE write answers whole or fails; anything else is a broken leader mount
                 raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {h.path} took {written} of {len(buf)} bytes")
             h.boundary.feed(buf)
-            h.unsynced = True
+            # an O_SYNC / O_DSYNC write was acknowledged by the leader itself (O_SYNC includes O_DSYNC's bit)
+            h.unsynced = h.unsynced or not h.flags & os.O_DSYNC
             return
 
     async def _move(self, h: ForwardHandle, code: int) -> None:
-        """The leader answered ``code`` (it stopped leading, or its mount is gone): reopen on the new one, when the
-        handle stands at a record boundary; ForwardFailed (EIO) when it does not."""
+        """The leader answered ``code`` (it stopped leading): reopen on the new one, when the handle stands at a
+        record boundary; ForwardFailed (EIO) when it does not."""
         old = h.path
-        await self._close(h)
+        await self._lose(h)
         if not h.boundary.at_boundary:
             name = errno.errorcode.get(code, code)
             raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {old} answered {name} in the middle of a "
                                            "record: the rest cannot follow it elsewhere")  # fmt: skip
-        if h.unsynced:
-            h.lost = True
         await self._connect(h)
         _log.info("%s: the leader at %s answered %s: writes go to %s now", h.node, old,
                   errno.errorcode.get(code, code), h.path)  # fmt: skip
 
+    async def _lose(self, h: ForwardHandle) -> None:
+        """Close the descriptor on a leader that stopped leading or went away: what was written there and not yet
+        acknowledged can no longer be vouched for by this handle's fsync."""
+        await self._close(h)
+        if h.unsynced:
+            h.lost = True
+
     async def fsync(self, h: ForwardHandle) -> None:
-        if h.fd < 0:
-            raise BadFileHandle(f"{h.node}: its leader could not be reached again")
-        try:
-            await self._call(os.fsync, h.fd)
-        except OSError as exc:
-            raise _refused(h.node, h.path, "fsync", exc) from None
+        """The leader's acks=all; EIO when the leader changed or went away before it answered (nothing written
+        since the last fsync is acknowledged then, nor by any later fsync of this handle)."""
+        if h.fd >= 0:
+            try:
+                await self._call(os.fsync, h.fd)
+            except OSError as exc:
+                if exc.errno in _NOT_SERVED or exc.errno in _GONE:
+                    await self._lose(h)
+                    h.lost = True
+                    raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {h.path} changed before acknowledging "
+                                                   "the records") from None  # fmt: skip
+                raise _refused(h.node, h.path, "fsync", exc) from None
         if h.lost:
             raise ForwardFailed(errno.EIO, f"{h.node}: records written before the leader changed were never "
                                            "acknowledged; this handle cannot vouch for them")  # fmt: skip
         h.unsynced = False
 
     async def read(self, h: ForwardHandle, size: int) -> bytes:
-        """Produce responses of an O_RDWR handle, as the leader renders them."""
+        """Produce responses of an O_RDWR handle, as the leader renders them (the caller holds ``h.lock``: a move
+        closes the descriptor)."""
         if h.fd < 0:
             return b""
         try:
             return await self._call(os.read, h.fd, size)
         except OSError as exc:
-            raise _refused(h.node, h.path, "read", exc) from None
+            raise _refused(h.node, h.path, "read", _unknown(exc)) from None
 
     async def flush(self, h: ForwardHandle) -> None:
         """close(2) here: make the leader flush its handle (its last line without newline stored, or refused)."""
@@ -219,7 +256,7 @@ class Forwarder:
         try:
             await self._call(_flush, h.fd)
         except OSError as exc:
-            raise _refused(h.node, h.path, "flush", exc) from None
+            raise _refused(h.node, h.path, "flush", _unknown(exc)) from None
 
     async def release(self, h: ForwardHandle) -> None:
         await self._close(h)
@@ -243,6 +280,14 @@ def _refused(node: Node, path: Path | None, what: str, exc: OSError) -> ForwardF
     """The leader's refusal of a forwarded request, with its errno (EIO when it gave none)."""
     code = exc.errno if exc.errno is not None else errno.EIO
     return ForwardFailed(code, f"{node}: the leader at {path} refused the {what}: {os.strerror(code)}")
+
+
+def _unknown(exc: OSError) -> OSError:
+    """A leader that changed (EROFS) or went away while answering: EIO here, not an errno that says nothing was
+    done."""
+    if exc.errno in _NOT_SERVED or exc.errno in _GONE:
+        return OSError(errno.EIO, exc.strerror)
+    return exc
 
 
 def _flush(fd: int) -> None:

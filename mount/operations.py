@@ -471,7 +471,8 @@ class Operations(pyfuse3.Operations):
                 if h.session is not None:
                     h.session.close()
             elif isinstance(h, ForwardHandle):
-                await self.forwarder.release(h)
+                async with h.lock:
+                    await self.forwarder.release(h)
             elif isinstance(h, WriteHandle):
                 if isinstance(h.framer, LineFramer) and h.framer.pending_bytes:
                     async with h.lock:
@@ -507,7 +508,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, FollowHandle) and h.node.kind is Kind.GROUP_FOLLOW:
             return await self.groups.read_follow(h, off, size)
         if isinstance(h, ForwardHandle):
-            return await self.forwarder.read(h, size)
+            async with h.lock:  # a write that moves the handle closes the descriptor
+                return await self.forwarder.read(h, size)
         return await self.reader.read(h, off, size)
 
     @handler

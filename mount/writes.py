@@ -326,7 +326,10 @@ class Writer:
         self, h: WriteHandle, partition: int, make_batches: Callable[[], Sequence[bytes | bytearray | memoryview]]
     ) -> None:
         topic = h.node.topic
-        leader = self._leader_replication().partition(topic, partition)
+        # taken once: a role change during the append must not answer EROFS ("nothing stored", which a forwarding
+        # node retries elsewhere, mount/forwarding.py) for records it stored; the fenced replication's waits fail EIO
+        replication = self._leader_replication()
+        leader = replication.partition(topic, partition)
         state = self.partitions.get(topic, partition)
         txn = None
         if h.txn is not None:
@@ -351,7 +354,8 @@ class Writer:
         if error is not None:
             raise error
         if infos and h.sync:  # O_SYNC / O_DSYNC: write + fsync (flushed in the append call)
-            await self._wait_replicated(topic, {partition: infos[-1].last_offset + 1})
+            await replication.wait_replicated(topic, {partition: infos[-1].last_offset + 1},
+                                              self.store.config.request_timeout_ms)  # fmt: skip
 
     async def _control(self, h: WriteHandle, commands: list[str]) -> None:
         """``commit`` or ``abort`` (one line) ends the handle's transaction; anything else is EINVAL. ``commit

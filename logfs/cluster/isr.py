@@ -179,7 +179,12 @@ class IsrRecorder:
             counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
         unread = sorted(t for t in counts if self.assignments.recorded(t) is None)
         if unread:  # a topic made by an earlier logfs, or by this leader just now: one multiRead for all
-            for topic, (found, found_version) in self.zk.assignments(unread).items():
+            try:
+                read = self.zk.assignments(unread)
+            except ZkUnavailable as exc:
+                _log.warning("cannot read %d topics' assignments yet (%s)", len(unread), exc)
+                return False
+            for topic, (found, found_version) in read.items():
                 if found is not None:
                     self.assignments.record(topic, found, found_version)
                 else:
@@ -238,7 +243,7 @@ class IsrRecorder:
                 done = self._write_many(writes, names)
                 if self.fenced is not None:
                     return []
-                complete = done is not None and len(done) == len(writes)
+                complete = complete and done is not None and len(done) == len(writes)
             present = {(tp.topic, tp.partition) for tp, _ in live}
             self._held.update(t for t, _ in present)
             store = self.leaders.store
@@ -256,6 +261,7 @@ class IsrRecorder:
                     continue
                 for key in [k for k in self._recorded if k[0] == topic]:
                     del self._recorded[key]
+                self.assignments.forget(topic)  # a topic made again under this name gets an assignment of its own
                 self._held.discard(topic)
                 _log.info("topic %s: deletion recorded in ZooKeeper until every replica applied it", topic)
             if complete:

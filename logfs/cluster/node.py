@@ -285,6 +285,7 @@ class ClusterNode:
                 self.ops.topic_deleted(topic)
                 _log.info("topic %s: deleted here, as recorded in ZooKeeper", topic)
             if not self.store.has_topic(topic):
+                self.assignments.forget(topic)  # a topic made again under this name has an assignment of its own
                 await self._zk(self.zk.deletion_applied, topic, self.node_id, self.config.replica_ids)
 
     # --- roles ----------------------------------------------------------------------------------------------------

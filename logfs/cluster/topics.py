@@ -11,7 +11,9 @@ and reads the data of only the topics not known yet or marked stale, in multiRea
 the known assignment lacks (one added since) marks its topic stale and nudges the node. Nothing here is read per
 FUSE request from ZooKeeper.
 
-Threads: any; one lock guards the maps (held for dictionary work only, never across a ZooKeeper call).
+Threads: any, except that a reader meeting a stale topic calls ``on_stale`` (the node's ``nudge``: the trio thread's,
+where ``state`` is rendered); one lock guards the maps (held for dictionary work only, never across a ZooKeeper
+call).
 """
 
 from __future__ import annotations

@@ -50,6 +50,6 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
     config = StoreConfig(node_id=1, replica_ids=(1, 2, 3), node_mounts="2:/net/n2, 3:/net/host:3/mnt")
     assert config.node_mount_paths() == {2: "/net/n2", 3: "/net/host:3/mnt"}  # the first colon ends the id
     assert StoreConfig().node_mount_paths() == {}
-    for bad in ("2", "x:/a", "2:relative", "2:/a,2:/b", ":/a"):
+    for bad in ("2", "x:/a", "2:relative", "2:/a,2:/b", ":/a", "²:/a", "-1:/a"):
         with pytest.raises(ConfigError, match=r"node\.mounts"):
             StoreConfig(node_mounts=bad)
