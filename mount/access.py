@@ -11,7 +11,7 @@ Two checkers split the work, as Kafka's authorizer and the file system split it 
   it or its records: Kafka's ALTER and DELETE as opposed to WRITE) are the owner's or root's alone, whatever the mode
   (:meth:`Access.check_topic_owner`); a lookup under ``.logfs/fetch/`` is a fetch, which moves a replica's position,
   the ISR and the high watermark, so only the users named in ``replica.users`` may make one
-  (:meth:`Access.check_fetch`); ``chmod``, ``chgrp`` and ``chown`` follow the Unix rules (:meth:`Access.change`).
+  (:meth:`Access.check_replica_user`); ``chmod``, ``chgrp`` and ``chown`` follow the Unix rules (:meth:`Access.change`).
 
 Ownership is the store's (``core/owners.py``): it survives a remount and reaches every replica. Without
 ``--allow-other`` nobody but the mounting user reaches the mount, and every node shows the modes it always had
@@ -133,7 +133,7 @@ class Access:
             owner = self.root()
             return owner.uid, owner.gid, file_type | owner.mode
         if kind is Kind.FETCH_SESSION or node.forwarded:
-            return self.uid, self.gid, file_type | 0o666  # logfs checks replica.users at open (check_fetch)
+            return self.uid, self.gid, file_type | 0o666  # logfs checks replica.users at open (check_replica_user)
         if kind in FORWARD_DIR_KINDS:
             return self.uid, self.gid, kind.mode
         if node.topic and not kind.is_fetch and kind not in GROUP_KINDS and kind not in TXN_KINDS:
@@ -191,7 +191,7 @@ class Access:
         if caller.uid != owner.uid:
             raise AccessDenied(f"{what}: topic {topic!r} belongs to uid {owner.uid}, not to uid {caller.uid}")
 
-    def check_fetch(self, caller: Caller) -> None:
+    def check_replica_user(self, caller: Caller) -> None:
         """AccessDenied unless ``caller`` is root or named in ``replica.users``: a fetch moves a replica's position,
         the ISR and the high watermark, and it happens at lookup; a forwarded write (``.logfs/forward/``) was
         checked against its writer by the node that forwards it, so only that node's user may make one."""

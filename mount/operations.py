@@ -307,7 +307,7 @@ class Operations(pyfuse3.Operations):
         shared mount for the users of ``replica.users`` only (EACCES: a fetch moves the ISR and the HW)."""
         if self.replication is None:
             raise NoEntry("a follower's mount serves no fetches")
-        self.permissions.check_fetch(caller)
+        self.permissions.check_replica_user(caller)
         self.replication.check_replica(node)
 
     @handler
@@ -427,7 +427,7 @@ class Operations(pyfuse3.Operations):
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
             if node.forwarded:  # another node's forwarded write: its user must be a replica's (mount/forwarding.py)
-                self.permissions.check_fetch(caller_of(ctx))
+                self.permissions.check_replica_user(caller_of(ctx))
             elif self.read_only and kind in APPEND_KINDS and not node.txn and self.forwarder.enabled:
                 forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)

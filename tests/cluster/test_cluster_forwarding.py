@@ -75,6 +75,11 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
         assert errno_of(os.write, fd, b'{"value":\n') == errno.EINVAL
     finally:
         os.close(fd)
+    # over the limit: a line longer than max.message.bytes, cut by dd into 64 KiB writes, is EFBIG from the leader
+    # as soon as the limit is passed, and none of it is stored
+    big = subprocess.run(f"head -c 1200000 /dev/zero | tr '\\0' x | dd of={b.mount}/t/1/append bs=64K status=none",
+                         shell=True, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert big.returncode != 0 and "File too large" in big.stderr, big.stderr
     everywhere(cluster, "t", 1, ["x", "y", "z1", "z2"])
     # the refusal is recorded on the node the writer used, with the leader's errno
     errors = (a.mount / ".logfs/errors").read_text()
