@@ -19,6 +19,7 @@ from logfs.core.store import NewTopic, Store
 from logfs.mount.access import Access, Caller
 from logfs.mount.direntry import listed_only
 from logfs.mount.errors import InvalidName, MountRefusal, NoEntry, NotADirectory, NotPermitted
+from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.groups import GROUP_DIR_KINDS, Groups
 from logfs.mount.names import decode_name, parse_partition_name
 from logfs.mount.nodes import Kind, Node
@@ -103,25 +104,41 @@ class Directories:
         self._listings.pop(fh, None)
 
     async def make(
-        self, parent_inode: int, name: bytes, mode: int, caller: Caller, transactions: Transactions | None
+        self,
+        parent_inode: int,
+        name: bytes,
+        mode: int,
+        caller: Caller,
+        transactions: Transactions | None,
+        forwarder: Forwarder | None = None,
     ) -> pyfuse3.EntryAttributes:
         """mkdir by ``caller``: a topic in the root (``caller``'s, with ``mode``), a partition in a topic (its owner's
-        to add), a transaction in ``.logfs/transactions/`` (a leader's ``transactions``); NotPermitted elsewhere."""
+        to add), a transaction in ``.logfs/transactions/`` (a leader's ``transactions``); NotPermitted elsewhere.
+        With ``forwarder`` (a node that does not lead) a topic or partition is checked here and made on the leader
+        (mount/forwarding.py), and answered once this node's replica has it."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name, InvalidName)
         if parent.kind is Kind.ROOT:
-            new = NewTopic(text, owner=self.access.new_topic(caller, mode))
-            await self._write_thread(self.store.create_topics, [new])
+            owner = self.access.new_topic(caller, mode)
+            if forwarder is not None:
+                await forwarder.change(DirChange("mkdir", text, owner=owner), lambda: self.store.has_topic(text))
+            else:
+                await self._write_thread(self.store.create_topics, [NewTopic(text, owner=owner)])
+                _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
             node = Node(Kind.TOPIC, text)
-            _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
         elif parent.kind is Kind.TOPIC:
             partition = parse_partition_name(text)
             if partition is None:
                 raise InvalidName(f"{text!r} is not a partition number")
-            self.access.check_topic_owner(caller, parent.topic, "adding a partition")
-            await self._write_thread(self.store.add_partition, parent.topic, partition)
-            node = Node(Kind.PARTITION, parent.topic, partition)
-            _log.info("added partition %d to topic %s", partition, parent.topic)
+            topic = parent.topic
+            self.access.check_topic_owner(caller, topic, "adding a partition")
+            if forwarder is not None:
+                await forwarder.change(DirChange("mkdir", topic, partition),
+                                       lambda: partition in self.store.partitions(topic))  # fmt: skip
+            else:
+                await self._write_thread(self.store.add_partition, topic, partition)
+                _log.info("added partition %d to topic %s", partition, topic)
+            node = Node(Kind.PARTITION, topic, partition)
         elif parent.kind is Kind.TXN_DIR and transactions is not None:
             await transactions.begin(text, (caller.uid, caller.gid))  # EEXIST while open; EINVAL for a bad id
             node = Node(Kind.TXN, txn=text)
@@ -130,9 +147,10 @@ class Directories:
         entry = self.tree.entry(self.tree.stable_inode(node))
         return await self.reader.attributes(entry)
 
-    async def remove(self, parent_inode: int, name: bytes, caller: Caller) -> None:
+    async def remove(self, parent_inode: int, name: bytes, caller: Caller, forwarder: Forwarder | None = None) -> None:
         """rmdir by ``caller``: an empty topic, or a consumer group (on a shared mount, its owner's or root's);
-        NotPermitted for everything else (partitions, ``at/``, ``hw/`` …: nothing else is ever removed)."""
+        NotPermitted for everything else (partitions, ``at/``, ``hw/`` …: nothing else is ever removed). With
+        ``forwarder`` a topic is checked here and removed by the leader (see :meth:`make`)."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name)
         if parent.kind is Kind.GROUPS_DIR:
@@ -144,6 +162,9 @@ class Directories:
             if not self.store.has_topic(text):
                 raise NoEntry(f"no topic {text!r}")
             self.access.check_topic_owner(caller, text, "deleting it")
+            if forwarder is not None:
+                await forwarder.change(DirChange("rmdir", text), lambda: not self.store.has_topic(text))
+                return
             await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
             return
         self.tree.resolve(parent, text)  # ENOENT for what does not exist

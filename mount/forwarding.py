@@ -36,6 +36,7 @@ write waits for the leader's acks=all, an unreachable sshfs for long: neither ma
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -48,16 +49,21 @@ from typing import Any, TypeVar
 
 import trio
 
+from logfs.core.owners import MODE_BITS, Owner
 from logfs.mount.access import Caller
-from logfs.mount.errors import ForwardFailed, NoLeader
+from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader
 from logfs.mount.handles import Handle
-from logfs.mount.nodes import LOGFS_DIR_NAME, Kind, Node
+from logfs.mount.names import parse_partition_name
+from logfs.mount.nodes import FORWARD_DIRS_NAME, LOGFS_DIR_NAME, Kind, Node
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 RETRY_S = 0.05  # between attempts to reach a leader (each also asks the node to read ZooKeeper again)
+SETTLE_POLL_S = 0.01  # how often a forwarded mkdir or rmdir looks whether this node's replica shows it yet
+SETTLE_NUDGE_POLLS = 10  # and every this many looks, asks the replica to list the leader again
+CONFIG_SETTLE_S = 2.0  # how long a forwarded config change waits to be shown here (two discovery rounds)
 FORWARD_THREADS = 64  # forwarded requests in the leader's mounts at once (each may wait for acks=all)
 # answers that say the request was not served: the leader refused before appending (EROFS), or its mount was gone
 # before the request reached it (the kernel answers ENOTCONN once a FUSE connection is closed; sshfs refused or
@@ -126,6 +132,7 @@ class Forwarder:
     def __init__(self, timeout_ms: int) -> None:
         self.target: Callable[[str, int], Path | None] | None = None
         self.refresh: Callable[[], None] | None = None
+        self.replicate: Callable[[], None] | None = None  # ask this node's replica to look at its leaders now
         self.timeout_s = timeout_ms / 1000
         self._limiter = trio.CapacityLimiter(FORWARD_THREADS)
 
@@ -146,29 +153,78 @@ class Forwarder:
 
     async def _connect(self, h: ForwardHandle) -> None:
         """Open ``h`` on the partition's current leader, trying until ``timeout_s``; NoLeader then."""
-        node = h.node
+        h.fd, h.path = await self._on_leader(h.node, "write", functools.partial(_open, flags=h.flags))
+
+    async def _on_leader(
+        self, node: Node, what: str, attempt: Callable[[Path], T], leader_of: tuple[str, int] | None = None
+    ) -> tuple[T, Path]:
+        """``attempt(path)`` on the current leader of ``node``'s partition (of ``leader_of`` when given), ``path``
+        the leader's twin of ``node``, tried again while it was not served (no leader known, EROFS: it stopped
+        leading, its mount gone or unreachable) until ``timeout_s`` (NoLeader then); any other refusal is the
+        leader's answer (ForwardFailed with its errno)."""
+        topic, partition = leader_of or (node.topic, max(node.partition, 0))
         deadline = trio.current_time() + self.timeout_s
         last: str = "no leader is known"
         while True:
-            mount = None if self.target is None else self.target(node.topic, node.partition)
+            mount = None if self.target is None else self.target(topic, partition)
             if mount is not None:
                 path = forward_path(mount, node)
                 try:
-                    h.fd = await self._call(os.open, path, h.flags)
-                    h.path = path
-                    return
+                    return await self._call(attempt, path), path
                 except OSError as exc:
                     if exc.errno not in _GONE and exc.errno not in _NOT_SERVED and exc.errno != errno.ENOENT:
-                        raise _refused(node, path, "open", exc) from None
+                        raise _refused(node, path, what, exc) from None
                     if exc.errno == errno.ENOENT and await self._call(os.path.isdir, mount / LOGFS_DIR_NAME):
                         raise ForwardFailed(exc.errno, f"{node}: not on the leader at {mount}") from None
                     last = f"the leader at {mount} answered {errno.errorcode.get(exc.errno, exc.errno)}"
             if self.refresh is not None:
                 self.refresh()
             if trio.current_time() >= deadline:
-                raise NoLeader(f"{node}: no leader took the write within request.timeout.ms "
+                raise NoLeader(f"{node}: no leader took the {what} within request.timeout.ms "
                                f"({self.timeout_s * 1000:.0f} ms): {last}")  # fmt: skip
             await trio.sleep(RETRY_S)
+
+    async def change(self, change: DirChange, done: Callable[[], bool]) -> None:
+        """A mkdir or rmdir of a topic (or a partition's mkdir) through this node: one line of the leader's
+        ``.logfs/forward/.dirs`` (``DirChange``), tried again on the next leader while not served, the leader's
+        refusal the answer; then wait until this node's own replica shows the change (``done``), asking it to look
+        at the leader at once (``replicate``), so that what the caller does next here finds it. NoLeader (EAGAIN)
+        when that takes longer than ``request.timeout.ms`` (made on the leader, not here yet)."""
+        await self._on_leader(Node(Kind.FORWARD_DIRS), change.op, functools.partial(_write_line, line=change.render()),
+                              (change.topic, max(change.partition, 0)))  # fmt: skip
+        if not await self._settle(done, self.timeout_s):
+            raise NoLeader(f"{change.render().decode().strip()}: made on the leader, not replicated here within "
+                           f"request.timeout.ms ({self.timeout_s * 1000:.0f} ms)")  # fmt: skip
+
+    async def settle_config(self, h: ForwardHandle, local: Callable[[], bytes]) -> None:
+        """After a forwarded ``config`` handle was flushed: wait (at most ``CONFIG_SETTLE_S``) until this node shows
+        the config the leader shows (``local``: its rendering here), so that ``cat config`` after ``echo … > config``
+        on this node reads the change. Past that it is replication's lag (logged), not a failure of the change."""
+        mount = None if self.target is None or h.path is None else self.target(h.node.topic, 0)
+        if mount is None:
+            return
+        path = mount / h.node.topic / "config"
+        try:
+            leader = await self._call(Path.read_bytes, path)
+        except OSError as exc:
+            _log.debug("%s: reading the leader's config at %s: %s", h.node, path, exc)
+            return
+        if not await self._settle(lambda: local() == leader, CONFIG_SETTLE_S):
+            _log.info("%s: the change is on the leader, not shown here yet", h.node)
+
+    async def _settle(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``done()``, asking this node's replica to look at the leader now and then; False after
+        ``timeout_s``."""
+        deadline = trio.current_time() + timeout_s
+        polls = 0
+        while not done():
+            if self.replicate is not None and polls % SETTLE_NUDGE_POLLS == 0:
+                self.replicate()
+            if trio.current_time() >= deadline:
+                return False
+            polls += 1
+            await trio.sleep(SETTLE_POLL_S)
+        return True
 
     async def write(self, h: ForwardHandle, buf: bytes) -> None:
         """One write request, on the leader. An answer that says it was not served (EROFS: the leader stopped
@@ -272,8 +328,75 @@ class Forwarder:
 
 def forward_path(mount: Path, node: Node) -> Path:
     """Where the leader whose mount is ``mount`` takes the write ``node`` names: the same file under
-    ``.logfs/forward/`` (``Node.__str__`` of its forwarded twin)."""
-    return mount / str(dataclasses.replace(node, forwarded=True)).lstrip("/")
+    ``.logfs/forward/`` (``Node.__str__`` of its forwarded twin), or ``.logfs/forward/.dirs`` for a directory
+    change."""
+    twin = node if node.kind is Kind.FORWARD_DIRS else dataclasses.replace(node, forwarded=True)
+    return mount / str(twin).lstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class DirChange:
+    """A mkdir or rmdir made through a node that does not lead, as one line of ``.logfs/forward/.dirs``:
+    ``mkdir <topic> <uid> <gid> <octal mode>`` (a topic, with the owner the forwarding node gave it: the caller and
+    the mode mkdir passed), ``mkdir <topic>/<partition>`` (the next partition), ``rmdir <topic>`` (an empty topic).
+    The forwarding node checked the caller's rights; the leader takes the line from a replica user only."""
+
+    op: str  # "mkdir" or "rmdir"
+    topic: str
+    partition: int = -1
+    owner: Owner | None = None
+
+    def render(self) -> bytes:
+        if self.op == "rmdir":
+            return f"rmdir {self.topic}\n".encode()
+        if self.partition >= 0:
+            return f"mkdir {self.topic}/{self.partition}\n".encode()
+        assert self.owner is not None
+        return f"mkdir {self.topic} {self.owner.uid} {self.owner.gid} {self.owner.mode:o}\n".encode()
+
+    @classmethod
+    def parse(cls, line: str) -> DirChange:
+        """The change a line names; InvalidCommand (EINVAL) for anything else."""
+        words = line.split(" ")
+        try:
+            if words[0] == "rmdir" and len(words) == 2 and words[1]:
+                return cls("rmdir", words[1])
+            if words[0] == "mkdir" and len(words) == 2 and "/" in words[1]:
+                topic, _, number = words[1].partition("/")
+                partition = parse_partition_name(number)
+                if topic and partition is not None:
+                    return cls("mkdir", topic, partition)
+            if words[0] == "mkdir" and len(words) == 5 and words[1]:
+                uid, gid, mode = int(words[2]), int(words[3]), int(words[4], 8)
+                if uid >= 0 and gid >= 0 and not mode & ~MODE_BITS and all(w.isascii() for w in words[2:]):
+                    return cls("mkdir", words[1], owner=Owner(uid, gid, mode))
+        except ValueError:
+            pass
+        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not 'mkdir <topic> <uid> <gid> <mode>', 'mkdir <topic>/<p>' or "
+                             f"'rmdir <topic>': {line[:200]!r}")  # fmt: skip
+
+
+def _open(path: Path, *, flags: int) -> int:
+    return os.open(path, flags)
+
+
+def _write_line(path: Path, *, line: bytes) -> None:
+    """One command to a leader's ``.dirs``. Refusals come as they are (EROFS: a leader that stopped leading refuses
+    before it changes anything, so the next leader is tried), but a leader that went away while the write was in it
+    may or may not have made the change: EIO, never made again."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        try:
+            written = os.write(fd, line)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                raise OSError(errno.EIO, "the leader went away during the change (made or not)") from None
+            raise
+        if written != len(line):
+            raise OSError(errno.EIO, f"the leader took {written} of {len(line)} bytes")
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _refused(node: Node, path: Path | None, what: str, exc: OSError) -> ForwardFailed:

@@ -34,6 +34,8 @@ Paths::
             <topic>/<partition>/        FORWARD_TOPIC, FORWARD_PARTITION   looked up, never listed
                 append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (forwarded)   w   never forwarded on
             <topic>/append, append.jsonl    TOPIC_APPEND, TOPIC_APPEND_JSONL (forwarded)  w
+            <topic>/config              CONFIG (forwarded)   w   a config change made through another node
+            .dirs                       FORWARD_DIRS       w   mkdir and rmdir made through another node, a line each
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -63,6 +65,8 @@ import stat
 from dataclasses import dataclass
 
 LOGFS_DIR_NAME = ".logfs"
+FORWARD_DIR_NAME = "forward"
+FORWARD_DIRS_NAME = ".dirs"  # .logfs/forward/.dirs: a leading dot, so no topic name is ever the same
 
 
 @enum.unique
@@ -103,6 +107,7 @@ class Kind(enum.Enum):
     FETCH_SESSION = ("fetch_session", False, 0o660, False)
     FORWARD_DIR = ("forward_dir", True, 0o555, False)
     FORWARD_TOPIC = ("forward_topic", True, 0o555, False)
+    FORWARD_DIRS = ("forward_dirs", False, 0o200, False)
     FORWARD_PARTITION = ("forward_partition", True, 0o555, False)
     PRODUCER_ID = ("producer_id", False, 0o444, False)
     LABELS_DIR = ("labels_dir", True, 0o555, False)
@@ -155,7 +160,9 @@ class Kind(enum.Enum):
 # the data files: records are appended through them (a node that does not lead their partition forwards them to its
 # leader, mount/forwarding.py)
 APPEND_KINDS = frozenset({Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.APPEND, Kind.APPEND_JSONL, Kind.BATCHES})
-WRITE_KINDS = APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL}
+WRITE_KINDS = APPEND_KINDS | {Kind.DELETE_TOPIC, Kind.DELETE_RECORDS, Kind.TXN_CONTROL, Kind.FORWARD_DIRS}
+# what a node that does not lead forwards whole to the leader (mount/forwarding.py): the data files and a topic's config
+FORWARDED_KINDS = APPEND_KINDS | {Kind.CONFIG}
 TXN_KINDS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.TXN_CONTROL, Kind.TXN_TOPIC, Kind.TXN_PARTITION})
 GROUP_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC,
                          Kind.GROUP_PARTITION, Kind.GROUP_OFFSET, Kind.GROUP_FOLLOW})  # fmt: skip
@@ -236,6 +243,7 @@ _NAMES = {
     Kind.FOLLOW_DIR: "follow",
     Kind.HW_DIR: "hw",
     Kind.TXN_CONTROL: "control",
+    Kind.FORWARD_DIRS: f"{LOGFS_DIR_NAME}/{FORWARD_DIR_NAME}/{FORWARD_DIRS_NAME}",
 }
 
 # Children with fixed names, per directory kind.
@@ -276,7 +284,6 @@ COMMITTED_CHILDREN = {"at": Kind.AT_DIR, "follow": Kind.FOLLOW_DIR, "hw": Kind.H
 
 
 FETCH_DIR_NAME = "fetch"
-FORWARD_DIR_NAME = "forward"
 FETCH_SESSION_NAME = ".session"  # .logfs/fetch/<replica id>/.session (mount/session.py)
 
 
@@ -293,6 +300,8 @@ def parent_of(node: Node) -> Node:
     if node.forwarded:
         return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
             Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip
+    if k is Kind.FORWARD_DIRS:
+        return Node(Kind.FORWARD_DIR)
     if k in FORWARD_DIR_KINDS:
         return {Kind.FORWARD_DIR: Node(Kind.LOGFS_DIR), Kind.FORWARD_TOPIC: Node(Kind.FORWARD_DIR),
                 Kind.FORWARD_PARTITION: Node(Kind.FORWARD_TOPIC, node.topic)}[k]  # fmt: skip

@@ -77,7 +77,7 @@ from logfs.mount.groups import Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name
-from logfs.mount.nodes import APPEND_KINDS, GROUP_KINDS, Kind, Node, parent_of
+from logfs.mount.nodes import FORWARDED_KINDS, GROUP_KINDS, Kind, Node, parent_of
 from logfs.mount.openwrite import open_write_handle
 from logfs.mount.reads import Reader
 from logfs.mount.refusals import refusal_target
@@ -340,13 +340,24 @@ class Operations(pyfuse3.Operations):
     async def mkdir(
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
-        self._refuse_if_read_only()
-        return await self.dirs.make(parent_inode, name, mode, caller_of(ctx), self.transactions)
+        forwarder = self._forwarding(parent_inode)
+        if forwarder is None:
+            self._refuse_if_read_only()
+        return await self.dirs.make(parent_inode, name, mode, caller_of(ctx), self.transactions, forwarder)
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        self._refuse_if_read_only()
-        await self.dirs.remove(parent_inode, name, caller_of(ctx))
+        forwarder = self._forwarding(parent_inode)
+        if forwarder is None:
+            self._refuse_if_read_only()
+        await self.dirs.remove(parent_inode, name, caller_of(ctx), forwarder)
+
+    def _forwarding(self, parent_inode: int) -> Forwarder | None:
+        """The forwarder, for a mkdir or rmdir of a topic or a partition on a node that does not lead (made on the
+        leader, mount/forwarding.py); None when this node makes it itself, or refuses it."""
+        if not (self.read_only and self.forwarder.enabled):
+            return None
+        return self.forwarder if self.tree.entry(parent_inode).node.kind in (Kind.ROOT, Kind.TOPIC) else None
 
     # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------
 
@@ -426,13 +437,15 @@ class Operations(pyfuse3.Operations):
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
-            if node.forwarded:  # another node's forwarded write: its user must be a replica's (mount/forwarding.py)
-                self.permissions.check_replica_user(caller_of(ctx))
-            elif self.read_only and kind in APPEND_KINDS and not node.txn and self.forwarder.enabled:
+            if node.forwarded or kind is Kind.FORWARD_DIRS:  # another node's forwarded write (mount/forwarding.py):
+                self.permissions.check_replica_user(caller_of(ctx))  # that node checked its caller; this its user
+            elif self.read_only and kind in FORWARDED_KINDS and not node.txn and self.forwarder.enabled:
+                if kind is Kind.CONFIG:
+                    self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
                 forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
             self._refuse_if_read_only()
-            if kind is Kind.CONFIG:
+            if kind is Kind.CONFIG and not node.forwarded:
                 self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
             h = open_write_handle(self.store, self.transactions, self.reader, entry, flags, access)
             h.caller = caller_of(ctx)
@@ -457,6 +470,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, ForwardHandle):
             async with h.lock:
                 await self.forwarder.flush(h)
+            if h.node.kind is Kind.CONFIG:  # read-your-writes: a cat of config here shows the change
+                await self.forwarder.settle_config(h, lambda: self.reader.status.render_config(h.node.topic))
         elif isinstance(h, WriteHandle):
             async with h.lock:
                 await self.writer.tail(h)

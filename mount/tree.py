@@ -71,6 +71,8 @@ from logfs.mount.nodes import (
     FETCH_DIR_NAME,
     FETCH_SESSION_NAME,
     FORWARD_DIR_NAME,
+    FORWARD_DIRS_NAME,
+    FORWARDED_KINDS,
     GROUP_CHILDREN,
     GROUP_KINDS,
     GROUP_PARTITION_CHILDREN,
@@ -146,6 +148,7 @@ class Tree:
         if is_hidden(name) and not (
             (name.startswith("_") and kind in _NAMED_BY_USERS)
             or (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
+            or (name == FORWARD_DIRS_NAME and kind is Kind.FORWARD_DIR)
         ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
@@ -157,10 +160,12 @@ class Tree:
         if kind.is_fetch:
             return self._resolve_fetch(parent, name)
         if kind is Kind.FORWARD_DIR:
+            if name == FORWARD_DIRS_NAME:
+                return Node(Kind.FORWARD_DIRS)
             self._existing_topic(name)
             return Node(Kind.FORWARD_TOPIC, name)
         if kind is Kind.FORWARD_TOPIC:
-            if TOPIC_CHILDREN.get(name) in APPEND_KINDS:
+            if TOPIC_CHILDREN.get(name) in FORWARDED_KINDS:
                 return Node(TOPIC_CHILDREN[name], parent.topic, forwarded=True)
             return Node(Kind.FORWARD_PARTITION, parent.topic, self._existing_partition(parent.topic, name))
         if kind is Kind.FORWARD_PARTITION:

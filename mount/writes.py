@@ -48,9 +48,10 @@ from logfs.core.format.lines import (
     parse_json_lines,
 )
 from logfs.core.format.partitioner import partition_for_key
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
-from logfs.core.store import Store
+from logfs.core.store import NewTopic, Store
 from logfs.core.topicnames import validate_topic_name
 from logfs.core.txn.coordinator import TransactionCoordinator
 from logfs.mount.access import Access
@@ -64,6 +65,7 @@ from logfs.mount.errors import (
     ReadOnlyMount,
     UnfinishedBatch,
 )
+from logfs.mount.forwarding import DirChange
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
@@ -213,6 +215,25 @@ class Writer:
             raise ReadOnlyMount("a follower's mount appends nothing")
         return self.replication
 
+    async def _dir_change(self, change: DirChange) -> None:
+        """A mkdir or rmdir another node forwarded (``mount/forwarding.py``; it checked its caller's rights): made
+        here as that node's caller would have made it here, when this node leads (EROFS otherwise, before anything
+        changes: that node tries the next leader)."""
+        self._leader_replication()
+        topic = change.topic
+        if change.op == "rmdir":
+            if topic == OFFSETS_TOPIC or not self.store.has_topic(topic):
+                raise NoEntry(f"no topic {topic!r}")
+            await self.delete_topic(topic, only_if_empty=True, invalidate=True)
+        elif change.partition >= 0:
+            await self._write_thread(self.store.add_partition, topic, change.partition)
+            _log.info("added partition %d to topic %s (through another node)", change.partition, topic)
+        else:
+            await self._write_thread(self.store.create_topics, [NewTopic(topic, owner=change.owner)])
+            pyfuse3.invalidate_entry_async(ROOT_INODE, topic.encode(), ignore_enoent=True)
+            _log.info("created topic %s with %d partition(s) (through another node)", topic,
+                      len(self.store.partitions(topic)))  # fmt: skip
+
     async def delete_topic(self, topic: str, *, only_if_empty: bool, invalidate: bool) -> None:
         """Delete a topic (rmdir: only without records) with no append in flight on any of its partitions."""
         states = [self.partitions.get(topic, p) for p in self.store.partitions(topic)]
@@ -262,6 +283,9 @@ class Writer:
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
                 await self._delete_records(h, line)
+        elif kind is Kind.FORWARD_DIRS:
+            for line in _commands(lines):
+                await self._dir_change(DirChange.parse(line))
         elif kind is Kind.TXN_CONTROL:
             await self._control(h, _commands(lines))
         elif kind in GROUP_WRITE_KINDS and self.groups is not None:

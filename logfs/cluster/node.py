@@ -118,6 +118,7 @@ class ClusterNode:
         self.node_mounts = {node: Path(path) for node, path in config.node_mount_paths().items()}
         ops.forwarder.target = self.forward_target
         ops.forwarder.refresh = self.zk.nudge
+        ops.forwarder.replicate = self._replicate_now
 
     # --- what the mount shows ---------------------------------------------------------------------------------------
 
@@ -134,6 +135,11 @@ class ClusterNode:
         if leadership.leader in (NO_LEADER, self.node_id) or not leadership.mount:
             return None
         return self.node_mounts.get(leadership.leader, Path(leadership.mount))
+
+    def _replicate_now(self) -> None:
+        """A change this node forwarded (a mkdir, an rmdir, a config) waits to be seen here: look at the leader now."""
+        if self._follower is not None:
+            self._follower.discover_now()
 
     def partition_leader_file(self, topic: str, partition: int) -> dict[str, Any]:
         """What ``<topic>/<p>/leader`` shows: the partition's leader (one node leads every partition for now, so

@@ -172,6 +172,10 @@ class Follower:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_close_gates, gates)
 
+    def discover_now(self) -> None:
+        """List the leader now rather than at the next discovery round (``DiscoveryLoop.wake``). Trio thread."""
+        self._discovery.wake()
+
     async def drain_leader_calls(self) -> None:
         """After :meth:`run` ended, before the process exits: let every abandoned call into the leader's mount come
         back (at most ``SHUTDOWN_DRAIN_S``). An exit that withdraws one still queued there can leave the leader's mount

@@ -54,6 +54,12 @@ class DiscoveryLoop:
         self._ensured: dict[str, LeaderTopic] = {}  # topic → what discovery last made of it
         self._cursors: dict[str, str] = {}  # "topics", "groups" → the last name a slice held (see _rotating)
         self._groups: dict[str, Owner | None] = {}  # every group the leader listed → its owner (None: unclaimed)
+        self._wake = trio.Event()  # set: the next round now, not DISCOVER_INTERVAL_S after the last
+
+    def wake(self) -> None:
+        """Look at the leader now: a mkdir or rmdir, or a config change, this node forwarded to it is waiting to be
+        seen here (mount/forwarding.py). Trio thread."""
+        self._wake.set()
 
     def forget(self, topic: str) -> None:
         """A topic deleted here: a later listing of it on the leader makes it anew."""
@@ -112,7 +118,9 @@ class DiscoveryLoop:
                     self.follower._start_partition(nursery, topic, p)
             for topic in sorted(self._seen_topics - set(listing.topics)):
                 await self.follower._delete_topic(topic)
-            await trio.sleep(DISCOVER_INTERVAL_S)
+            with trio.move_on_after(DISCOVER_INTERVAL_S):
+                await self._wake.wait()
+            self._wake = trio.Event()
 
     async def _take_owners(self, listing: Listing) -> None:
         """The owners a shared leader shows for its root and its claimed groups, taken when they differ from this

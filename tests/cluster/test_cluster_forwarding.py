@@ -89,8 +89,28 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     with open(leader.mount / ".logfs/forward/t/0/append", "w") as f:
         f.write("five\n")
     everywhere(cluster, "t", 0, ["one", "two", "three", "four", "five"])
-    # mkdir is not forwarded (yet): EROFS
-    assert errno_of(os.mkdir, a.mount / "u") == errno.EROFS
+    # mkdir, rmdir and config through a follower: made on the leader, shown on the follower when they return
+    subprocess.run(f"mkdir {a.mount}/u && mkdir {a.mount}/u/1 && echo u1 >> {a.mount}/u/1/append",
+                   shell=True, check=True, timeout=60)  # fmt: skip
+    wait_until("u/1 on node b", lambda: (b.mount / "u/1").is_dir(), WAIT_S)  # the other nodes see it within a round
+    subprocess.run(f"echo retention.ms=7200000 > {b.mount}/u/config && grep -qx retention.ms=7200000 {b.mount}/u/config",
+                   shell=True, check=True, timeout=60)  # fmt: skip
+    assert "retention.ms=7200000" in (leader.mount / "u/config").read_text().split()
+    everywhere(cluster, "u", 1, ["u1"])
+    assert errno_of(os.mkdir, b.mount / "u") == errno.EEXIST  # the leader's answers
+    assert errno_of(os.mkdir, b.mount / "u/3") == errno.EINVAL  # not the next partition
+    assert errno_of(os.mkdir, b.mount / "bad:name") == errno.EINVAL
+    assert errno_of(os.rmdir, b.mount / "u") == errno.ENOTEMPTY  # it holds a record: nothing removed
+    subprocess.run(f"mkdir {b.mount}/v && rmdir {b.mount}/v && test ! -e {b.mount}/v", shell=True, check=True)
+    for node in cluster.nodes.values():
+        wait_until(f"v gone from node {node.node_id}", lambda n=node: not (n.mount / "v").exists(), WAIT_S)
+    assert (a.mount / "u/1").is_dir() and (leader.mount / "u/1").is_dir()
+    # a forwarded change on a follower is refused (never forwarded on); malformed lines are EINVAL on the leader
+    assert errno_of(os.open, a.mount / ".logfs/forward/.dirs", os.O_WRONLY) == errno.EROFS
+    with open(leader.mount / ".logfs/forward/.dirs", "wb", buffering=0) as f:
+        for bad in (b"mkdir x\n", b"mkdir x 1 2 999\n", b"mkdir x/01\n", b"drop x\n", b"mkdir x -1 0 755\n"):
+            assert errno_of(f.write, bad) == errno.EINVAL, bad
+    assert not (leader.mount / "x").exists()
     # a topic-level file: the record goes to its key's partition (Kafka's murmur2), told in the response
     make_topic(leader.mount, "k", 3)
     wait_until("k/2 on node a", lambda: (a.mount / "k/2").exists(), WAIT_S)

@@ -74,4 +74,21 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         assert "Permission denied" in bob.refused(f"echo forged >> {mnt}/.logfs/forward/public/0/append")
         bob.ok(f"mkdir {mnt}/bobs")  # the root's 1777, enforced by the new leader: anyone creates a topic
         assert owner(mnt / "bobs")[0] == bob.uid
+        # mkdir through the node that follows: made on the leader with bob and the mode his mkdir passed, and
+        # there on this node when mkdir returns; his partition too; alice may not add one to his topic, nor
+        # remove it, nor change its config (checked here, before anything is forwarded)
+        bob.ok(f"mkdir -m 0750 {other.mount}/bobs2 && mkdir {other.mount}/bobs2/1 && ls {other.mount}/bobs2/1")
+        for node in (other, new):
+            wait_until(f"bobs2 on node {node.node_id}", lambda n=node: owner(n.mount / "bobs2") ==
+                       (bob.uid, bob.gid, 0o750) and (n.mount / "bobs2/1").is_dir(), WAIT_S)  # fmt: skip
+        assert "Permission denied" in alice.refused(f"mkdir {other.mount}/bobs2/2")
+        assert "Permission denied" in alice.refused(f"echo retention.ms=1 > {other.mount}/bobs2/config")
+        assert "Operation not permitted" in alice.refused(f"rmdir {other.mount}/bobs2")  # the sticky root
+        bob.ok(f"echo retention.ms=86400000 > {other.mount}/bobs2/config && grep -x retention.ms=86400000 "
+               f"{other.mount}/bobs2/config")  # fmt: skip
+        assert "retention.ms=86400000" in (mnt / "bobs2/config").read_text().split()
+        bob.ok(f"rmdir {other.mount}/bobs2 && test ! -e {other.mount}/bobs2")
+        assert not (mnt / "bobs2").exists()
+        # the forwarded changes themselves are for the nodes' users only
+        assert "Permission denied" in bob.refused(f"echo rmdir bobs >> {mnt}/.logfs/forward/.dirs")
         append_acked(mnt, "bobs", 0, ["root writes anywhere"])

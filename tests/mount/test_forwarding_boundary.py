@@ -1,6 +1,6 @@
 """Where a forwarded handle may move to a new leader (mount/forwarding.py's ``Boundary``): only after a whole line
-or a whole batch, however the bytes were cut into write requests; and ``node.mounts``, the paths a node uses to
-reach the others. Pure functions: the forwarding itself runs through real mounts in
+or a whole batch, however the bytes were cut into write requests; ``node.mounts``, the paths a node uses to
+reach the others; and ``DirChange``, the line a forwarded mkdir or rmdir is. Pure functions: the forwarding itself runs through real mounts in
 tests/cluster/test_cluster_forwarding.py."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from logfs.core.errors import ConfigError
+from logfs.core.owners import Owner
 from logfs.core.storeconfig import StoreConfig
-from logfs.mount.forwarding import Boundary
+from logfs.mount.errors import InvalidCommand
+from logfs.mount.forwarding import Boundary, DirChange
 
 
 def _batch(values: list[bytes], base: int = 0) -> bytes:
@@ -53,3 +55,29 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
     for bad in ("2", "x:/a", "2:relative", "2:/a,2:/b", ":/a", "²:/a", "-1:/a"):
         with pytest.raises(ConfigError, match=r"node\.mounts"):
             StoreConfig(node_mounts=bad)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        DirChange("mkdir", "orders", owner=Owner(1001, 100, 0o2750)),
+        DirChange("mkdir", "__consumer_offsets-like.name_1", owner=Owner(0, 0, 0o755)),
+        DirChange("mkdir", "orders", 7),
+        DirChange("rmdir", "orders"),
+    ],
+)
+def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirChange) -> None:
+    line = change.render()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert DirChange.parse(line.decode().strip()) == change
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["", "mkdir", "mkdir orders", "mkdir orders 1 2", "mkdir orders 1 2 3 4", "mkdir orders 1 2 999",
+     "mkdir orders -1 0 755", "mkdir orders 1 -2 755", "mkdir orders 1 2 17777", "mkdir orders/01", "mkdir orders/x",
+     "mkdir /1", "mkdir orders/-1", "rmdir", "rmdir a b", "drop orders", "mkdir orders ١ 2 755", "MKDIR orders/1"],
+)  # fmt: skip
+def test_anything_else_written_to_dirs_is_refused(line: str) -> None:
+    with pytest.raises(InvalidCommand):
+        DirChange.parse(line)
