@@ -132,8 +132,8 @@ class Access:
         if kind is Kind.ROOT:
             owner = self.root()
             return owner.uid, owner.gid, file_type | owner.mode
-        if kind is Kind.FETCH_SESSION or node.forwarded:
-            return self.uid, self.gid, file_type | 0o666  # logfs checks replica.users at open (check_replica_user)
+        if kind is Kind.FETCH_SESSION or node.forwarded:  # logfs checks replica.users at open (check_replica_user)
+            return self.uid, self.gid, file_type | (0o755 if kind.is_dir else 0o666)
         if kind in FORWARD_DIR_KINDS:
             return self.uid, self.gid, kind.mode
         if node.topic and not kind.is_fetch and kind not in GROUP_KINDS and kind not in TXN_KINDS:
@@ -210,16 +210,28 @@ class Access:
         it."""
         if not self.shared:
             return False
-        claimed = False
+        owner, claimed = await self.claim_group_as(group, caller.uid, caller.gid)
+        self.check_group_write(caller, group, owner)
+        return claimed
+
+    async def claim_group_as(self, group: str, uid: int, gid: int) -> tuple[Owner, bool]:
+        """``group``'s owner, made ``uid``:``gid`` (mode 0755) when nobody claimed it yet, atomically; and whether
+        this call claimed it. Also a claim another node forwarded for its caller (mount/forwarding.py), whose right
+        to write the group that node checks once it shows the owner."""
         async with self._claiming:
             owner = self.group(group)
-            if owner is None:
-                owner = Owner(caller.uid, caller.gid, DEFAULT_MODE)
-                await self._write_thread(self.store.owners.set, Owners.group_file(group), owner)
-                claimed = True
-        if not caller.is_root and not _allows(owner, caller, 0o2):
+            if owner is not None:
+                return owner, False
+            owner = Owner(uid, gid, DEFAULT_MODE)
+            await self._write_thread(self.store.owners.set, Owners.group_file(group), owner)
+            return owner, True
+
+    def check_group_write(self, caller: Caller, group: str, owner: Owner | None = None) -> None:
+        """AccessDenied unless ``caller`` may commit to ``group`` by its owner's mode (or is root, or the mount is not
+        shared, or nobody claimed it yet)."""
+        owner = owner if owner is not None else self.group(group) if self.shared else None
+        if owner is not None and not caller.is_root and not _allows(owner, caller, 0o2):
             raise AccessDenied(f"group {group!r} belongs to uid {owner.uid}: uid {caller.uid} may not commit to it")
-        return claimed
 
     def check_topic_read(self, caller: Caller, topic: str) -> None:
         """AccessDenied unless ``caller`` may read ``topic`` by its mode (or is root): a group's ``follow`` streams

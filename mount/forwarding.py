@@ -40,8 +40,10 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import json
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +51,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from logfs.core.owners import MODE_BITS, Owner
+from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner
 from logfs.mount.access import Caller
 from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader
 from logfs.mount.handles import Handle
@@ -121,6 +123,7 @@ class ForwardHandle(Handle):
     unsynced: bool = False  # bytes written on this leader since the last fsync that succeeded
     lost: bool = False  # unacknowledged bytes went to an earlier leader: every fsync fails
     caller: Caller | None = None  # who opened it (a refusal is recorded as theirs, mount/refusals.py)
+    leader_of: tuple[str, int] | None = None  # whose leader takes it, when not its own partition's (a group commit)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 
@@ -143,32 +146,40 @@ class Forwarder:
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
 
-    async def open(self, entry: Any, flags: int, caller: Caller) -> ForwardHandle:
-        """The handle of ``entry`` (a partition's data file) opened by ``caller`` with ``flags`` on the partition's
-        leader."""
+    async def open(
+        self, entry: Any, flags: int, caller: Caller, leader_of: tuple[str, int] | None = None
+    ) -> ForwardHandle:
+        """The handle of ``entry`` (a partition's data file, a topic's config, a group's offset or config) opened by
+        ``caller`` with ``flags`` on the leader of the partition (of ``leader_of``: a group's offsets partition)."""
         h = ForwardHandle(entry, flags=flags & _FLAGS, boundary=Boundary(entry.node.kind is Kind.BATCHES),
-                          caller=caller)  # fmt: skip
+                          caller=caller, leader_of=leader_of)  # fmt: skip
         await self._connect(h)
         return h
 
     async def _connect(self, h: ForwardHandle) -> None:
         """Open ``h`` on the partition's current leader, trying until ``timeout_s``; NoLeader then."""
-        h.fd, h.path = await self._on_leader(h.node, "write", functools.partial(_open, flags=h.flags))
+        h.fd, h.path = await self._on_leader(h.node, "write", functools.partial(_open, flags=h.flags), h.leader_of)
 
     async def _on_leader(
-        self, node: Node, what: str, attempt: Callable[[Path], T], leader_of: tuple[str, int] | None = None
+        self,
+        node: Node,
+        what: str,
+        attempt: Callable[[Path], T],
+        leader_of: tuple[str, int] | None = None,
+        *,
+        twin: bool = True,
     ) -> tuple[T, Path]:
         """``attempt(path)`` on the current leader of ``node``'s partition (of ``leader_of`` when given), ``path``
-        the leader's twin of ``node``, tried again while it was not served (no leader known, EROFS: it stopped
-        leading, its mount gone or unreachable) until ``timeout_s`` (NoLeader then); any other refusal is the
-        leader's answer (ForwardFailed with its errno)."""
+        the leader's twin of ``node`` under ``.logfs/forward/`` (``node`` itself when not ``twin``), tried again
+        while it was not served (no leader known, EROFS: it stopped leading, its mount gone or unreachable) until
+        ``timeout_s`` (NoLeader then); any other refusal is the leader's answer (ForwardFailed with its errno)."""
         topic, partition = leader_of or (node.topic, max(node.partition, 0))
         deadline = trio.current_time() + self.timeout_s
         last: str = "no leader is known"
         while True:
             mount = None if self.target is None else self.target(topic, partition)
             if mount is not None:
-                path = forward_path(mount, node)
+                path = forward_path(mount, node) if twin else mount / str(node).lstrip("/")
                 try:
                     return await self._call(attempt, path), path
                 except OSError as exc:
@@ -184,17 +195,25 @@ class Forwarder:
                                f"({self.timeout_s * 1000:.0f} ms): {last}")  # fmt: skip
             await trio.sleep(RETRY_S)
 
-    async def change(self, change: DirChange, done: Callable[[], bool]) -> None:
-        """A mkdir or rmdir of a topic (or a partition's mkdir) through this node: one line of the leader's
-        ``.logfs/forward/.dirs`` (``DirChange``), tried again on the next leader while not served, the leader's
-        refusal the answer; then wait until this node's own replica shows the change (``done``), asking it to look
-        at the leader at once (``replicate``), so that what the caller does next here finds it. NoLeader (EAGAIN)
-        when that takes longer than ``request.timeout.ms`` (made on the leader, not here yet)."""
+    async def change(self, change: DirChange, done: Callable[[], bool] | None) -> None:
+        """A mkdir or rmdir of a topic (or a partition's mkdir), or a group's claim, through this node: one line of the
+        leader's ``.logfs/forward/.dirs`` (``DirChange``), tried again on the next leader while not served, the
+        leader's refusal the answer; then wait until this node's own replica shows the change (``done``; None: no
+        wait), asking it to look at the leader at once (``replicate``), so that what the caller does next here finds
+        it. NoLeader (EAGAIN) when that takes longer than ``request.timeout.ms`` (made on the leader, not here
+        yet)."""
         await self._on_leader(Node(Kind.FORWARD_DIRS), change.op, functools.partial(_write_line, line=change.render()),
                               (change.topic, max(change.partition, 0)))  # fmt: skip
-        if not await self._settle(done, self.timeout_s):
+        if done is not None and not await self._settle(done, self.timeout_s):
             raise NoLeader(f"{change.render().decode().strip()}: made on the leader, not replicated here within "
                            f"request.timeout.ms ({self.timeout_s * 1000:.0f} ms)")  # fmt: skip
+
+    async def group_owner(self, group: str, leader_of: tuple[str, int]) -> tuple[int, int, int]:
+        """``(uid, gid, mode)`` the leader's mount shows for consumer group ``group`` (a claim this node forwarded is
+        there at once; here only once the group's first commit is replicated)."""
+        node = Node(Kind.GROUP, group=group)
+        st, _ = await self._on_leader(node, "stat", os.stat, leader_of, twin=False)
+        return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
     async def settle_config(self, h: ForwardHandle, local: Callable[[], bytes]) -> None:
         """After a forwarded ``config`` handle was flushed: wait (at most ``CONFIG_SETTLE_S``) until this node shows
@@ -336,17 +355,23 @@ def forward_path(mount: Path, node: Node) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class DirChange:
-    """A mkdir or rmdir made through a node that does not lead, as one line of ``.logfs/forward/.dirs``:
-    ``mkdir <topic> <uid> <gid> <octal mode>`` (a topic, with the owner the forwarding node gave it: the caller and
-    the mode mkdir passed), ``mkdir <topic>/<partition>`` (the next partition), ``rmdir <topic>`` (an empty topic).
-    The forwarding node checked the caller's rights; the leader takes the line from a replica user only."""
+    """A mkdir or rmdir made through a node that does not lead, or a consumer group's claim, as one line of
+    ``.logfs/forward/.dirs``: ``mkdir <topic> <uid> <gid> <octal mode>`` (a topic, with the owner the forwarding node
+    gave it: the caller and the mode mkdir passed), ``mkdir <topic>/<partition>`` (the next partition),
+    ``rmdir <topic>`` (an empty topic), ``claim <uid> <gid> <group as a JSON string>`` (the group becomes the
+    caller's if nobody claimed it: its first commit through that node). The forwarding node checked the caller's
+    rights (a claim's, once it shows the owner); the leader takes the line from a replica user only."""
 
-    op: str  # "mkdir" or "rmdir"
-    topic: str
+    op: str  # "mkdir", "rmdir" or "claim"
+    topic: str = ""
     partition: int = -1
     owner: Owner | None = None
+    group: str = ""
 
     def render(self) -> bytes:
+        if self.op == "claim":
+            assert self.owner is not None
+            return f"claim {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
         if self.op == "rmdir":
             return f"rmdir {self.topic}\n".encode()
         if self.partition >= 0:
@@ -359,6 +384,10 @@ class DirChange:
         """The change a line names; InvalidCommand (EINVAL) for anything else."""
         words = line.split(" ")
         try:
+            if words[0] == "claim" and len(words) >= 4 and all(w.isascii() and w.isdigit() for w in words[1:3]):
+                group = json.loads(line.split(" ", 3)[3])
+                if isinstance(group, str) and group:
+                    return cls("claim", owner=Owner(int(words[1]), int(words[2]), DEFAULT_MODE), group=group)
             if words[0] == "rmdir" and len(words) == 2 and words[1]:
                 return cls("rmdir", words[1])
             if words[0] == "mkdir" and len(words) == 2 and "/" in words[1]:
@@ -372,8 +401,8 @@ class DirChange:
                     return cls("mkdir", words[1], owner=Owner(uid, gid, mode))
         except ValueError:
             pass
-        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not 'mkdir <topic> <uid> <gid> <mode>', 'mkdir <topic>/<p>' or "
-                             f"'rmdir <topic>': {line[:200]!r}")  # fmt: skip
+        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not 'mkdir <topic> <uid> <gid> <mode>', 'mkdir <topic>/<p>', "
+                             f"'rmdir <topic>' or 'claim <uid> <gid> <group>': {line[:200]!r}")  # fmt: skip
 
 
 def _open(path: Path, *, flags: int) -> int:

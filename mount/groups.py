@@ -57,11 +57,12 @@ from logfs.core.groups.offsets import (
 from logfs.core.groups.records import OFFSETS_TOPIC, partition_for_group
 from logfs.core.log.log import Log
 from logfs.core.names import is_group_id
-from logfs.core.owners import Owners
+from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller
 from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
 from logfs.mount.follow import FollowReaders, FollowStart
+from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.render.renderspan import Format
@@ -199,6 +200,27 @@ class Groups:
 
     # --- opens --------------------------------------------------------------------------------------------------
 
+    async def claim_as(self, group: str, uid: int, gid: int) -> None:
+        """Another node's caller claims ``group`` if nobody did (a ``claim`` line of ``.logfs/forward/.dirs``)."""
+        if (await self.access.claim_group_as(group, uid, gid))[1]:
+            self._owner_changed(group)
+
+    async def before_forwarding(self, caller: Caller, node: Node, forwarder: Forwarder) -> tuple[str, int]:
+        """A commit or group config change by ``caller`` through this node, which does not lead the group's offsets
+        partition: claim the group for ``caller`` on the leader when nobody did (a shared mount) and read the owner
+        the leader then shows, and check here that ``caller`` may write it (its supplementary groups are known only
+        here); the offsets partition whose leader takes the commit."""
+        group = node.group
+        leader_of = OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
+        owner = self.access.group(group) if self.access.shared else None
+        if self.access.shared and owner is None:
+            claim = DirChange("claim", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=group)
+            await forwarder.change(claim, None)
+            uid, gid, mode = await forwarder.group_owner(group, leader_of)  # claimed: by this caller, or another
+            owner = Owner(uid, gid, mode & GROUP_MODE_BITS)
+        self.access.check_group_write(caller, group, owner)
+        return leader_of
+
     async def _claim(self, caller: Caller, node: Node) -> None:
         """``caller`` claims ``node``'s group if nobody did (mount/access.py); then the kernel forgets what it cached
         of the group (:meth:`_owner_changed`), which showed it unclaimed."""
@@ -223,7 +245,8 @@ class Groups:
         pid = caller.pid
         if kind in GROUP_WRITE_KINDS and access != os.O_RDONLY:
             self._leader()
-            await self._claim(caller, node)
+            if not node.forwarded:  # a forwarded one was claimed and checked by the node that forwards it
+                await self._claim(caller, node)
             commit = WriteHandle(entry, LineFramer(1024 * 1024), read_write=access == os.O_RDWR, sync=sync,
                                  caller=caller)  # fmt: skip
             return commit, False

@@ -35,7 +35,8 @@ Paths::
                 append, append.jsonl, batches   APPEND, APPEND_JSONL, BATCHES (forwarded)   w   never forwarded on
             <topic>/append, append.jsonl    TOPIC_APPEND, TOPIC_APPEND_JSONL (forwarded)  w
             <topic>/config              CONFIG (forwarded)   w   a config change made through another node
-            .dirs                       FORWARD_DIRS       w   mkdir and rmdir made through another node, a line each
+            .dirs                       FORWARD_DIRS       w   mkdir, rmdir and group claims made through another node
+            .groups/<group>/…           GROUP… (forwarded)     config, <topic>/<p>/offset: commits through another node
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -67,6 +68,7 @@ from dataclasses import dataclass
 LOGFS_DIR_NAME = ".logfs"
 FORWARD_DIR_NAME = "forward"
 FORWARD_DIRS_NAME = ".dirs"  # .logfs/forward/.dirs: a leading dot, so no topic name is ever the same
+FORWARD_GROUPS_NAME = ".groups"  # .logfs/forward/.groups/: another node's group commits (a leading dot, as above)
 
 
 @enum.unique
@@ -188,15 +190,16 @@ class Node:
     forwarded: bool = False
 
     def __str__(self) -> str:
+        if self.kind in GROUP_KINDS:
+            where = [FORWARD_DIR_NAME, FORWARD_GROUPS_NAME] if self.forwarded else [GROUPS_DIR_NAME]
+            parts = [LOGFS_DIR_NAME, *where, self.group, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [_GROUP_FILE_NAMES.get(self.kind, "")]
+            return "/" + "/".join(p for p in parts if p)
         if self.forwarded or self.kind in FORWARD_DIR_KINDS:
             parts = [LOGFS_DIR_NAME, FORWARD_DIR_NAME, self.topic]
             parts += [str(self.partition)] if self.partition >= 0 else []
             parts += [_NAMES[self.kind]] if self.forwarded else []
-            return "/" + "/".join(p for p in parts if p)
-        if self.kind in GROUP_KINDS:
-            parts = [LOGFS_DIR_NAME, GROUPS_DIR_NAME, self.group, self.topic]
-            parts += [str(self.partition)] if self.partition >= 0 else []
-            parts += [_GROUP_FILE_NAMES.get(self.kind, "")]
             return "/" + "/".join(p for p in parts if p)
         if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
             return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
@@ -297,6 +300,8 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.ROOT)
     if k.is_fetch:
         return _fetch_parent(node)
+    if k in GROUP_KINDS:
+        return Node(Kind.FORWARD_DIR) if k is Kind.GROUPS_DIR and node.forwarded else _group_parent(node)
     if node.forwarded:
         return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
             Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip
@@ -350,9 +355,10 @@ def _fetch_parent(node: Node) -> Node:
 def _group_parent(node: Node) -> Node:
     k = node.kind
     if k is Kind.GROUP:
-        return Node(Kind.GROUPS_DIR)
+        return Node(Kind.GROUPS_DIR, forwarded=node.forwarded)
     if k in (Kind.GROUP_CONFIG, Kind.GROUP_LAG, Kind.GROUP_TOPIC):
-        return Node(Kind.GROUP, group=node.group)
+        return Node(Kind.GROUP, group=node.group, forwarded=node.forwarded)
     if k is Kind.GROUP_PARTITION:
-        return Node(Kind.GROUP_TOPIC, node.topic, group=node.group)
-    return Node(Kind.GROUP_PARTITION, node.topic, node.partition, group=node.group)  # offset, follow
+        return Node(Kind.GROUP_TOPIC, node.topic, group=node.group, forwarded=node.forwarded)
+    # offset, follow
+    return Node(Kind.GROUP_PARTITION, node.topic, node.partition, group=node.group, forwarded=node.forwarded)

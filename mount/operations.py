@@ -73,7 +73,7 @@ from logfs.mount.errors import (
 )
 from logfs.mount.follow import FollowReaders
 from logfs.mount.forwarding import Forwarder, ForwardHandle
-from logfs.mount.groups import Groups
+from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name
@@ -429,6 +429,13 @@ class Operations(pyfuse3.Operations):
         if kind is Kind.FETCH_SESSION:
             return self._open_session(entry, access, caller_of(ctx))
         if kind in GROUP_KINDS:
+            caller = caller_of(ctx)
+            if node.forwarded:  # another node's commit (mount/forwarding.py): it checked its caller; this its user
+                self.permissions.check_replica_user(caller)
+            elif access != os.O_RDONLY and kind in GROUP_WRITE_KINDS and self.read_only and self.forwarder.enabled:
+                leader_of = await self.groups.before_forwarding(caller, node, self.forwarder)
+                forwarded = await self.forwarder.open(entry, flags, caller, leader_of)
+                return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
             if access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW:
                 self._refuse_if_read_only()  # commits and group follow files: a leader's
             h, _ = await self.groups.open(entry, access, caller_of(ctx), bool(flags & os.O_DSYNC))

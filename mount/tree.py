@@ -72,6 +72,7 @@ from logfs.mount.nodes import (
     FETCH_SESSION_NAME,
     FORWARD_DIR_NAME,
     FORWARD_DIRS_NAME,
+    FORWARD_GROUPS_NAME,
     FORWARDED_KINDS,
     GROUP_CHILDREN,
     GROUP_KINDS,
@@ -148,7 +149,7 @@ class Tree:
         if is_hidden(name) and not (
             (name.startswith("_") and kind in _NAMED_BY_USERS)
             or (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
-            or (name == FORWARD_DIRS_NAME and kind is Kind.FORWARD_DIR)
+            or (name in (FORWARD_DIRS_NAME, FORWARD_GROUPS_NAME) and kind is Kind.FORWARD_DIR)
         ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
@@ -162,6 +163,8 @@ class Tree:
         if kind is Kind.FORWARD_DIR:
             if name == FORWARD_DIRS_NAME:
                 return Node(Kind.FORWARD_DIRS)
+            if name == FORWARD_GROUPS_NAME:
+                return Node(Kind.GROUPS_DIR, forwarded=True)
             self._existing_topic(name)
             return Node(Kind.FORWARD_TOPIC, name)
         if kind is Kind.FORWARD_TOPIC:
@@ -242,21 +245,23 @@ class Tree:
     def _resolve_group(self, parent: Node, name: str) -> Node:
         """A name under ``.logfs/groups/``: any group id of Kafka's name rules (no mkdir: a commit makes it; another
         name is refused here, EINVAL or ENAMETOOLONG, since this lookup is where a group's name comes in), its
-        ``config`` and ``lag``, and the topics and partitions that exist (mount/groups.py)."""
-        kind, group = parent.kind, parent.group
+        ``config`` and ``lag``, and the topics and partitions that exist (mount/groups.py); the same names under
+        ``.logfs/forward/.groups/`` for another node's commits (mount/forwarding.py)."""
+        kind, group, fwd = parent.kind, parent.group, parent.forwarded  # under .logfs/forward/.groups/: forwarded
         if kind is Kind.GROUPS_DIR:
             validate_group_id(name)
-            return Node(Kind.GROUP, group=name)
+            return Node(Kind.GROUP, group=name, forwarded=fwd)
         if kind is Kind.GROUP:
             if name in GROUP_CHILDREN:
-                return Node(GROUP_CHILDREN[name], group=group)
+                return Node(GROUP_CHILDREN[name], group=group, forwarded=fwd)
             self._existing_topic(name)
-            return Node(Kind.GROUP_TOPIC, name, group=group)
+            return Node(Kind.GROUP_TOPIC, name, group=group, forwarded=fwd)
         if kind is Kind.GROUP_TOPIC:
             partition = self._existing_partition(parent.topic, name)
-            return Node(Kind.GROUP_PARTITION, parent.topic, partition, group=group)
+            return Node(Kind.GROUP_PARTITION, parent.topic, partition, group=group, forwarded=fwd)
         if kind is Kind.GROUP_PARTITION:
-            return Node(_child(GROUP_PARTITION_CHILDREN, name), parent.topic, parent.partition, group=group)
+            child = _child(GROUP_PARTITION_CHILDREN, name)
+            return Node(child, parent.topic, parent.partition, group=group, forwarded=fwd)
         raise NoEntry(name)
 
     def _resolve_fetch(self, parent: Node, name: str) -> Node:

@@ -216,12 +216,15 @@ class Writer:
         return self.replication
 
     async def _dir_change(self, change: DirChange) -> None:
-        """A mkdir or rmdir another node forwarded (``mount/forwarding.py``; it checked its caller's rights): made
-        here as that node's caller would have made it here, when this node leads (EROFS otherwise, before anything
-        changes: that node tries the next leader)."""
+        """A mkdir, rmdir or group claim another node forwarded (``mount/forwarding.py``; it checked its caller's
+        rights): made here as that node's caller would have made it here, when this node leads (EROFS otherwise,
+        before anything changes: that node tries the next leader)."""
         self._leader_replication()
         topic = change.topic
-        if change.op == "rmdir":
+        if change.op == "claim":
+            assert change.owner is not None and self.groups is not None
+            await self.groups.claim_as(change.group, change.owner.uid, change.owner.gid)
+        elif change.op == "rmdir":
             if topic == OFFSETS_TOPIC or not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
             await self.delete_topic(topic, only_if_empty=True, invalidate=True)

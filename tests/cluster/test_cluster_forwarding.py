@@ -93,8 +93,8 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     subprocess.run(f"mkdir {a.mount}/u && mkdir {a.mount}/u/1 && echo u1 >> {a.mount}/u/1/append",
                    shell=True, check=True, timeout=60)  # fmt: skip
     wait_until("u/1 on node b", lambda: (b.mount / "u/1").is_dir(), WAIT_S)  # the other nodes see it within a round
-    subprocess.run(f"echo retention.ms=7200000 > {b.mount}/u/config && grep -qx retention.ms=7200000 {b.mount}/u/config",
-                   shell=True, check=True, timeout=60)  # fmt: skip
+    subprocess.run(f"echo retention.ms=7200000 > {b.mount}/u/config && grep -qx retention.ms=7200000 "
+                   f"{b.mount}/u/config", shell=True, check=True, timeout=60)  # fmt: skip
     assert "retention.ms=7200000" in (leader.mount / "u/config").read_text().split()
     everywhere(cluster, "u", 1, ["u1"])
     assert errno_of(os.mkdir, b.mount / "u") == errno.EEXIST  # the leader's answers
@@ -105,6 +105,16 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     for node in cluster.nodes.values():
         wait_until(f"v gone from node {node.node_id}", lambda n=node: not (n.mount / "v").exists(), WAIT_S)
     assert (a.mount / "u/1").is_dir() and (leader.mount / "u/1").is_dir()
+    # a group commit and a group config change through a follower: the leader of the group's offsets partition
+    # takes them (a group follow, which commits as it reads, is a leader's: EROFS here)
+    subprocess.run(f"echo 1 > {a.mount}/.logfs/groups/g/u/1/offset && echo auto.offset.reset=latest > "
+                   f"{b.mount}/.logfs/groups/g/config", shell=True, check=True, timeout=60)  # fmt: skip
+    assert (leader.mount / ".logfs/groups/g/u/1/offset").read_text().split()[0] == "1"
+    assert "auto.offset.reset=latest" in (leader.mount / ".logfs/groups/g/config").read_text().split()
+    for node in cluster.nodes.values():
+        wait_until(f"the commit on node {node.node_id}", lambda n=node: (n.mount / ".logfs/groups/g/u/1/offset")
+                   .read_text().split()[:1] == ["1"], WAIT_S)  # fmt: skip
+    assert errno_of(open, a.mount / ".logfs/groups/g/u/1/follow", "rb") == errno.EROFS
     # a forwarded change on a follower is refused (never forwarded on); malformed lines are EINVAL on the leader
     assert errno_of(os.open, a.mount / ".logfs/forward/.dirs", os.O_WRONLY) == errno.EROFS
     with open(leader.mount / ".logfs/forward/.dirs", "wb", buffering=0) as f:

@@ -89,6 +89,14 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         assert "retention.ms=86400000" in (mnt / "bobs2/config").read_text().split()
         bob.ok(f"rmdir {other.mount}/bobs2 && test ! -e {other.mount}/bobs2")
         assert not (mnt / "bobs2").exists()
+        # bob's first commit to a new group through the node that follows claims it for him on the leader; alice
+        # may not commit to it then (checked here, with her groups); the leader holds bob's commit
+        bob.ok(f"echo 0 > {other.mount}/.logfs/groups/bobs-group/public/0/offset")
+        for node in (other, new):
+            wait_until(f"bob's group on node {node.node_id}", lambda n=node: owner(n.mount / ".logfs/groups/bobs-group")
+                       == (bob.uid, bob.gid, 0o755), WAIT_S)  # fmt: skip
+        assert "Permission denied" in alice.refused(f"echo 1 > {other.mount}/.logfs/groups/bobs-group/public/0/offset")
+        assert (mnt / ".logfs/groups/bobs-group/public/0/offset").read_text().split()[:1] == ["0"]
         # the forwarded changes themselves are for the nodes' users only
         assert "Permission denied" in bob.refused(f"echo rmdir bobs >> {mnt}/.logfs/forward/.dirs")
         append_acked(mnt, "bobs", 0, ["root writes anywhere"])

@@ -1,7 +1,7 @@
 """Where a forwarded handle may move to a new leader (mount/forwarding.py's ``Boundary``): only after a whole line
 or a whole batch, however the bytes were cut into write requests; ``node.mounts``, the paths a node uses to
-reach the others; and ``DirChange``, the line a forwarded mkdir or rmdir is. Pure functions: the forwarding itself runs through real mounts in
-tests/cluster/test_cluster_forwarding.py."""
+reach the others; and ``DirChange``, the line a forwarded mkdir, rmdir or group claim is. Pure functions: the
+forwarding itself runs through real mounts in tests/cluster/test_cluster_forwarding.py."""
 
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
         DirChange("mkdir", "__consumer_offsets-like.name_1", owner=Owner(0, 0, 0o755)),
         DirChange("mkdir", "orders", 7),
         DirChange("rmdir", "orders"),
+        DirChange("claim", owner=Owner(1001, 100, 0o755), group="billing"),
+        DirChange("claim", owner=Owner(0, 0, 0o755), group='a group "quoted" with spaces  ünïcode'),
     ],
 )
 def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirChange) -> None:
@@ -76,7 +78,8 @@ def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirCh
     "line",
     ["", "mkdir", "mkdir orders", "mkdir orders 1 2", "mkdir orders 1 2 3 4", "mkdir orders 1 2 999",
      "mkdir orders -1 0 755", "mkdir orders 1 -2 755", "mkdir orders 1 2 17777", "mkdir orders/01", "mkdir orders/x",
-     "mkdir /1", "mkdir orders/-1", "rmdir", "rmdir a b", "drop orders", "mkdir orders ١ 2 755", "MKDIR orders/1"],
+     "mkdir /1", "mkdir orders/-1", "rmdir", "rmdir a b", "drop orders", "mkdir orders ١ 2 755", "MKDIR orders/1",
+     "claim 1 2", "claim 1 2 g", 'claim 1 2 ""', "claim 1 2 7", 'claim -1 2 "g"', 'claim 1 ٢ "g"', 'claim 1 2 "g'],
 )  # fmt: skip
 def test_anything_else_written_to_dirs_is_refused(line: str) -> None:
     with pytest.raises(InvalidCommand):
