@@ -257,6 +257,11 @@ class UnknownReplica(ReplicationError):
         )
 
 
+class NotLeaderOrFollower(ReplicationError):
+    """A request for a partition this node does not lead (Kafka's NOT_LEADER_OR_FOLLOWER): a fetch of it, or a write
+    that reached it; the caller asks its leader (a node that does not lead forwards writes before they get here)."""
+
+
 class PromotionRefused(ReplicationError):
     """``logfs mount`` of a store that was out of the ISR at its follower's last fetch, or whose replica state file
     cannot be read, without ``--unclean`` (Kafka's unclean leader election, off by default)."""

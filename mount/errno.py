@@ -70,6 +70,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.BrokenByTooLarge, errno.EFBIG, DEBUG),
     (mount.BrokenFraming, errno.EBADMSG, DEBUG),
     (core.UnknownReplica, errno.EPERM, DEBUG),
+    (core.NotLeaderOrFollower, errno.EROFS, DEBUG),
     (core.OffsetOutOfRange, errno.ENOENT, INFO),
     (core.UnknownTopicOrPartition, errno.ENOENT, INFO),
     (core.RecordError, errno.EBADMSG, INFO),

@@ -1,6 +1,13 @@
 """The leader's registry of the partitions it leads (Kafka's ReplicaManager as leader, its allPartitions): one
-:class:`LeaderPartition` (core/replication/replica.py) per partition of the store, all in one leader epoch, taken on
-first use and forgotten with their topic, and which followers are live.
+:class:`LeaderPartition` (core/replication/replica.py) per partition of the store that this node leads, each in its
+own leader epoch, taken on first use and forgotten with their topic, and which followers are live.
+
+**Which partitions, in which epoch.** Without a caller's ``epochs``, every partition of the store, all in
+``leader_epoch`` (one node leads everything: ``logfs mount`` alone, or a cluster's single leader). With it, only
+the partitions it gives an epoch to, each in that epoch (Kafka's makeLeader per partition: a node leads some
+partitions and follows others); a partition it gives another epoch from then on is taken again in that epoch (with
+the ISR the caller's ``isr`` records), one it gives none is no longer led here (:class:`NotLeaderOrFollower` for
+whoever asks). :meth:`LeaderReplicas.retake` applies a change of ``epochs`` at once to every partition.
 
 Kept apart from core/replication/replica.py, which holds one partition's rules (a fetch, the ISR, the HW,
 acks=all): this module decides which partitions there are and which ISR a partition starts with, and knows nothing
@@ -26,7 +33,7 @@ from collections.abc import Callable, Iterable
 
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.durable import now_ms as wall_clock_ms
-from logfs.core.errors import UnknownTopicOrPartition
+from logfs.core.errors import NotLeaderOrFollower, UnknownTopicOrPartition
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import ConfirmShrink, LeaderPartition
 from logfs.core.store import Store
@@ -50,14 +57,18 @@ class LeaderReplicas:
         now_ms: int | None = None,
         isr: Callable[[TopicPartition], Iterable[int]] | None = None,
         live: Callable[[], Iterable[int]] | None = None,
+        epochs: Callable[[TopicPartition], int | None] | None = None,
     ) -> None:
-        """``isr``: the ISR each partition the store holds now starts with (an elected leader's, from ZooKeeper);
-        default this node alone. ``live``: the live replicas, a partition created later starts with them in its ISR
-        (ZooKeeper: the registered nodes); default the followers heard from (:meth:`live_followers`)."""
+        """``isr``: the ISR each partition the store holds now starts with (an elected leader's, from ZooKeeper),
+        and one taken again in a new epoch; default this node alone. ``live``: the live replicas, a partition created
+        later starts with them in its ISR (ZooKeeper: the registered nodes); default the followers heard from
+        (:meth:`live_followers`). ``epochs``: the epoch this node leads each partition in, None for one it does not
+        lead (the module docstring); default every partition, in ``leader_epoch``."""
         self.store = store
         self.leader_epoch = leader_epoch
         self._initial_isr = isr
         self._live = live
+        self._epochs = epochs
         config = store.config
         self.node_id = config.node_id
         self.replica_ids = tuple(config.replica_ids)
@@ -70,10 +81,27 @@ class LeaderReplicas:
         self._heard: dict[int, int] = {}
         # the partitions the store holds now start with the leader alone
         # (docs/replication.md, "The ISR and the high watermark")
-        self._taking_existing = True
-        for tp, _ in store.logs():
-            self.partition(tp.topic, tp.partition, now_ms=now_ms)
-        self._taking_existing = False
+        self.retake(now_ms)
+
+    def epoch_of(self, tp: TopicPartition) -> int | None:
+        """The leader epoch this node leads ``tp`` in; None when it does not lead it."""
+        return self.leader_epoch if self._epochs is None else self._epochs(tp)
+
+    def leads(self, topic: str, partition: int) -> bool:
+        return self.epoch_of(TopicPartition(topic, partition)) is not None
+
+    def retake(self, now_ms: int | None = None) -> None:
+        """Take every partition of the store this node leads now, in its epoch (the HW rule applies at once, as
+        Kafka's makeLeader does); forget the ones it no longer leads. At construction, and after the caller's
+        ``epochs`` changed. Any thread."""
+        for tp, log in self.store.logs():
+            if self.epoch_of(tp) is not None:
+                with self._lock:  # one partition at a time: a fetch of another (the trio thread) never waits long
+                    self._take(tp, log, now_ms, existing=True)
+        with self._lock:
+            for tp in [tp for tp, p in self._partitions.items() if self.epoch_of(tp) != p.leader_epoch]:
+                del self._partitions[tp]
+                self._changed()
 
     @property
     def changes(self) -> int:
@@ -109,43 +137,54 @@ class LeaderReplicas:
         return tuple(r for r in self.followers if now - heard.get(r, -(1 << 62)) <= self.replica_lag_time_max_ms)
 
     def partition(self, topic: str, partition: int, *, now_ms: int | None = None) -> LeaderPartition:
-        """The partition's leader state, taken now if this is its first use (or its topic was created again).
-        UnknownTopicOrPartition when the store has no such partition.
+        """The partition's leader state, taken now if this is its first use (or its topic was created again, or it is
+        led in a new epoch). UnknownTopicOrPartition when the store has no such partition; NotLeaderOrFollower when
+        this node does not lead it.
 
-        The ISR it starts with: for a partition the store held when this was built, the caller's ``isr`` (ZooKeeper)
-        or else the leader alone (a new leader epoch; docs/replication.md, "The ISR and the high watermark"); for a
-        partition created since (or a topic created again), the leader and every live replica (Kafka's creation rule;
-        the module docstring): the caller's ``live`` or else the followers heard from."""
+        The ISR it starts with: for a partition the store held when this was built, or one taken again in a new
+        epoch, the caller's ``isr`` (ZooKeeper) or else the leader alone (a new leader epoch; docs/replication.md,
+        "The ISR and the high watermark"); for a partition created since (or a topic created again), the leader and
+        every live replica (Kafka's creation rule; the module docstring): the caller's ``live`` or else the followers
+        heard from."""
         log = self.store.log(topic, partition)
-        tp = TopicPartition(topic, partition)
         with self._lock:
-            current = self._partitions.get(tp)
-            if current is None or current.log is not log:
-                if self._taking_existing:
-                    isr: Iterable[int] = [] if self._initial_isr is None else self._initial_isr(tp)
-                else:
-                    isr = self.live_followers(now_ms) if self._live is None else self._live()
-                isr = [r for r in isr if r in self.replica_ids]
-                current = LeaderPartition(
-                    log,
-                    node_id=self.node_id,
-                    replica_ids=self.replica_ids,
-                    leader_epoch=self.leader_epoch,
-                    replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                    isr=isr,
-                    name=f"{topic}-{partition}",
-                    now_ms=now_ms,
-                    on_isr_change=self._changed,
-                )
-                if not self._taking_existing and len(current.isr) > 1:
-                    _log.info("%s: created with the ISR %s (this node and the live replicas)", current.name,
-                              list(current.isr))  # fmt: skip
-                self._partitions[tp] = current
-                self._changed()
+            return self._take(TopicPartition(topic, partition), log, now_ms, existing=False)
+
+    def _take(self, tp: TopicPartition, log: Log, now_ms: int | None, *, existing: bool) -> LeaderPartition:
+        """See :meth:`partition`; ``existing``: taken with every partition the store holds (:meth:`retake`), so it
+        starts with the recorded ISR. Caller holds the lock."""
+        epoch = self.epoch_of(tp)
+        if epoch is None:
+            raise NotLeaderOrFollower(f"{tp.topic}-{tp.partition}: node {self.node_id} does not lead it")
+        current = self._partitions.get(tp)
+        if current is not None and current.log is log and current.leader_epoch == epoch:
             return current
+        if existing or (current is not None and current.log is log):
+            isr: Iterable[int] = [] if self._initial_isr is None else self._initial_isr(tp)
+        else:
+            isr = self.live_followers(now_ms) if self._live is None else self._live()
+        isr = [r for r in isr if r in self.replica_ids]
+        current = LeaderPartition(
+            log,
+            node_id=self.node_id,
+            replica_ids=self.replica_ids,
+            leader_epoch=epoch,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            isr=isr,
+            name=f"{tp.topic}-{tp.partition}",
+            now_ms=now_ms,
+            on_isr_change=self._changed,
+        )
+        if not existing and len(current.isr) > 1:
+            _log.info("%s: created with the ISR %s (this node and the live replicas)", current.name,
+                      list(current.isr))  # fmt: skip
+        self._partitions[tp] = current
+        self._changed()
+        return current
 
     def partitions(self) -> list[tuple[TopicPartition, LeaderPartition]]:
-        """Every partition taken and still in the store (deleted topics are forgotten here)."""
+        """Every partition taken, still in the store and still led here in the epoch it was taken in (deleted topics
+        and partitions no longer led are forgotten here)."""
         with self._lock:
             items = list(self._partitions.items())
         live = []
@@ -154,7 +193,7 @@ class LeaderReplicas:
                 log: Log | None = self.store.log(tp.topic, tp.partition)
             except UnknownTopicOrPartition:
                 log = None
-            if log is p.log:
+            if log is p.log and self.epoch_of(tp) == p.leader_epoch:
                 live.append((tp, p))
             else:
                 with self._lock:

@@ -20,11 +20,13 @@ from typing import Any
 
 import pytest
 
+from logfs.core.checkpoint import TopicPartition
 from logfs.core.config import LogConfig
 from logfs.core.errors import (
     LockBusy,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
+    NotLeaderOrFollower,
     PromotionRefused,
     UnknownReplica,
 )
@@ -609,3 +611,40 @@ def test_a_zookeeper_leader_takes_the_recorded_isr_and_gives_new_partitions_the_
         store.create_topic("t", 1)
         registered = [0, 1, 2]
         assert replicas.partition("t", 0).isr == (LEADER, F1, F2)  # created again: not the old record
+
+
+def test_a_node_leads_only_the_partitions_given_an_epoch_each_in_its_own(tmp_path: Path) -> None:
+    """Kafka's makeLeader / makeFollower per partition (a node leads some partitions and follows others): only the
+    partitions ``epochs`` names are taken, each in its epoch, with the recorded ISR; a partition given a new epoch is
+    taken again in it (its epoch start is the LEO then, as Kafka's leaderEpochStartOffset); one given none is no
+    longer led (NotLeaderOrFollower), and leaves partitions() at the next retake or look."""
+    with store_with(tmp_path, [0, 0], replica_ids=(0, 1, 2)) as store:
+        led = {TopicPartition("t", 0): 4}
+        recorded = {TopicPartition("t", 0): (0, 1), TopicPartition("t", 1): (0, 2)}
+        replicas = LeaderReplicas(store, 99, now_ms=T0, isr=lambda tp: recorded[tp], epochs=led.get)
+        assert [(tp.partition, p.leader_epoch, p.isr) for tp, p in replicas.partitions()] == [(0, 4, (0, F1))]
+        assert replicas.leads("t", 0) and not replicas.leads("t", 1)
+        with pytest.raises(NotLeaderOrFollower):
+            replicas.partition("t", 1)
+        first = replicas.partition("t", 0)
+        assert first.leader_epoch_start_offset == 2 and store.log("t", 0).high_watermark == 0  # F1 in the ISR
+        append(first.log, 1, 4)
+        # a new election: partition 0 in epoch 5 (the same leader), partition 1 led here too, in epoch 7
+        led.update({TopicPartition("t", 0): 5, TopicPartition("t", 1): 7})
+        replicas.retake(T0)
+        again = replicas.partition("t", 0)
+        assert again is not first and again.leader_epoch == 5 and again.leader_epoch_start_offset == 3
+        assert again.isr == (0, F1) and replicas.partition("t", 1).isr == (0, F2)
+        assert [(tp.partition, p.leader_epoch) for tp, p in replicas.partitions()] == [(0, 5), (1, 7)]
+        changes = replicas.changes
+        # partition 0 moves to another node: forgotten here at once, refused from then on
+        del led[TopicPartition("t", 0)]
+        assert [tp.partition for tp, _ in replicas.partitions()] == [1] and replicas.changes > changes
+        with pytest.raises(NotLeaderOrFollower):
+            replicas.partition("t", 0)
+        replicas.retake(T0)
+        assert [tp.partition for tp, _ in replicas.partitions()] == [1]
+        # a partition created later and given an epoch starts with the live replicas, as before
+        store.create_topic("new", 1)
+        led[TopicPartition("new", 0)] = 2
+        assert replicas.partition("new", 0).leader_epoch == 2
