@@ -126,8 +126,18 @@ class Follower:
         on_topic_deleted: Callable[[str], None] | None = None,
         leader_epoch: int | None = None,
         on_epoch_refused: Callable[[str, int, FetchResponse], None] | None = None,
+        follows: Callable[[str, int], int | None] | None = None,
+        tick: bool = True,
+        replica_state: ReplicaState | None = None,
     ) -> None:
+        """``follows`` (a node that leads some partitions and follows others, each from its own leader): the leader
+        epoch this follower fetches each partition at from this leader, None for a partition another node leads (or
+        this one): not fetched here. Default: every partition, at ``leader_epoch``. ``tick``: run the store's
+        periodic work (once per store: a node with a follower per leader runs it in one of them, or itself).
+        ``replica_state``: the replica state to keep (shared by the followers of one store); a new one by default."""
         self.leader = leader_mount
+        self.follows = follows
+        self._ticks = tick
         # The leader epoch this follower believes current (a cluster node: ZooKeeper's); sent with every fetch (the
         # three-part name) when set. A refusal (FENCED_/UNKNOWN_LEADER_EPOCH) goes to on_epoch_refused (the node
         # reads ZooKeeper again and sets the new epoch here); the fetch backs off and asks again. None: `logfs follow`.
@@ -142,7 +152,7 @@ class Follower:
         self._appends = threading.BoundedSemaphore(DISK_THREADS)  # applies inside fetch workers (fetch_and_apply)
         self._leader_calls = LeaderCalls()  # fetches and listings running in the leader's mount (shutdown waits)
         # What the leader said of each partition, and the replica state file (logfs/follower/replicastate.py)
-        self.replica_state = ReplicaState(store, replica_id, self._disk_limiter)
+        self.replica_state = replica_state or ReplicaState(store, replica_id, self._disk_limiter)
         self._tasks: dict[tuple[str, int], _PartitionTask] = {}
         self._leader_ok: bool | None = None
         self._failing: set[tuple[str, int]] = set()  # partitions whose failed fetch was logged (once)
@@ -161,7 +171,8 @@ class Follower:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._tick)
+                if self._ticks:
+                    nursery.start_soon(self._tick)
                 nursery.start_soon(self._session.run)
                 for tp, _ in self.store.logs():  # resume what this store holds (the leader may not list it yet)
                     self._start_partition(nursery, tp.topic, tp.partition)
@@ -171,6 +182,34 @@ class Follower:
             gates = [task.gate for task in self._tasks.values()]
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_close_gates, gates)
+
+    def fetch_epoch(self, topic: str, partition: int) -> int | None:
+        """The leader epoch the fetches of a partition name (None: `logfs follow`, which names none)."""
+        return self.leader_epoch if self.follows is None else self.follows(topic, partition)
+
+    def followed(self, topic: str, partition: int) -> bool:
+        """Whether this follower fetches the partition (``follows``)."""
+        return self.follows is None or self.follows(topic, partition) is not None
+
+    async def refollow(self) -> None:
+        """``follows`` changed (a partition's leader moved, to or from this leader): stop fetching the partitions it
+        no longer names here — returning once nothing fetched from this leader is being applied to them any more,
+        so that their new leader's follower is the only one appending — and start the ones it names now. Trio
+        thread."""
+        for key in [k for k in self._session.members if not self.followed(*k)]:
+            self._session.leave(key)
+            self._session.drops.add(key)
+        stopping = [self._tasks.pop(k) for k in [k for k in self._tasks if not self.followed(*k)]]
+        for task in stopping:
+            task.scope.cancel()
+        for task in stopping:
+            await task.done.wait()
+        await trio.to_thread.run_sync(_close_gates, [task.gate for task in stopping])  # nor an abandoned worker
+        async with self._apply_lock:
+            pass  # an answer of the session being applied (it checks membership under this lock) has finished
+        if self._nursery is not None:
+            for tp, _ in self.store.logs():
+                self._start_partition(self._nursery, tp.topic, tp.partition)
 
     def discover_now(self) -> None:
         """List the leader now rather than at the next discovery round (``DiscoveryLoop.wake``). Trio thread."""
@@ -266,6 +305,8 @@ class Follower:
 
     def _start_partition(self, nursery: trio.Nursery, topic: str, partition: int) -> None:
         key = (topic, partition)
+        if not self.followed(topic, partition):
+            return  # another node leads it (or this one): fetched from there, not here
         if self._session.active:
             if self._session.join(key):
                 self.replica_state.views.setdefault(key, PartitionView())
@@ -281,6 +322,8 @@ class Follower:
         try:
             with task.scope:
                 await self._fetch_forever(topic, partition, task)
+            if not task.scope.cancelled_caught and self._tasks.get((topic, partition)) is task:
+                del self._tasks[(topic, partition)]  # it ended by itself (no longer followed): may start again later
         finally:
             task.done.set()
 
@@ -297,7 +340,10 @@ class Follower:
             offset = log.log_end_offset
             epoch = log.epoch_cache.latest_epoch()
             epoch = NO_EPOCH if epoch is None else epoch
-            path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch, self.leader_epoch)
+            if not self.followed(topic, partition):
+                return  # its leader moved: fetched from the new one (refollow)
+            path = fetch_path(self.leader, self.replica_id, topic, partition, offset, epoch,
+                              self.fetch_epoch(topic, partition))  # fmt: skip
             view = self.replica_state.views.get((topic, partition))
             known = (view.leader_epoch, view.isr) if view is not None and view.answered else None
             started = trio.current_time()
@@ -344,7 +390,7 @@ class Follower:
         if (topic, partition) not in self._failing:
             self._failing.add((topic, partition))
             _log.info("%s-%d: the leader (epoch %d) refuses our leader epoch %s: %s", topic, partition,
-                      response.leader_epoch, self.leader_epoch, response.error)  # fmt: skip
+                      response.leader_epoch, self.fetch_epoch(topic, partition), response.error)  # fmt: skip
         if self.on_epoch_refused is not None:
             self.on_epoch_refused(topic, partition, response)
 

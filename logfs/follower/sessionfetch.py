@@ -210,7 +210,7 @@ class SessionFetcher:
             offset = log.log_end_offset
             self._sent[key] = offset
             request.append(PartitionFetch(key[0], key[1], offset, NO_EPOCH if epoch is None else epoch,
-                                          self.follower.leader_epoch))  # fmt: skip
+                                          self.follower.fetch_epoch(*key)))  # fmt: skip
         self.updates.clear()
         return request
 
@@ -244,6 +244,7 @@ class SessionFetcher:
         if not jobs:
             return
         async with self.follower._apply_lock:
+            jobs = [job for job in jobs if job[0] in self.members]  # left meanwhile (refollow): another leader's now
             results = await self.follower._thread(self.follower._disk_limiter, _apply_all, jobs)
         for (key, log, offset, response), result in zip(jobs, results, strict=True):
             if key not in self.members:

@@ -1,7 +1,7 @@
 """The follower's side of the fetcher's leader epoch: the three-part fetch path, the two refusals parsed and never
 applied, and a Follower run in-process (as a cluster node runs it) against a real leader mount: at an epoch the
 leader does not have it applies nothing, tells ``on_epoch_refused`` and asks again; once told the right epoch it
-replicates."""
+replicates; told which partitions it follows and each one's epoch (``follows``), it fetches those alone."""
 
 from __future__ import annotations
 
@@ -83,5 +83,63 @@ def test_an_in_process_follower_at_another_epoch_asks_again_and_replicates_once_
             store.close()
         assert refused[0] == ("t", 0, UNKNOWN_LEADER_EPOCH)
         assert {e for _, _, e in refused} == {UNKNOWN_LEADER_EPOCH}
+    finally:
+        finish_mount(leader)
+
+
+def test_a_follower_fetches_only_the_partitions_it_follows_each_at_its_own_epoch_and_refollows(tmp_path: Path) -> None:
+    """A node that leads some partitions and follows others runs one Follower per leader, each told which partitions
+    it fetches and at which leader epoch (``follows``): the others are never fetched; a wrong epoch for one partition
+    is refused for that one alone; after ``refollow`` a partition that moved here is fetched, one that moved away is
+    no longer (nothing of it applied after refollow returns)."""
+    leader = start_mount(tmp_path / "L", tmp_path / "L.mnt", "node.id=0", "replica.ids=0,1")  # leader epoch 0
+    try:
+        os.mkdir(leader.path / "t")
+        os.mkdir(leader.path / "t/1")
+
+        def write(partition: int, first: int, count: int) -> None:
+            fd = os.open(leader.path / f"t/{partition}/append", os.O_WRONLY)
+            try:
+                os.write(fd, b"".join(b"record-%d\n" % i for i in range(first, first + count)))
+            finally:
+                os.close(fd)
+
+        write(0, 0, 10)
+        write(1, 0, 10)
+        store = Store.open(tmp_path / "F", StoreConfig(node_id=1))
+        follows: dict[tuple[str, int], int] = {("t", 0): 0, ("t", 1): 5}  # partition 1 at an epoch it lacks
+        refused: list[tuple[str, int]] = []
+
+        def ends() -> tuple[int, int]:
+            return store.log("t", 0).log_end_offset, store.log("t", 1).log_end_offset
+
+        async def main() -> None:
+            follower = Follower(leader.path, store, 1, follows=lambda t, p: follows.get((t, p)),
+                                on_epoch_refused=lambda t, p, r: refused.append((t, p)))  # fmt: skip
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follower.run)
+                with trio.fail_after(10):
+                    while not store.has_topic("t") or store.log("t", 0).high_watermark < 10:
+                        await trio.sleep(0.05)
+                    while ("t", 1) not in refused:
+                        await trio.sleep(0.05)
+                assert ends() == (10, 0) and ("t", 0) not in refused
+                # partition 0 now led here (or by another node): not fetched; partition 1 at the right epoch
+                del follows[("t", 0)]
+                follows[("t", 1)] = 0
+                await follower.refollow()
+                write(0, 10, 5)
+                write(1, 10, 5)
+                with trio.fail_after(10):
+                    while store.log("t", 1).high_watermark < 15:
+                        await trio.sleep(0.05)
+                await trio.sleep(0.5)  # a long poll's worth: partition 0 would have been fetched by now
+                assert ends() == (10, 15)
+                nursery.cancel_scope.cancel()
+
+        try:
+            trio.run(main)
+        finally:
+            store.close()
     finally:
         finish_mount(leader)
