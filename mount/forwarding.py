@@ -355,20 +355,27 @@ def forward_path(mount: Path, node: Node) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class DirChange:
-    """A mkdir or rmdir made through a node that does not lead, or a consumer group's claim, as one line of
-    ``.logfs/forward/.dirs``: ``mkdir <topic> <uid> <gid> <octal mode>`` (a topic, with the owner the forwarding node
-    gave it: the caller and the mode mkdir passed), ``mkdir <topic>/<partition>`` (the next partition),
-    ``rmdir <topic>`` (an empty topic), ``claim <uid> <gid> <group as a JSON string>`` (the group becomes the
-    caller's if nobody claimed it: its first commit through that node). The forwarding node checked the caller's
-    rights (a claim's, once it shows the owner); the leader takes the line from a replica user only."""
+    """A mkdir or rmdir made through a node that does not lead, a consumer group's claim, or a line of
+    ``.logfs/delete-topic`` or ``delete-records``, as one line of ``.logfs/forward/.dirs``: ``mkdir <topic> <uid>
+    <gid> <octal mode>`` (a topic, with the owner the forwarding node gave it: the caller and the mode mkdir passed),
+    ``mkdir <topic>/<partition>`` (the next partition), ``rmdir <topic>`` (an empty topic), ``claim <uid> <gid>
+    <group as a JSON string>`` (the group becomes the caller's if nobody claimed it: its first commit through that
+    node), ``delete-topic <topic>`` (records and all), ``delete-records <topic> <partition> <offset>``. The
+    forwarding node checked the caller's rights (a claim's, once it shows the owner); the leader takes the line from
+    a replica user only."""
 
-    op: str  # "mkdir", "rmdir" or "claim"
+    op: str  # "mkdir", "rmdir", "claim", "delete-topic" or "delete-records"
     topic: str = ""
     partition: int = -1
     owner: Owner | None = None
     group: str = ""
+    offset: int = -1
 
     def render(self) -> bytes:
+        if self.op == "delete-topic":
+            return f"delete-topic {self.topic}\n".encode()
+        if self.op == "delete-records":
+            return f"delete-records {self.topic} {self.partition} {self.offset}\n".encode()
         if self.op == "claim":
             assert self.owner is not None
             return f"claim {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
@@ -384,6 +391,12 @@ class DirChange:
         """The change a line names; InvalidCommand (EINVAL) for anything else."""
         words = line.split(" ")
         try:
+            if words[0] == "delete-topic" and len(words) == 2 and words[1]:
+                return cls("delete-topic", words[1])
+            if words[0] == "delete-records" and len(words) == 4 and words[1]:
+                partition = parse_partition_name(words[2])
+                if partition is not None and words[3].isascii() and words[3].isdigit():
+                    return cls("delete-records", words[1], partition, offset=int(words[3]))
             if words[0] == "claim" and len(words) >= 4 and all(w.isascii() and w.isdigit() for w in words[1:3]):
                 group = json.loads(line.split(" ", 3)[3])
                 if isinstance(group, str) and group:
@@ -402,7 +415,8 @@ class DirChange:
         except ValueError:
             pass
         raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not 'mkdir <topic> <uid> <gid> <mode>', 'mkdir <topic>/<p>', "
-                             f"'rmdir <topic>' or 'claim <uid> <gid> <group>': {line[:200]!r}")  # fmt: skip
+                             f"'rmdir <topic>', 'claim <uid> <gid> <group>', 'delete-topic <topic>' or "
+                             f"'delete-records <topic> <p> <offset>': {line[:200]!r}")  # fmt: skip
 
 
 def _open(path: Path, *, flags: int) -> int:

@@ -164,7 +164,7 @@ class Operations(pyfuse3.Operations):
             store, self.tree, self.reader, self.writer, self.groups, self.permissions, write_thread=self._write_thread
         )
         # writes to a partition this node does not lead, forwarded to its leader (a cluster node sets the target)
-        self.forwarder = Forwarder(store.config.request_timeout_ms)
+        self.forwarder = self.writer.forwarder = Forwarder(store.config.request_timeout_ms)
 
     @property
     def max_tasks(self) -> int:
@@ -451,7 +451,8 @@ class Operations(pyfuse3.Operations):
                     self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
                 forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
-            self._refuse_if_read_only()
+            if kind not in (Kind.DELETE_TOPIC, Kind.DELETE_RECORDS) or not self.forwarder.enabled:
+                self._refuse_if_read_only()  # (a follower's delete-* lines go to the leader: mount/writes.py)
             if kind is Kind.CONFIG and not node.forwarded:
                 self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
             h = open_write_handle(self.store, self.transactions, self.reader, entry, flags, access)

@@ -65,7 +65,7 @@ from logfs.mount.errors import (
     ReadOnlyMount,
     UnfinishedBatch,
 )
-from logfs.mount.forwarding import DirChange
+from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
 from logfs.mount.metrics import Metrics
@@ -152,6 +152,8 @@ class Writer:
         self._sticky: dict[str, int] = {}
         self.transactions: Transactions | None = None  # a leader's mount: .logfs/transactions/
         self.groups: Groups | None = None  # .logfs/groups/: commits and group config (mount/groups.py)
+        # a node that does not lead: the delete-* lines a caller may make go to the leader (mount/forwarding.py)
+        self.forwarder: Forwarder | None = None
 
     async def write(self, h: WriteHandle, buf: bytes) -> None:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
@@ -210,6 +212,11 @@ class Writer:
     async def _wait_replicated(self, topic: str, required: dict[int, int]) -> None:
         await self._leader_replication().wait_replicated(topic, required, self.store.config.request_timeout_ms)
 
+    def _forwarding(self) -> Forwarder | None:
+        """The forwarder, on a node that does not lead (its changes are the leader's); None on the leader."""
+        return self.forwarder if self.forwarder is not None and self.forwarder.enabled and self.replication is None \
+            else None  # fmt: skip
+
     def _leader_replication(self) -> LeaderReplication:
         if self.replication is None:
             raise ReadOnlyMount("a follower's mount appends nothing")
@@ -224,6 +231,13 @@ class Writer:
         if change.op == "claim":
             assert change.owner is not None and self.groups is not None
             await self.groups.claim_as(change.group, change.owner.uid, change.owner.gid)
+        elif change.op == "delete-topic":
+            validate_topic_name(topic)
+            if not self.store.has_topic(topic):
+                raise NoEntry(f"no topic {topic!r}")
+            await self.delete_topic(topic, only_if_empty=False, invalidate=True)
+        elif change.op == "delete-records":
+            await self._delete_records_at(topic, change.partition, change.offset)
         elif change.op == "rmdir":
             if topic == OFFSETS_TOPIC or not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
@@ -282,6 +296,10 @@ class Writer:
                 if not self.store.has_topic(line):
                     raise NoEntry(f"no topic {line!r}")
                 self._check_owner(h, line, "delete-topic")
+                if (forwarder := self._forwarding()) is not None:  # made by the leader (mount/forwarding.py)
+                    gone = functools.partial(_lacks, self.store, line)
+                    await forwarder.change(DirChange("delete-topic", line), gone)
+                    continue
                 await self.delete_topic(line, only_if_empty=False, invalidate=True)
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
@@ -420,6 +438,16 @@ class Writer:
         validate_topic_name(topic)
         log = self.store.log(topic, partition)
         self._check_owner(h, topic, "delete-records")
+        forwarder = self._forwarding()
+        if forwarder is not None and offset >= 0:  # the leader checks the offset against its HW
+            change = DirChange("delete-records", topic, partition, offset=offset)
+            await forwarder.change(change, lambda: log.log_start_offset >= offset)
+            return
+        await self._delete_records_at(topic, partition, offset)
+
+    async def _delete_records_at(self, topic: str, partition: int, offset: int) -> None:
+        """Move the partition's log start to ``offset`` (at most its HW: Kafka's DeleteRecords)."""
+        log = self.store.log(topic, partition)
         if offset < 0 or offset > log.high_watermark:
             raise InvalidCommand(f"offset {offset} of {topic}-{partition} is outside [0, HW={log.high_watermark}]")
         state = self.partitions.get(topic, partition)
@@ -427,6 +455,10 @@ class Writer:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
         state.notify()  # the log start moved: fetch sessions tell their followers (mount/session.py)
         _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
+
+
+def _lacks(store: Store, topic: str) -> bool:
+    return not store.has_topic(topic)
 
 
 def _commands(lines: list[bytes]) -> list[str]:

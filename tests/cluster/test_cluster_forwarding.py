@@ -104,7 +104,6 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     subprocess.run(f"mkdir {b.mount}/v && rmdir {b.mount}/v && test ! -e {b.mount}/v", shell=True, check=True)
     for node in cluster.nodes.values():
         wait_until(f"v gone from node {node.node_id}", lambda n=node: not (n.mount / "v").exists(), WAIT_S)
-    assert (a.mount / "u/1").is_dir() and (leader.mount / "u/1").is_dir()
     # a group commit and a group config change through a follower: the leader of the group's offsets partition
     # takes them (a group follow, which commits as it reads, is a leader's: EROFS here)
     subprocess.run(f"echo 1 > {a.mount}/.logfs/groups/g/u/1/offset && echo auto.offset.reset=latest > "
@@ -115,6 +114,14 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
         wait_until(f"the commit on node {node.node_id}", lambda n=node: (n.mount / ".logfs/groups/g/u/1/offset")
                    .read_text().split()[:1] == ["1"], WAIT_S)  # fmt: skip
     assert errno_of(open, a.mount / ".logfs/groups/g/u/1/follow", "rb") == errno.EROFS
+    # the delete-* command files through a follower: made by the leader, shown here when the write returns
+    with open(a.mount / ".logfs/delete-records", "wb", buffering=0) as f:
+        assert errno_of(f.write, b"u 1 5\n") == errno.EINVAL  # above the leader's HW: nothing deleted
+        f.write(b"u 1 1\n")
+    assert values(a.mount, "u", 1) == [] and values(leader.mount, "u", 1) == []
+    subprocess.run(f"echo u > {b.mount}/.logfs/delete-topic && test ! -e {b.mount}/u", shell=True, check=True)
+    for node in cluster.nodes.values():
+        wait_until(f"u gone from node {node.node_id}", lambda n=node: not (n.mount / "u").exists(), WAIT_S)
     # a forwarded change on a follower is refused (never forwarded on); malformed lines are EINVAL on the leader
     assert errno_of(os.open, a.mount / ".logfs/forward/.dirs", os.O_WRONLY) == errno.EROFS
     with open(leader.mount / ".logfs/forward/.dirs", "wb", buffering=0) as f:

@@ -65,6 +65,9 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
         DirChange("mkdir", "orders", 7),
         DirChange("rmdir", "orders"),
         DirChange("claim", owner=Owner(1001, 100, 0o755), group="billing"),
+        DirChange("delete-topic", "orders"),
+        DirChange("delete-records", "orders", 3, offset=120),
+        DirChange("delete-records", "orders", 0, offset=0),
         DirChange("claim", owner=Owner(0, 0, 0o755), group='a group "quoted" with spaces  ünïcode'),
     ],
 )
@@ -79,6 +82,8 @@ def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirCh
     ["", "mkdir", "mkdir orders", "mkdir orders 1 2", "mkdir orders 1 2 3 4", "mkdir orders 1 2 999",
      "mkdir orders -1 0 755", "mkdir orders 1 -2 755", "mkdir orders 1 2 17777", "mkdir orders/01", "mkdir orders/x",
      "mkdir /1", "mkdir orders/-1", "rmdir", "rmdir a b", "drop orders", "mkdir orders ١ 2 755", "MKDIR orders/1",
+     "delete-topic", "delete-topic a b", "delete-records o 1", "delete-records o 01 5", "delete-records o 1 -5",
+     "delete-records o 1 x", "delete-records o 1 ٥",
      "claim 1 2", "claim 1 2 g", 'claim 1 2 ""', "claim 1 2 7", 'claim -1 2 "g"', 'claim 1 ٢ "g"', 'claim 1 2 "g'],
 )  # fmt: skip
 def test_anything_else_written_to_dirs_is_refused(line: str) -> None:
