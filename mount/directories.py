@@ -16,6 +16,7 @@ import pyfuse3
 
 from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.store import NewTopic, Store
+from logfs.core.topicnames import validate_topic_name
 from logfs.mount.access import Access, Caller
 from logfs.mount.direntry import listed_only
 from logfs.mount.errors import InvalidName, MountRefusal, NoEntry, NotADirectory, NotPermitted
@@ -121,6 +122,7 @@ class Directories:
         if parent.kind is Kind.ROOT:
             owner = self.access.new_topic(caller, mode)
             if forwarder is not None:
+                validate_topic_name(text)  # the name's rules here (EINVAL, ENAMETOOLONG), before it is sent anywhere
                 await forwarder.change(DirChange("mkdir", text, owner=owner), lambda: self.store.has_topic(text))
             else:
                 await self._write_thread(self.store.create_topics, [NewTopic(text, owner=owner)])
@@ -133,7 +135,7 @@ class Directories:
             topic = parent.topic
             self.access.check_topic_owner(caller, topic, "adding a partition")
             if forwarder is not None:
-                await forwarder.change(DirChange("mkdir", topic, partition),
+                await forwarder.change(DirChange("mkdir", topic, partition, uid=caller.uid),
                                        lambda: partition in self.store.partitions(topic))  # fmt: skip
             else:
                 await self._write_thread(self.store.add_partition, topic, partition)
@@ -163,7 +165,7 @@ class Directories:
                 raise NoEntry(f"no topic {text!r}")
             self.access.check_topic_owner(caller, text, "deleting it")
             if forwarder is not None:
-                await forwarder.change(DirChange("rmdir", text), lambda: not self.store.has_topic(text))
+                await forwarder.change(DirChange("rmdir", text, uid=caller.uid), lambda: not self.store.has_topic(text))
                 return
             await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
             return

@@ -54,6 +54,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.NotPermitted, errno.EPERM, DEBUG),
     (mount.ReadOnlyMount, errno.EROFS, DEBUG),
     (mount.NoLeader, errno.EAGAIN, INFO),
+    (mount.NotShownHere, errno.ETIMEDOUT, INFO),
     (mount.ForwardFailed, errno.EIO, INFO),  # the leader's own errno, passed through (lookup)
     (mount.BadFileHandle, errno.EBADF, DEBUG),
     (mount.NotADirectory, errno.ENOTDIR, DEBUG),

@@ -13,6 +13,7 @@ topic that exists, a record too large) stays the core's error.
     ├── ReadOnlyMount           a change on a follower's mount (EROFS)
     ├── NoLeader                a write to forward when no leader took it within request.timeout.ms (EAGAIN)
     ├── ForwardFailed           a forwarded request the leader refused (the leader's errno)
+    ├── NotShownHere            a forwarded change the leader made, not shown here in request.timeout.ms (ETIMEDOUT)
     ├── BadFileHandle           an unknown handle, or one not open for that request (EBADF)
     ├── NotADirectory           opendir of a file (ENOTDIR)
     ├── IsADirectory            open of a directory (EISDIR)
@@ -57,6 +58,11 @@ class ReadOnlyMount(MountRefusal):
 class NoLeader(MountRefusal):
     """A write on a node that does not lead its partition, when no leader took it within ``request.timeout.ms``
     (none elected, or none reachable): nothing of it is stored (mount/forwarding.py)."""
+
+
+class NotShownHere(MountRefusal):
+    """A mkdir, rmdir or delete-* line made through a node that does not lead: the leader made it, and this node's
+    replica did not show it within ``request.timeout.ms`` (mount/forwarding.py). Not to be made again."""
 
 
 class ForwardFailed(MountRefusal):

@@ -43,6 +43,7 @@ import functools
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,9 +52,10 @@ from typing import Any, TypeVar
 
 import trio
 
+from logfs.core.names import is_group_id
 from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner
 from logfs.mount.access import Caller
-from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader
+from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader, NotShownHere
 from logfs.mount.handles import Handle
 from logfs.mount.names import parse_partition_name
 from logfs.mount.nodes import FORWARD_DIRS_NAME, LOGFS_DIR_NAME, Kind, Node
@@ -66,6 +68,7 @@ RETRY_S = 0.05  # between attempts to reach a leader (each also asks the node to
 SETTLE_POLL_S = 0.01  # how often a forwarded mkdir or rmdir looks whether this node's replica shows it yet
 SETTLE_NUDGE_POLLS = 10  # and every this many looks, asks the replica to list the leader again
 CONFIG_SETTLE_S = 2.0  # how long a forwarded config change waits to be shown here (two discovery rounds)
+CONFIG_WRITTEN_MAX = 64 * 1024  # a forwarded config handle's lines kept to look for here (a config is far smaller)
 FORWARD_THREADS = 64  # forwarded requests in the leader's mounts at once (each may wait for acks=all)
 # answers that say the request was not served: the leader refused before appending (EROFS), or its mount was gone
 # before the request reached it (the kernel answers ENOTCONN once a FUSE connection is closed; sshfs refused or
@@ -124,6 +127,7 @@ class ForwardHandle(Handle):
     lost: bool = False  # unacknowledged bytes went to an earlier leader: every fsync fails
     caller: Caller | None = None  # who opened it (a refusal is recorded as theirs, mount/refusals.py)
     leader_of: tuple[str, int] | None = None  # whose leader takes it, when not its own partition's (a group commit)
+    written: bytearray = field(default_factory=bytearray)  # a config handle's lines, to see them here (settle_config)
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 
@@ -195,18 +199,22 @@ class Forwarder:
                                f"({self.timeout_s * 1000:.0f} ms): {last}")  # fmt: skip
             await trio.sleep(RETRY_S)
 
-    async def change(self, change: DirChange, done: Callable[[], bool] | None) -> None:
+    async def change(
+        self, change: DirChange, done: Callable[[], bool] | None, leader_of: tuple[str, int] | None = None
+    ) -> None:
         """A mkdir or rmdir of a topic (or a partition's mkdir), or a group's claim, through this node: one line of the
         leader's ``.logfs/forward/.dirs`` (``DirChange``), tried again on the next leader while not served, the
         leader's refusal the answer; then wait until this node's own replica shows the change (``done``; None: no
         wait), asking it to look at the leader at once (``replicate``), so that what the caller does next here finds
-        it. NoLeader (EAGAIN) when that takes longer than ``request.timeout.ms`` (made on the leader, not here
-        yet)."""
-        await self._on_leader(Node(Kind.FORWARD_DIRS), change.op, functools.partial(_write_line, line=change.render()),
-                              (change.topic, max(change.partition, 0)))  # fmt: skip
+        it; NotShownHere (ETIMEDOUT) when that takes longer than ``request.timeout.ms`` (made on the leader, not
+        here yet: not to be made again). ``leader_of``: the partition whose leader takes it (a claim: the group's
+        offsets partition)."""
+        line = change.render()
+        await self._on_leader(Node(Kind.FORWARD_DIRS), change.op, functools.partial(_write_line, line=line),
+                              leader_of or (change.topic, max(change.partition, 0)))  # fmt: skip
         if done is not None and not await self._settle(done, self.timeout_s):
-            raise NoLeader(f"{change.render().decode().strip()}: made on the leader, not replicated here within "
-                           f"request.timeout.ms ({self.timeout_s * 1000:.0f} ms)")  # fmt: skip
+            raise NotShownHere(f"{line.decode().strip()}: made on the leader, not shown here within "
+                               f"request.timeout.ms ({self.timeout_s * 1000:.0f} ms)")  # fmt: skip
 
     async def group_owner(self, group: str, leader_of: tuple[str, int]) -> tuple[int, int, int]:
         """``(uid, gid, mode)`` the leader's mount shows for consumer group ``group`` (a claim this node forwarded is
@@ -217,18 +225,15 @@ class Forwarder:
 
     async def settle_config(self, h: ForwardHandle, local: Callable[[], bytes]) -> None:
         """After a forwarded ``config`` handle was flushed: wait (at most ``CONFIG_SETTLE_S``) until this node shows
-        the config the leader shows (``local``: its rendering here), so that ``cat config`` after ``echo … > config``
-        on this node reads the change. Past that it is replication's lag (logged), not a failure of the change."""
-        mount = None if self.target is None or h.path is None else self.target(h.node.topic, 0)
-        if mount is None:
+        every ``key=value`` line written through it (``local``: its rendering here), so that ``cat config`` after
+        ``echo … > config`` on this node reads the change. Past that it is replication's lag (logged), not a failure
+        of the change. (Only the lines written: the rest of a rendering holds each node's own defaults.)"""
+        wanted = {line.strip() for line in bytes(h.written).splitlines() if not line.strip().endswith(b"=")}
+        wanted.discard(b"")
+        h.written.clear()
+        if not wanted:
             return
-        path = mount / h.node.topic / "config"
-        try:
-            leader = await self._call(Path.read_bytes, path)
-        except OSError as exc:
-            _log.debug("%s: reading the leader's config at %s: %s", h.node, path, exc)
-            return
-        if not await self._settle(lambda: local() == leader, CONFIG_SETTLE_S):
+        if not await self._settle(lambda: wanted <= set(local().splitlines()), CONFIG_SETTLE_S):
             _log.info("%s: the change is on the leader, not shown here yet", h.node)
 
     async def _settle(self, done: Callable[[], bool], timeout_s: float) -> bool:
@@ -272,6 +277,8 @@ class Forwarder:
             if written != len(buf):  # a FUSE write answers whole or fails; anything else is a broken leader mount
                 raise ForwardFailed(errno.EIO, f"{h.node}: the leader at {h.path} took {written} of {len(buf)} bytes")
             h.boundary.feed(buf)
+            if h.node.kind is Kind.CONFIG and len(h.written) < CONFIG_WRITTEN_MAX:
+                h.written += buf
             # an O_SYNC / O_DSYNC write was acknowledged by the leader itself (O_SYNC includes O_DSYNC's bit)
             h.unsynced = h.unsynced or not h.flags & os.O_DSYNC
             return
@@ -355,68 +362,82 @@ def forward_path(mount: Path, node: Node) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class DirChange:
-    """A mkdir or rmdir made through a node that does not lead, a consumer group's claim, or a line of
-    ``.logfs/delete-topic`` or ``delete-records``, as one line of ``.logfs/forward/.dirs``: ``mkdir <topic> <uid>
-    <gid> <octal mode>`` (a topic, with the owner the forwarding node gave it: the caller and the mode mkdir passed),
-    ``mkdir <topic>/<partition>`` (the next partition), ``rmdir <topic>`` (an empty topic), ``claim <uid> <gid>
-    <group as a JSON string>`` (the group becomes the caller's if nobody claimed it: its first commit through that
-    node), ``delete-topic <topic>`` (records and all), ``delete-records <topic> <partition> <offset>``. The
-    forwarding node checked the caller's rights (a claim's, once it shows the owner); the leader takes the line from
-    a replica user only."""
+    """A change of the cluster's topics or groups made through a node that does not lead, as one line of the leader's
+    ``.logfs/forward/.dirs``:
+
+    * ``mkdir <topic> <uid> <gid> <octal mode>``: a topic, the caller's, with the mode mkdir passed;
+    * ``mkdir <topic>/<partition> <uid>``, ``rmdir <topic> <uid>``, ``delete-topic <topic> <uid>``,
+      ``delete-records <topic> <partition> <offset> <uid>``: changes of a topic, which its owner or root alone may
+      make: the forwarding node checked the caller (``uid``) against the owner it shows, and the leader checks
+      again against its own (a topic made again since, by someone else, is not the caller's);
+    * ``claim <uid> <gid> <group as a JSON string>``: the group becomes the caller's if nobody claimed it (its first
+      commit through that node), whose right to write it that node then checks against the owner the leader shows.
+
+    Names are checked before a line is made (no blank or control character can start another line); the leader
+    takes the lines from a replica user only."""
 
     op: str  # "mkdir", "rmdir", "claim", "delete-topic" or "delete-records"
     topic: str = ""
     partition: int = -1
-    owner: Owner | None = None
+    owner: Owner | None = None  # a new topic's owner; a claim's claimer (uid, gid)
     group: str = ""
     offset: int = -1
+    uid: int = -1  # the caller, for the leader's own owner check of a change of a topic
 
     def render(self) -> bytes:
-        if self.op == "delete-topic":
-            return f"delete-topic {self.topic}\n".encode()
-        if self.op == "delete-records":
-            return f"delete-records {self.topic} {self.partition} {self.offset}\n".encode()
+        if self.op != "claim" and not _PLAIN_NAME.fullmatch(self.topic):
+            raise InvalidCommand(f"{self.topic!r} cannot be named in a forwarded change")
         if self.op == "claim":
             assert self.owner is not None
             return f"claim {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
-        if self.op == "rmdir":
-            return f"rmdir {self.topic}\n".encode()
-        if self.partition >= 0:
-            return f"mkdir {self.topic}/{self.partition}\n".encode()
-        assert self.owner is not None
-        return f"mkdir {self.topic} {self.owner.uid} {self.owner.gid} {self.owner.mode:o}\n".encode()
+        if self.op == "mkdir" and self.partition < 0:
+            assert self.owner is not None
+            return f"mkdir {self.topic} {self.owner.uid} {self.owner.gid} {self.owner.mode:o}\n".encode()
+        assert self.uid >= 0, "a change of a topic names its caller"
+        where = {"mkdir": f"{self.topic}/{self.partition}", "delete-records": f"{self.topic} {self.partition} "
+                 f"{self.offset}"}.get(self.op, self.topic)  # fmt: skip
+        return f"{self.op} {where} {self.uid}\n".encode()
 
     @classmethod
     def parse(cls, line: str) -> DirChange:
         """The change a line names; InvalidCommand (EINVAL) for anything else."""
         words = line.split(" ")
+        op, args = words[0], words[1:]
         try:
-            if words[0] == "delete-topic" and len(words) == 2 and words[1]:
-                return cls("delete-topic", words[1])
-            if words[0] == "delete-records" and len(words) == 4 and words[1]:
-                partition = parse_partition_name(words[2])
-                if partition is not None and words[3].isascii() and words[3].isdigit():
-                    return cls("delete-records", words[1], partition, offset=int(words[3]))
-            if words[0] == "claim" and len(words) >= 4 and all(w.isascii() and w.isdigit() for w in words[1:3]):
+            if op == "claim" and len(args) >= 3 and _ids(args[:2]):
                 group = json.loads(line.split(" ", 3)[3])
-                if isinstance(group, str) and group:
-                    return cls("claim", owner=Owner(int(words[1]), int(words[2]), DEFAULT_MODE), group=group)
-            if words[0] == "rmdir" and len(words) == 2 and words[1]:
-                return cls("rmdir", words[1])
-            if words[0] == "mkdir" and len(words) == 2 and "/" in words[1]:
-                topic, _, number = words[1].partition("/")
+                if isinstance(group, str) and is_group_id(group):
+                    return cls("claim", owner=Owner(int(args[0]), int(args[1]), DEFAULT_MODE), group=group)
+            elif op == "mkdir" and len(args) == 4 and _ids(args[1:3]) and args[3].isascii():
+                mode = int(args[3], 8)
+                if not mode & ~MODE_BITS and _PLAIN_NAME.fullmatch(args[0]):
+                    return cls("mkdir", args[0], owner=Owner(int(args[1]), int(args[2]), mode))
+            elif op == "mkdir" and len(args) == 2 and _ids(args[1:]):
+                topic, _, number = args[0].partition("/")
                 partition = parse_partition_name(number)
-                if topic and partition is not None:
-                    return cls("mkdir", topic, partition)
-            if words[0] == "mkdir" and len(words) == 5 and words[1]:
-                uid, gid, mode = int(words[2]), int(words[3]), int(words[4], 8)
-                if uid >= 0 and gid >= 0 and not mode & ~MODE_BITS and all(w.isascii() for w in words[2:]):
-                    return cls("mkdir", words[1], owner=Owner(uid, gid, mode))
+                if _PLAIN_NAME.fullmatch(topic) and partition is not None:
+                    return cls("mkdir", topic, partition, uid=int(args[1]))
+            elif op in ("rmdir", "delete-topic") and len(args) == 2 and _ids(args[1:]):
+                if _PLAIN_NAME.fullmatch(args[0]):
+                    return cls(op, args[0], uid=int(args[1]))
+            elif op == "delete-records" and len(args) == 4 and _ids(args[2:]):
+                partition = parse_partition_name(args[1])
+                if _PLAIN_NAME.fullmatch(args[0]) and partition is not None:
+                    return cls(op, args[0], partition, offset=int(args[2]), uid=int(args[3]))
         except ValueError:
             pass
-        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not 'mkdir <topic> <uid> <gid> <mode>', 'mkdir <topic>/<p>', "
-                             f"'rmdir <topic>', 'claim <uid> <gid> <group>', 'delete-topic <topic>' or "
-                             f"'delete-records <topic> <p> <offset>': {line[:200]!r}")  # fmt: skip
+        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not a forwarded change (mkdir, rmdir, claim, delete-topic, "
+                             f"delete-records): {line[:200]!r}")  # fmt: skip
+
+
+# What a forwarded change may name as a topic: no blank, no control character, nothing that could end its line (the
+# leader checks the name's own rules when it makes the change)
+_PLAIN_NAME = re.compile(r"[^\s\x00-\x1f\x7f/]+")
+
+
+def _ids(words: list[str]) -> bool:
+    """Whether each word is a non-negative id in ASCII digits."""
+    return all(w.isascii() and w.isdigit() for w in words)
 
 
 def _open(path: Path, *, flags: int) -> int:

@@ -57,7 +57,7 @@ from logfs.core.groups.offsets import (
 from logfs.core.groups.records import OFFSETS_TOPIC, partition_for_group
 from logfs.core.log.log import Log
 from logfs.core.names import is_group_id
-from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, Owner, Owners
+from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller
 from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
@@ -207,18 +207,21 @@ class Groups:
 
     async def before_forwarding(self, caller: Caller, node: Node, forwarder: Forwarder) -> tuple[str, int]:
         """A commit or group config change by ``caller`` through this node, which does not lead the group's offsets
-        partition: claim the group for ``caller`` on the leader when nobody did (a shared mount) and read the owner
-        the leader then shows, and check here that ``caller`` may write it (its supplementary groups are known only
-        here); the offsets partition whose leader takes the commit."""
+        partition: on a shared mount, claim the group for ``caller`` on the leader when nobody did, read the owner
+        the leader shows (this node's may lag it), and check here that ``caller`` may write it (its supplementary
+        groups are known only here); the offsets partition whose leader takes the commit."""
         group = node.group
         leader_of = OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
-        owner = self.access.group(group) if self.access.shared else None
-        if self.access.shared and owner is None:
-            claim = DirChange("claim", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=group)
-            await forwarder.change(claim, None)
-            uid, gid, mode = await forwarder.group_owner(group, leader_of)  # claimed: by this caller, or another
-            owner = Owner(uid, gid, mode & GROUP_MODE_BITS)
-        self.access.check_group_write(caller, group, owner)
+        if self.access.shared:  # the leader's owner decides (this node's may lag a claim or a deletion there)
+            if self.access.group(group) is None:
+                claim = DirChange("claim", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=group)
+                await forwarder.change(claim, None, leader_of)
+            uid, gid, mode = await forwarder.group_owner(group, leader_of)
+            if mode == UNCLAIMED_GROUP_MODE:  # deleted there and unclaimed since this node showed an owner
+                claim = DirChange("claim", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=group)
+                await forwarder.change(claim, None, leader_of)
+                uid, gid, mode = await forwarder.group_owner(group, leader_of)
+            self.access.check_group_write(caller, group, Owner(uid, gid, mode & GROUP_MODE_BITS))
         return leader_of
 
     async def _claim(self, caller: Caller, node: Node) -> None:

@@ -300,8 +300,10 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.ROOT)
     if k.is_fetch:
         return _fetch_parent(node)
+    if k is Kind.GROUPS_DIR:
+        return Node(Kind.FORWARD_DIR) if node.forwarded else Node(Kind.LOGFS_DIR)
     if k in GROUP_KINDS:
-        return Node(Kind.FORWARD_DIR) if k is Kind.GROUPS_DIR and node.forwarded else _group_parent(node)
+        return _group_parent(node)
     if node.forwarded:
         return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
             Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip

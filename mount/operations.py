@@ -428,11 +428,13 @@ class Operations(pyfuse3.Operations):
             raise WrongAccessMode(f"{node} is for reading")
         if kind is Kind.FETCH_SESSION:
             return self._open_session(entry, access, caller_of(ctx))
+        if node.forwarded or kind is Kind.FORWARD_DIRS:  # another node's forwarded request (mount/forwarding.py):
+            self.permissions.check_replica_user(caller_of(ctx))  # that node checked its caller; this checks its user
+        # a change this node makes on the leader, for its own caller (mount/forwarding.py)
+        forwards = not node.forwarded and access != os.O_RDONLY and self.read_only and self.forwarder.enabled
         if kind in GROUP_KINDS:
             caller = caller_of(ctx)
-            if node.forwarded:  # another node's commit (mount/forwarding.py): it checked its caller; this its user
-                self.permissions.check_replica_user(caller)
-            elif access != os.O_RDONLY and kind in GROUP_WRITE_KINDS and self.read_only and self.forwarder.enabled:
+            if forwards and kind in GROUP_WRITE_KINDS:
                 leader_of = await self.groups.before_forwarding(caller, node, self.forwarder)
                 forwarded = await self.forwarder.open(entry, flags, caller, leader_of)
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
@@ -444,9 +446,7 @@ class Operations(pyfuse3.Operations):
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
-            if node.forwarded or kind is Kind.FORWARD_DIRS:  # another node's forwarded write (mount/forwarding.py):
-                self.permissions.check_replica_user(caller_of(ctx))  # that node checked its caller; this its user
-            elif self.read_only and kind in FORWARDED_KINDS and not node.txn and self.forwarder.enabled:
+            if forwards and kind in FORWARDED_KINDS and not node.txn:
                 if kind is Kind.CONFIG:
                     self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
                 forwarded = await self.forwarder.open(entry, flags, caller_of(ctx))

@@ -54,7 +54,7 @@ from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderP
 from logfs.core.store import NewTopic, Store
 from logfs.core.topicnames import validate_topic_name
 from logfs.core.txn.coordinator import TransactionCoordinator
-from logfs.mount.access import Access
+from logfs.mount.access import Access, Caller
 from logfs.mount.errors import (
     BadFileHandle,
     BrokenByTooLarge,
@@ -228,6 +228,8 @@ class Writer:
         before anything changes: that node tries the next leader)."""
         self._leader_replication()
         topic = change.topic
+        if change.uid >= 0 and self.store.has_topic(topic):  # a change of a topic: its owner's, here too
+            self.access.check_topic_owner(Caller(change.uid, -1, 0), topic, f"{change.op} through another node")
         if change.op == "claim":
             assert change.owner is not None and self.groups is not None
             await self.groups.claim_as(change.group, change.owner.uid, change.owner.gid)
@@ -298,7 +300,7 @@ class Writer:
                 self._check_owner(h, line, "delete-topic")
                 if (forwarder := self._forwarding()) is not None:  # made by the leader (mount/forwarding.py)
                     gone = functools.partial(_lacks, self.store, line)
-                    await forwarder.change(DirChange("delete-topic", line), gone)
+                    await forwarder.change(DirChange("delete-topic", line, uid=_uid(h)), gone)
                     continue
                 await self.delete_topic(line, only_if_empty=False, invalidate=True)
         elif kind is Kind.DELETE_RECORDS:
@@ -440,7 +442,7 @@ class Writer:
         self._check_owner(h, topic, "delete-records")
         forwarder = self._forwarding()
         if forwarder is not None and offset >= 0:  # the leader checks the offset against its HW
-            change = DirChange("delete-records", topic, partition, offset=offset)
+            change = DirChange("delete-records", topic, partition, offset=offset, uid=_uid(h))
             await forwarder.change(change, lambda: log.log_start_offset >= offset)
             return
         await self._delete_records_at(topic, partition, offset)
@@ -455,6 +457,11 @@ class Writer:
             await self._write_thread(self.store.delete_records, topic, partition, offset)
         state.notify()  # the log start moved: fetch sessions tell their followers (mount/session.py)
         _log.info("delete-records: %s-%d now starts at %d", topic, partition, log.log_start_offset)
+
+
+def _uid(h: WriteHandle) -> int:
+    """Who opened ``h`` (root when not known: a handle made without a caller, as in tests of the core paths)."""
+    return 0 if h.caller is None else h.caller.uid
 
 
 def _lacks(store: Store, topic: str) -> bool:

@@ -42,11 +42,12 @@ _log = logging.getLogger(__name__)
 
 
 class LeaderReplicas:
-    """The :class:`LeaderPartition` of every partition of a store this process leads, all in one leader epoch.
+    """The :class:`LeaderPartition` of every partition of a store this process leads, each in its leader epoch (one
+    epoch for all without ``epochs``: the module docstring).
 
-    Every partition of the store is taken when this is built (so the HW rule applies at once, as Kafka's makeLeader
-    does); a partition created later is taken on first use, and a deleted topic's partitions are forgotten. Any
-    thread.
+    Every partition of the store it leads is taken when this is built (so the HW rule applies at once, as Kafka's
+    makeLeader does); a partition created later is taken on first use, and a deleted topic's partitions are
+    forgotten. Any thread.
     """
 
     def __init__(
@@ -99,7 +100,7 @@ class LeaderReplicas:
                 with self._lock:  # one partition at a time: a fetch of another (the trio thread) never waits long
                     self._take(tp, log, now_ms, existing=True)
         with self._lock:
-            for tp in [tp for tp, p in self._partitions.items() if self.epoch_of(tp) != p.leader_epoch]:
+            for tp in [tp for tp in self._partitions if self.epoch_of(tp) is None]:
                 del self._partitions[tp]
                 self._changed()
 
@@ -193,8 +194,11 @@ class LeaderReplicas:
                 log: Log | None = self.store.log(tp.topic, tp.partition)
             except UnknownTopicOrPartition:
                 log = None
-            if log is p.log and self.epoch_of(tp) == p.leader_epoch:
+            epoch = self.epoch_of(tp)
+            if log is p.log and epoch == p.leader_epoch:
                 live.append((tp, p))
+            elif log is p.log and epoch is not None:
+                continue  # led in a newer epoch, not taken in it yet: kept, so that it is taken with the recorded ISR
             else:
                 with self._lock:
                     if self._partitions.get(tp) is p:

@@ -100,6 +100,8 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     assert errno_of(os.mkdir, b.mount / "u") == errno.EEXIST  # the leader's answers
     assert errno_of(os.mkdir, b.mount / "u/3") == errno.EINVAL  # not the next partition
     assert errno_of(os.mkdir, b.mount / "bad:name") == errno.EINVAL
+    # a name that would make more than one line of the leader's .dirs is refused here, and nothing happens there
+    assert errno_of(os.mkdir, b.mount / "x 0 0 777\nrmdir u\nmkdir y") == errno.EINVAL
     assert errno_of(os.rmdir, b.mount / "u") == errno.ENOTEMPTY  # it holds a record: nothing removed
     subprocess.run(f"mkdir {b.mount}/v && rmdir {b.mount}/v && test ! -e {b.mount}/v", shell=True, check=True)
     for node in cluster.nodes.values():

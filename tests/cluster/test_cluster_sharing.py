@@ -5,10 +5,12 @@ mount, so the node elected after the leader is killed shows and enforces the sam
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
+from conftest import errno_of
 from users import User, shared_dir, user
 from zkcluster import Cluster, append_acked, wait_until
 from zkserver import ZooKeeperServer
@@ -86,6 +88,11 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         assert "Operation not permitted" in alice.refused(f"rmdir {other.mount}/bobs2")  # the sticky root
         bob.ok(f"echo retention.ms=86400000 > {other.mount}/bobs2/config && grep -x retention.ms=86400000 "
                f"{other.mount}/bobs2/config")  # fmt: skip
+        # the leader checks the owner again (a node may show an owner the leader no longer has): alice's rmdir
+        # refused there too, and nobody but a replica user reads or writes the forwarded files
+        with open(mnt / ".logfs/forward/.dirs", "wb", buffering=0) as f:
+            assert errno_of(f.write, f"rmdir bobs2 {alice.uid}\n".encode()) == errno.EACCES
+        assert "Permission denied" in bob.refused(f"cat {mnt}/.logfs/forward/bobs2/config")
         assert "retention.ms=86400000" in (mnt / "bobs2/config").read_text().split()
         bob.ok(f"rmdir {other.mount}/bobs2 && test ! -e {other.mount}/bobs2")
         assert not (mnt / "bobs2").exists()

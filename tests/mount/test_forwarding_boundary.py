@@ -62,13 +62,13 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
     [
         DirChange("mkdir", "orders", owner=Owner(1001, 100, 0o2750)),
         DirChange("mkdir", "__consumer_offsets-like.name_1", owner=Owner(0, 0, 0o755)),
-        DirChange("mkdir", "orders", 7),
-        DirChange("rmdir", "orders"),
+        DirChange("mkdir", "orders", 7, uid=1001),
+        DirChange("rmdir", "orders", uid=0),
         DirChange("claim", owner=Owner(1001, 100, 0o755), group="billing"),
-        DirChange("delete-topic", "orders"),
-        DirChange("delete-records", "orders", 3, offset=120),
-        DirChange("delete-records", "orders", 0, offset=0),
-        DirChange("claim", owner=Owner(0, 0, 0o755), group='a group "quoted" with spaces  ünïcode'),
+        DirChange("delete-topic", "orders", uid=1001),
+        DirChange("delete-records", "orders", 3, offset=120, uid=1001),
+        DirChange("delete-records", "orders", 0, offset=0, uid=0),
+        DirChange("claim", owner=Owner(0, 0, 0o755), group="_billing.eu-west_2"),
     ],
 )
 def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirChange) -> None:
@@ -82,10 +82,21 @@ def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirCh
     ["", "mkdir", "mkdir orders", "mkdir orders 1 2", "mkdir orders 1 2 3 4", "mkdir orders 1 2 999",
      "mkdir orders -1 0 755", "mkdir orders 1 -2 755", "mkdir orders 1 2 17777", "mkdir orders/01", "mkdir orders/x",
      "mkdir /1", "mkdir orders/-1", "rmdir", "rmdir a b", "drop orders", "mkdir orders ١ 2 755", "MKDIR orders/1",
+     "rmdir orders", "mkdir orders/1", "delete-topic orders", "delete-records o 1 5", "rmdir a\tb 1",
+     "rmdir orders -1", "rmdir orders ١", "mkdir a/b/1 1",
      "delete-topic", "delete-topic a b", "delete-records o 1", "delete-records o 01 5", "delete-records o 1 -5",
      "delete-records o 1 x", "delete-records o 1 ٥",
-     "claim 1 2", "claim 1 2 g", 'claim 1 2 ""', "claim 1 2 7", 'claim -1 2 "g"', 'claim 1 ٢ "g"', 'claim 1 2 "g'],
+     "claim 1 2", "claim 1 2 g", 'claim 1 2 "../x"', 'claim 1 2 "a b"',
+     'claim 1 2 ""', "claim 1 2 7", 'claim -1 2 "g"', 'claim 1 ٢ "g"', 'claim 1 2 "g'],
 )  # fmt: skip
 def test_anything_else_written_to_dirs_is_refused(line: str) -> None:
     with pytest.raises(InvalidCommand):
         DirChange.parse(line)
+
+
+@pytest.mark.parametrize("name", ["a\nrmdir victim", "a b", "a\tb", "a\rb", "a\x00b", "a/b", ""])
+def test_a_name_that_could_start_another_line_is_never_sent(name: str) -> None:
+    with pytest.raises(InvalidCommand):
+        DirChange("rmdir", name, uid=1001).render()
+    with pytest.raises(InvalidCommand):
+        DirChange("mkdir", name, owner=Owner(1001, 100, 0o755)).render()
