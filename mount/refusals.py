@@ -172,6 +172,8 @@ def refusal_target(
             h = handles.get(args[0])
             if not isinstance(h, (WriteHandle, ForwardHandle)):
                 return None
+            if h.node.forwarded or h.node.kind is Kind.FORWARD_DIRS:
+                return None  # another node's request: refused there, as its caller's (mount/forwarding.py)
             op = FSYNC if handler == "fsync" else CONFIG if h.node.kind is Kind.CONFIG else WRITE
             return op, str(h.node), h.caller.uid if h.caller is not None else None
         uid = getattr(args[-1], "uid", None) if args else None  # the request context, the last argument
