@@ -127,6 +127,7 @@ class Directories:
             else:
                 await self._write_thread(self.store.create_topics, [NewTopic(text, owner=owner)])
                 _log.info("created topic %s with %d partition(s)", text, len(self.store.partitions(text)))
+                await self.writer.topics_changed()
             node = Node(Kind.TOPIC, text)
         elif parent.kind is Kind.TOPIC:
             partition = parse_partition_name(text)
@@ -140,6 +141,7 @@ class Directories:
             else:
                 await self._write_thread(self.store.add_partition, topic, partition)
                 _log.info("added partition %d to topic %s", partition, topic)
+                await self.writer.topics_changed()
             node = Node(Kind.PARTITION, topic, partition)
         elif parent.kind is Kind.TXN_DIR and transactions is not None:
             await transactions.begin(text, (caller.uid, caller.gid))  # EEXIST while open; EINVAL for a bad id
@@ -168,6 +170,7 @@ class Directories:
                 await forwarder.change(DirChange("rmdir", text, uid=caller.uid), lambda: not self.store.has_topic(text))
                 return
             await self.writer.delete_topic(text, only_if_empty=True, invalidate=False)
+            await self.writer.topics_changed()
             return
         self.tree.resolve(parent, text)  # ENOENT for what does not exist
         raise NotPermitted(f"rmdir in {parent}")

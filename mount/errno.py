@@ -55,6 +55,7 @@ ERRNO_TABLE: Final[tuple[tuple[type[BaseException], int, int], ...]] = (
     (mount.ReadOnlyMount, errno.EROFS, DEBUG),
     (mount.NoLeader, errno.EAGAIN, INFO),
     (mount.NotShownHere, errno.ETIMEDOUT, INFO),
+    (mount.NotRecorded, errno.ETIMEDOUT, ERROR),
     (mount.ForwardFailed, errno.EIO, INFO),  # the leader's own errno, passed through (lookup)
     (mount.BadFileHandle, errno.EBADF, DEBUG),
     (mount.NotADirectory, errno.ENOTDIR, DEBUG),

@@ -14,6 +14,7 @@ topic that exists, a record too large) stays the core's error.
     ├── NoLeader                a write to forward when no leader took it within request.timeout.ms (EAGAIN)
     ├── ForwardFailed           a forwarded request the leader refused (the leader's errno)
     ├── NotShownHere            a forwarded change the leader made, not shown here in request.timeout.ms (ETIMEDOUT)
+    ├── NotRecorded             a leader's topic change ZooKeeper did not record in request.timeout.ms (ETIMEDOUT)
     ├── BadFileHandle           an unknown handle, or one not open for that request (EBADF)
     ├── NotADirectory           opendir of a file (ENOTDIR)
     ├── IsADirectory            open of a directory (EISDIR)
@@ -63,6 +64,12 @@ class NoLeader(MountRefusal):
 class NotShownHere(MountRefusal):
     """A mkdir, rmdir or delete-* line made through a node that does not lead: the leader made it, and this node's
     replica did not show it within ``request.timeout.ms`` (mount/forwarding.py). Not to be made again."""
+
+
+class NotRecorded(MountRefusal):
+    """A topic made, grown or deleted on a cluster's leader that ZooKeeper did not record within
+    ``request.timeout.ms``: made here, but a node elected after this one's death may not know of it (the cluster
+    node, logfs/cluster/node.py). Not to be made again."""
 
 
 class ForwardFailed(MountRefusal):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -154,6 +154,14 @@ class Writer:
         self.groups: Groups | None = None  # .logfs/groups/: commits and group config (mount/groups.py)
         # a node that does not lead: the delete-* lines a caller may make go to the leader (mount/forwarding.py)
         self.forwarder: Forwarder | None = None
+        # a cluster's leader: returns once ZooKeeper records the topics as they are now (logfs/cluster/node.py)
+        self.record_topics: Callable[[], Awaitable[None]] | None = None
+
+    async def topics_changed(self) -> None:
+        """A topic was made, grown or deleted here: on a cluster's leader, answer only once ZooKeeper records it
+        (NotRecorded otherwise), so that an acknowledged mkdir or rmdir survives this node's death."""
+        if self.record_topics is not None:
+            await self.record_topics()
 
     async def write(self, h: WriteHandle, buf: bytes) -> None:
         """One write request on ``h`` (the caller holds ``h.lock``)."""
@@ -238,20 +246,24 @@ class Writer:
             if not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
             await self.delete_topic(topic, only_if_empty=False, invalidate=True)
+            await self.topics_changed()
         elif change.op == "delete-records":
             await self._delete_records_at(topic, change.partition, change.offset)
         elif change.op == "rmdir":
             if topic == OFFSETS_TOPIC or not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
             await self.delete_topic(topic, only_if_empty=True, invalidate=True)
+            await self.topics_changed()
         elif change.partition >= 0:
             await self._write_thread(self.store.add_partition, topic, change.partition)
             _log.info("added partition %d to topic %s (through another node)", change.partition, topic)
+            await self.topics_changed()
         else:
             await self._write_thread(self.store.create_topics, [NewTopic(topic, owner=change.owner)])
             pyfuse3.invalidate_entry_async(ROOT_INODE, topic.encode(), ignore_enoent=True)
             _log.info("created topic %s with %d partition(s) (through another node)", topic,
                       len(self.store.partitions(topic)))  # fmt: skip
+            await self.topics_changed()
 
     async def delete_topic(self, topic: str, *, only_if_empty: bool, invalidate: bool) -> None:
         """Delete a topic (rmdir: only without records) with no append in flight on any of its partitions."""
@@ -303,6 +315,7 @@ class Writer:
                     await forwarder.change(DirChange("delete-topic", line, uid=_uid(h)), gone)
                     continue
                 await self.delete_topic(line, only_if_empty=False, invalidate=True)
+                await self.topics_changed()
         elif kind is Kind.DELETE_RECORDS:
             for line in _commands(lines):
                 await self._delete_records(h, line)

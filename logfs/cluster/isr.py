@@ -60,6 +60,12 @@ class IsrRecorder:
         self._synced: tuple[int, int] | None = None
         self._held: set[str] = set()  # the topics this leader has held in this epoch (see sync)
 
+    @property
+    def synced(self) -> bool:
+        """Whether ZooKeeper records everything this leader holds now: the last :meth:`sync` found nothing left to
+        write, and nothing was taken, forgotten, created or deleted since."""
+        return self._synced == (self.leaders.changes, self.leaders.store.topology_version)
+
     def _state(self, isr: tuple[int, ...]) -> PartitionState:
         return PartitionState(self.node_id, self.epoch, tuple(sorted(isr)), self.controller_epoch)
 

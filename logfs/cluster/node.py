@@ -59,10 +59,11 @@ from logfs.core.replication.promotion import (
     read_replica_state,
     write_replica_state,
 )
-from logfs.core.store import Store
+from logfs.core.store import NewTopic, Store
 from logfs.core.storeconfig import StoreConfig
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import FetchResponse
+from logfs.mount.errors import NotRecorded
 from logfs.mount.operations import Operations
 from logfs.mount.replication import LeaderReplication
 
@@ -119,6 +120,7 @@ class ClusterNode:
         ops.forwarder.target = self.forward_target
         ops.forwarder.refresh = self.zk.nudge
         ops.forwarder.replicate = self._replicate_now
+        ops.writer.record_topics = self._record_topics
 
     # --- what the mount shows ---------------------------------------------------------------------------------------
 
@@ -135,6 +137,63 @@ class ClusterNode:
         if leadership.leader in (NO_LEADER, self.node_id) or not leadership.mount:
             return None
         return self.node_mounts.get(leadership.leader, Path(leadership.mount))
+
+    async def _record_topics(self) -> None:
+        """A topic was made, grown or deleted on this leader's mount: return once ZooKeeper records the topics as they
+        are now (assignments and partition states; a deletion under ``/admin/delete_topics``), so that what mkdir or
+        rmdir acknowledged survives this node: a node elected after its death makes every topic the assignments
+        name that its store lacks (:meth:`_take_recorded_topics`), and deletes what is recorded deleted. NotRecorded
+        (ETIMEDOUT) when ZooKeeper has not recorded it within ``request.timeout.ms`` (or this node was fenced)."""
+        recorder = self._recorder
+        if recorder is None:
+            return  # not leading (a change made here was refused before it got here)
+        deadline = trio.current_time() + self.config.request_timeout_ms / 1000
+        # a partition is otherwise taken at its first use (and recorded then): take the new ones now
+        await trio.to_thread.run_sync(recorder.leaders.retake)
+        while True:
+            await self._zk(recorder.sync)
+            if recorder.synced:
+                return
+            if recorder.fenced is not None or trio.current_time() >= deadline:
+                raise NotRecorded("made here, but ZooKeeper has not recorded it within request.timeout.ms "
+                                  f"({self.config.request_timeout_ms} ms): a leader elected after this node's death "
+                                  "may not know of it")  # fmt: skip
+            await trio.sleep(ISR_SYNC_S)
+
+    async def _take_recorded_topics(self, states: dict[tuple[str, int], Versioned]) -> None:
+        """About to lead: make every topic (and partition) ZooKeeper records — in its assignment, or by its partition
+        states (a topic an earlier logfs recorded without an assignment) — that this store lacks and that is not
+        recorded deleted. Its leader acknowledged it once ZooKeeper recorded it (:meth:`_record_topics`)
+        and died before this node's discovery saw it: made with the default config and owner (configs and owners
+        are kept in the stores, not in ZooKeeper: a change of them that recent is lost with its leader)."""
+        pending = await self._zk(self.zk.pending_deletions)
+        counts = {topic: max(assignment) + 1 for topic, (assignment, _) in self.assignments.all().items() if assignment}
+        for topic, partition in states:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        missing: list[NewTopic] = []
+        grown: list[tuple[str, int]] = []
+        for topic, count in sorted(counts.items()):
+            if topic in pending:
+                continue
+            if not self.store.has_topic(topic):
+                missing.append(NewTopic(topic, count))
+            else:
+                grown += [(topic, p) for p in range(len(self.store.partitions(topic)), count)]
+        for new in missing:
+            try:
+                await trio.to_thread.run_sync(self.store.create_topics, [new])
+            except (LogfsError, OSError) as exc:  # this store cannot take it: it leads the rest all the same
+                _log.error("node %d cannot make topic %s, which ZooKeeper records: %s", self.node_id, new.name, exc)
+                continue
+            _log.warning("node %d made topic %s as ZooKeeper records it (its leader died before this node had it): "
+                         "default config and owner", self.node_id, new.name)  # fmt: skip
+        for topic, p in grown:
+            try:
+                await trio.to_thread.run_sync(self.store.add_partition, topic, p)
+            except (LogfsError, OSError) as exc:
+                _log.error("node %d cannot add partition %d to topic %s: %s", self.node_id, p, topic, exc)
+                break
+            _log.warning("node %d added partition %d to topic %s as ZooKeeper records it", self.node_id, p, topic)
 
     def _replicate_now(self) -> None:
         """A change this node forwarded (a mkdir, an rmdir, a config) waits to be seen here: look at the leader now."""
@@ -332,6 +391,7 @@ class ClusterNode:
         states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
         await self._zk(functools.partial(self.assignments.refresh, self.zk, everything=True))
         await self._stop_role()
+        await self._take_recorded_topics(states)
         node = self.node_id
         await trio.to_thread.run_sync(write_replica_state, self.store.path,
                                       PersistedReplicaState(node, epoch, epoch, (node,), True))  # fmt: skip
