@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -121,6 +122,64 @@ class Writer(threading.Thread):
             partition = (partition + 1) % self.partitions
             if self.interval_s:
                 time.sleep(self.interval_s)
+
+
+class TopicMaker:
+    """mkdir of new topics (``<prefix>-<n>``) through nodes picked at random (a node that does not lead forwards it
+    to the leader: mount/forwarding.py), a few at a time between a campaign's faults, so that the next fault (a
+    leader killed, say) often comes before the followers' discovery has seen them. ``acked``: the names whose mkdir
+    returned 0 — each must be on every node at the end, whatever failed over since (an acknowledged mkdir is recorded
+    in ZooKeeper before it returns: docs/replication.md, "An acknowledged mkdir or rmdir survives the leader");
+    ``tried``: every name attempted (nothing else may appear).
+
+    Not while a fault is under way: a topic made while some node is down starts with an ISR without it, and with one
+    leader for every partition a dead leader alone in one partition's ISR leaves the whole cluster without a clean
+    leader (the campaign would measure that limit, not the mkdir)."""
+
+    def __init__(self, cluster: Cluster, prefix: str = "made", seed: int = 0) -> None:
+        self.cluster = cluster
+        self.prefix = prefix
+        self.acked: list[str] = []
+        self.tried: list[str] = []
+        self.errors: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+
+    def make(self, count: int) -> None:
+        for _ in range(count):
+            nodes = self.cluster.reachable()
+            if not nodes:
+                return
+            name = f"{self.prefix}-{len(self.tried)}"
+            self.tried.append(name)
+            path = self._rng.choice(nodes).mount / name
+            try:
+                os.mkdir(path)
+                # a node that died before the mkdir leaves its mount point a plain directory, where a mkdir
+                # succeeds: only a topic the mount shows (its partition 0) counts as acknowledged by logfs
+                made = (path / "0").is_dir()
+            except OSError as exc:
+                self.errors[errno.errorcode.get(exc.errno or 0, str(exc.errno))] += 1
+                continue
+            if made:
+                self.acked.append(name)
+            else:
+                self.errors["not a logfs mount"] += 1
+
+    def check(self, timeout_s: float) -> None:
+        """Every acknowledged topic on every reachable node (their discovery may take a round), and no topic of this
+        maker that was never attempted."""
+        tried, acked = set(self.tried), set(self.acked)
+        for node in self.cluster.reachable():
+            deadline = time.monotonic() + timeout_s
+            while True:
+                present = {p.name for p in node.mount.iterdir() if p.name.startswith(f"{self.prefix}-")}
+                if acked <= present <= tried:
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"node {node.node_id} lacks acknowledged topics {sorted(acked - present)} "
+                                       f"and shows topics never asked for {sorted(present - tried)}\n"
+                                       f"{self.cluster.logs()}")  # fmt: skip
+                time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,9 @@ pause or a cut must acknowledge no write sent from the moment its successor is s
 
 At the end (tests/cluster/ackcheck.py): every acknowledged record is on the final leader exactly once, the replicas
 are byte-identical, no offset holds two different records, leader epochs only grow (stores and every state znode
-version seen), at most one node acknowledged in any epoch (among the writes made through the leader named).
+version seen), at most one node acknowledged in any epoch (among the writes made through the leader named). Beside
+the writers, topics are made through random nodes: every topic whose mkdir returned is on every node at the
+end, and no topic appears that was never asked for (three are made just before each fault).
 
 ``LOGFS_FAILOVER_ROUNDS`` (default 4, for CI's budget) sets the rounds, ``LOGFS_FAILOVER_SEED`` the fault sequence
 (default: a fresh seed, printed and named in every failure). Run with ``-s`` to see the figures.
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ackcheck import EpochWatch, Writer, check_history, wait_acks, writing
+from ackcheck import EpochWatch, TopicMaker, Writer, check_history, wait_acks, writing
 from conftest import make_topic
 from zkcluster import Cluster, ClusterError, Node, wait_until
 from zkserver import ZooKeeperServer
@@ -166,6 +168,7 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
         make_topic(leader.mount, TOPIC, PARTITIONS)
         wait_until("every node in ZooKeeper's ISR", lambda: full_isr(cluster), WAIT_S, logs=cluster.logs)
         watch = EpochWatch(cluster, TOPIC, PARTITIONS)
+        maker = TopicMaker(cluster, seed=SEED)
         try:
             with writing(cluster, TOPIC, PARTITIONS, "fsync") as w1, \
                     writing(cluster, TOPIC, PARTITIONS, "osync", o_sync=True) as w2, \
@@ -173,6 +176,7 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
                 campaign = Campaign(cluster, rng, [w1, w2, w3])
                 campaign.settle()
                 for _ in range(ROUNDS):
+                    maker.make(3)  # just before the fault: their followers may not have seen them yet
                     fault = rng.choice(campaign.faults())
                     kinds[fault.__name__] += 1
                     done.append(fault())
@@ -181,6 +185,7 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
                     if a.node_id == node and seen < a.sent < end]  # fmt: skip
             assert not late, f"a deposed leader acknowledged a write sent after its successor was seen: {late[:3]}"
             verdict = check_history(cluster, w1.acks + w2.acks + w3.acks, TOPIC, PARTITIONS, watch=watch)
+            maker.check(WAIT_S)
         except (AssertionError, ClusterError) as exc:
             raise AssertionError(f"seed {SEED}, faults so far: {done}\n{exc}") from exc
         codes = cluster.close()
@@ -190,6 +195,8 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
     print(f"  acked records {verdict.acked_records}, stored on the final leader {verdict.stored_records}, "
           f"lost {verdict.lost}, refused attempts {dict(w1.errors + w2.errors + w3.errors)}; through any node: "
           f"{w3.acked_values()} acked")  # fmt: skip
+    print(f"  topics made through random nodes: {len(maker.acked)} of {len(maker.tried)} acknowledged, every one on "
+          f"every node; refused {dict(maker.errors)}")  # fmt: skip
     if failovers:
         print(f"  failovers {len(failovers)}: median {statistics.median(failovers):.2f} s, max {failovers[-1]:.2f} s "
               f"(bound {BOUND_S:.1f} s)")  # fmt: skip
