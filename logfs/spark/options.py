@@ -35,6 +35,9 @@ option                         meaning here
 ``transactional.id`` (sink)    with exactlyOnce: a name for the query, stable across its restarts and used by no
                               other query (``[A-Za-z0-9._-]``, at most 200 characters); ``kafka.transactional.id``
                               is the same option
+``kafka.delivery.timeout.ms``  sink: how long a write refused for now (a leader change, no leader yet) is tried
+                              again before the task fails (default 120000, Kafka's producer's); ``delivery.timeout.ms``
+                              is the same option
 =============================  ===========================================================================
 
 Other ``kafka.*`` options are accepted and ignored (they configure a Kafka consumer or producer that logfs does not
@@ -120,6 +123,7 @@ class SinkOptions:
     topic: str | None
     compression: Compression
     transactional_id: str | None = None  # set: exactlyOnce
+    delivery_timeout_ms: int = 120_000  # kafka.delivery.timeout.ms (logfs/spark/sink.py: delivery)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -291,7 +295,9 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = o.get("topic", "").strip() or None
     if topic is not None:
         _name(check_topic, topic, "topic")
-    return SinkOptions(path=_path(o, "save"), topic=topic, compression=names[raw], transactional_id=transactional_id)
+    delivery = _positive(o, "kafka.delivery.timeout.ms") or _positive(o, "delivery.timeout.ms") or 120_000
+    return SinkOptions(path=_path(o, "save"), topic=topic, compression=names[raw], transactional_id=transactional_id,
+                       delivery_timeout_ms=delivery)  # fmt: skip
 
 
 # A transactional.id, with room for the suffixes of the sink's transaction ids and labels within the 249 of a name.

@@ -16,6 +16,17 @@ is fsync'ed — acks=all: the records are on disk and replicated to the ISR — 
 The produce responses of each handle (opened O_RDWR) give the offsets each task appended, which go back to the driver in
 the commit message.
 
+Delivery, as a Kafka producer's (``retries``, ``buffer.memory``, ``delivery.timeout.ms``): what a task wrote to a
+partition since its last fsync is kept (the *unacknowledged* batches), and a partition with ``ACK_BYTES`` of them is
+fsync'ed before more is written, which bounds the memory. A write or fsync refused with an errno that says "not
+acknowledged, try again" (``RETRIABLE``: EIO when a leader change left the write unacknowledged, EROFS, ENOTCONN,
+ECONNABORTED, EAGAIN, ETIMEDOUT) closes the handle, opens the file again — through a cluster node's mount, the
+partition's leader now (docs/replication.md, "Writes through any node") — and writes every unacknowledged batch again,
+then fsyncs, until ``kafka.delivery.timeout.ms`` (default 120 s) has passed since the first refusal. So the sink
+survives a change of leader; a batch the old leader had stored without acknowledging it may then be stored twice
+(at-least-once, as Kafka's producer without idempotence). A task of an ``exactlyOnce`` write does not write again: it
+fails, and its transaction is aborted (Spark's retry of the task writes in a new one).
+
 A topic that does not exist is created with ``mkdir`` (the mount's ``num.partitions``), as a Kafka broker with
 ``auto.create.topics.enable`` does. Without ``exactlyOnce`` the sink is at-least-once: a task that fails after some
 of its writes and is retried appends those rows again. With it, each task writes in a transaction of its own, which
@@ -26,6 +37,7 @@ Threads: one :class:`MountWriter` per task, used by one thread.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -54,6 +66,14 @@ HEADER_OVERHEAD_MAX = 10  # header key and value length varints
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
 
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers")
+ACK_BYTES = 32 * 1024 * 1024  # unacknowledged bytes per partition before an fsync (Kafka's buffer.memory)
+DELIVERY_TIMEOUT_MS = 120_000  # Kafka's delivery.timeout.ms: how long a refused write is tried again
+RETRY_BACKOFF_S = 0.1  # the first wait before a write is tried again (Kafka's retry.backoff.ms), doubling up to
+RETRY_BACKOFF_MAX_S = 1.0  # Kafka's retry.backoff.max.ms
+# "not acknowledged, try again": a leader change (EIO from fsync: the new leader cannot vouch for what the old one
+# held; EROFS: no longer leads), a leader's mount gone (ENOTCONN, ECONNABORTED), no leader or too few in-sync
+# replicas for now (EAGAIN), a replication timeout (ETIMEDOUT)
+RETRIABLE = frozenset({errno.EIO, errno.EROFS, errno.ENOTCONN, errno.ECONNABORTED, errno.EAGAIN, errno.ETIMEDOUT})
 
 
 class SinkError(RuntimeError):
@@ -80,6 +100,9 @@ class _Partition:
     pending_bytes: int = 0  # estimated encoded size of ``records``
     out: list[bytes] = field(default_factory=list)
     out_bytes: int = 0
+    unacked: list[bytes] = field(default_factory=list)  # written since the last fsync (written again on a refusal)
+    unacked_bytes: int = 0
+    acked: bytes = b""  # the produce responses read after each fsync
 
 
 class MountWriter:
@@ -94,10 +117,15 @@ class MountWriter:
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         rng: random.Random | None = None,
         transactional_id: str | None = None,
+        delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``transactional_id`` (exactlyOnce): the rows go into a transaction of this task's own, begun at the first
-        row (``logfs/spark/transactions.py``); :attr:`transaction` names it for the driver's commit."""
+        row (``logfs/spark/transactions.py``); :attr:`transaction` names it for the driver's commit.
+        ``delivery_timeout_ms``: how long a refused write is tried again (the module docstring)."""
         self._mount = mount
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._sleep = sleep
         self._transactional_id = transactional_id
         self.transaction: str | None = None
         self._topic = topic
@@ -172,14 +200,58 @@ class MountWriter:
             self._flush(p)
 
     def _flush(self, p: _Partition) -> None:
-        data = memoryview(b"".join(p.out))
+        data = b"".join(p.out)
         p.out, p.out_bytes = [], 0
-        while data:
+        p.unacked.append(data)
+        p.unacked_bytes += len(data)
+        try:
+            _write_all(p.fd, data)
+        except OSError as exc:
+            self._deliver_again(p, exc)
+            return
+        if p.unacked_bytes >= ACK_BYTES:
+            self._ack(p)
+
+    def _ack(self, p: _Partition) -> None:
+        """fsync the partition (acks=all), so that what it wrote need not be kept; a refusal writes it again."""
+        try:
+            os.fsync(p.fd)
+            p.acked += _read_responses(p.fd)
+        except OSError as exc:
+            self._deliver_again(p, exc)
+            return
+        p.unacked, p.unacked_bytes = [], 0
+
+    def _deliver_again(self, p: _Partition, first: OSError) -> None:
+        """A write or fsync of ``p`` was refused with ``first``: open the file again and write every unacknowledged
+        batch, then fsync, until that succeeds or ``delivery_timeout_ms`` passed (the module docstring). The refusal
+        itself when it is not RETRIABLE, or in a transaction (its task fails instead, and is tried again by Spark)."""
+        if first.errno not in RETRIABLE or self._transactional_id is not None:
+            raise _refusal(first, p.path) from first
+        deadline = time.monotonic() + self._delivery_timeout_s
+        wait, last = RETRY_BACKOFF_S, first
+        while True:
+            with contextlib.suppress(OSError):
+                os.close(p.fd)  # its responses are of writes not acknowledged: the new handle's replace them
+            p.fd = -1
+            if time.monotonic() >= deadline:
+                raise SinkError(f"appending to {p.path}: not acknowledged within delivery.timeout.ms "
+                                f"({self._delivery_timeout_s:.0f} s): {_refusal(last, p.path)}") from last  # fmt: skip
+            self._sleep(wait)
+            wait = min(wait * 2, RETRY_BACKOFF_MAX_S)
             try:
-                written = os.write(p.fd, data)
+                p.fd = os.open(p.path, os.O_RDWR)
+                for data in p.unacked:
+                    _write_all(p.fd, data)
+                os.fsync(p.fd)
+                p.acked += _read_responses(p.fd)
             except OSError as exc:
-                raise _refusal(exc, p.path) from exc
-            data = data[written:]
+                if exc.errno not in RETRIABLE:
+                    raise _refusal(exc, p.path) from exc
+                last = exc
+                continue
+            p.unacked, p.unacked_bytes = [], 0
+            return
 
     # --- topics and partitions ---------------------------------------------------------------------------------
 
@@ -239,10 +311,8 @@ class MountWriter:
                 if p.out:
                     self._flush(p)
             for p in self._open.values():
-                try:
-                    os.fsync(p.fd)
-                except OSError as exc:
-                    raise _refusal(exc, p.path) from exc
+                if p.unacked:
+                    self._ack(p)
             return [a for (topic, partition), p in sorted(self._open.items()) for a in _responses(topic, partition, p)]
         finally:
             self.abort()
@@ -256,17 +326,33 @@ class MountWriter:
         """Close every handle (:meth:`abort_transaction` decides what becomes of the rows of a transaction)."""
         handles, self._open = self._open, {}
         for p in handles.values():
+            if p.fd < 0:
+                continue  # closed by a delivery that gave up
             try:
                 os.close(p.fd)
             except OSError:
                 pass  # close(2) reports a buffered tail's error; batches are whole here, so there is none
 
 
-def _responses(topic: str, partition: int, p: _Partition) -> list[Appended]:
-    """The produce responses of one handle (``<partition> <first> <last>`` lines) summed up."""
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``, going on after a short write."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_responses(fd: int) -> bytes:
+    """The produce responses a handle holds now (each read takes them: ``mount/reads.py``)."""
     raw = b""
-    while chunk := os.read(p.fd, 65536):
+    while chunk := os.read(fd, 65536):
         raw += chunk
+    return raw
+
+
+def _responses(topic: str, partition: int, p: _Partition) -> list[Appended]:
+    """The produce responses of a partition's acknowledged writes (``<partition> <first> <last>`` lines) summed
+    up."""
+    raw = p.acked
     spans = [tuple(int(x) for x in line.split()) for line in raw.decode().splitlines() if line.strip()]
     if not spans:
         return []

@@ -56,8 +56,9 @@ def sink_for(options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
 
 def _write_task(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LogfsCommitMessage:
     writer = MountWriter(
-        Path(sink.path), topic=sink.topic, compression=sink.compression, transactional_id=sink.transactional_id
-    )
+        Path(sink.path), topic=sink.topic, compression=sink.compression, transactional_id=sink.transactional_id,
+        delivery_timeout_ms=sink.delivery_timeout_ms,
+    )  # fmt: skip
     context = TaskContext.get()
     try:
         for batch in batches:

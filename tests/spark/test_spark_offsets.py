@@ -132,6 +132,12 @@ def test_sink_options() -> None:
     assert sink_options({"path": "/m", "transactional.id": "clicks"}).transactional_id is None  # at-least-once
     with pytest.raises(OptionError, match="compression"):
         sink_options({"path": "/m", "kafka.compression.type": "brotli"})
+    assert sink_options({"path": "/m"}).delivery_timeout_ms == 120_000  # Kafka's producer's delivery.timeout.ms
+    assert sink_options({"path": "/m", "kafka.delivery.timeout.ms": "5000"}).delivery_timeout_ms == 5000
+    assert sink_options({"path": "/m", "delivery.timeout.ms": "7"}).delivery_timeout_ms == 7
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(OptionError, match=r"kafka\.delivery\.timeout\.ms must be a positive integer"):
+            sink_options({"path": "/m", "kafka.delivery.timeout.ms": bad})
 
 
 # --- offsets as JSON --------------------------------------------------------------------------------------------------

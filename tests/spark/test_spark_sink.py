@@ -6,6 +6,7 @@ tests/spark/test_spark_source.py.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,3 +128,78 @@ def test_a_rows_topic_outside_kafkas_rules_is_refused_before_any_path_is_made_of
     assert (tmp_path / "escape" / "0" / "batches").read_bytes() == b""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["escape", "mnt"]
     assert sorted(p.name for p in root.iterdir()) == ["t"]
+
+
+# --- delivery: a refused write or fsync is written again (the real leader change: tests/cluster/
+# test_cluster_spark_sink.py; here the refusals are injected into fsync(2), to reach every branch) -------------------
+
+
+def failing_fsync(monkeypatch: pytest.MonkeyPatch, errnos: list[int]) -> list[int]:
+    """fsync(2) answers each errno of ``errnos`` in turn, then succeeds; the calls made are counted."""
+    import os
+
+    real, calls = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if errnos:
+            code = errnos.pop(0)
+            raise OSError(code, os.strerror(code))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_an_unacknowledged_write_is_written_again_until_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    root = fake_mount(tmp_path, "t", 1)
+    sleeps: list[float] = []
+    calls = failing_fsync(monkeypatch, [errno.EIO, errno.EAGAIN, errno.ENOTCONN])
+    w = writer(root, sleep=sleeps.append)
+    w.write(pa.record_batch({"value": [b"v%d" % i for i in range(10)]}))
+    w.close()
+    assert len(calls) == 4 and sleeps == [0.1, 0.2, 0.4]  # backoff doubling (retry.backoff.ms), then acknowledged
+    assert [r.value for b in batches_of(root, "t", 0) for r in decode_records(b)] == [b"v%d" % i for i in range(10)]
+
+
+def test_a_refusal_that_is_final_is_not_tried_again_nor_is_a_transactions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    root = fake_mount(tmp_path, "t", 1)
+    sleeps: list[float] = []
+    failing_fsync(monkeypatch, [errno.EFBIG])
+    w = writer(root, sleep=sleeps.append)
+    w.write(pa.record_batch({"value": [b"v"]}))
+    with pytest.raises(SinkError, match=r"max\.message\.bytes \[EFBIG\]"):
+        w.close()
+    assert sleeps == []
+    failing_fsync(monkeypatch, [errno.EIO] * 100)
+    w = writer(root, sleep=lambda s: (sleeps.append(s), time.sleep(0.002)), delivery_timeout_ms=1)
+    w.write(pa.record_batch({"value": [b"v"]}))
+    with pytest.raises(SinkError, match=r"not acknowledged within delivery\.timeout\.ms .*\[EIO\]"):
+        w.close()
+    assert sleeps  # tried again until the delivery timeout
+
+
+def test_a_transactions_write_is_not_written_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import logfs.spark.sink
+
+    root = fake_mount(tmp_path, "t", 1)
+    fake_mount(root / ".logfs/transactions/q-1", "t", 1)  # the directory mkdir of a transaction shows
+    monkeypatch.setattr(logfs.spark.sink, "new_transaction", lambda mount, transactional_id: "q-1")
+    sleeps: list[float] = []
+    w = writer(root, sleep=sleeps.append, transactional_id="q")
+    w.write(pa.record_batch({"value": [b"v"]}))
+    assert w.transaction is not None
+    failing_fsync(monkeypatch, [errno.EIO])
+    with pytest.raises(SinkError, match=r"\[EIO\]"):
+        w.close()
+    assert sleeps == []
