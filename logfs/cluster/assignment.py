@@ -29,8 +29,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from logfs.core.errors import InvalidPartitions, InvalidReplicationFactor
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+K = TypeVar("K", bound="SupportsRichComparison")  # a partition's key: (topic, partition), or a test's
 
 NO_LEADER = -1  # Kafka's LeaderAndIsr.NoLeader
 LEADER_IMBALANCE_PER_NODE_PERCENTAGE = 10  # Kafka's leader.imbalance.per.broker.percentage default
@@ -133,21 +139,21 @@ class PartitionView:
 
 
 def rebalance_candidates(
-    partitions: Mapping[tuple[str, int], PartitionView],
+    partitions: Mapping[K, PartitionView],
     live: Iterable[int],
     *,
     percentage: int = LEADER_IMBALANCE_PER_NODE_PERCENTAGE,
-) -> list[tuple[str, int]]:
+) -> list[K]:
     """Kafka's ``checkAndTriggerAutoLeaderRebalance``: for each node, the partitions whose preferred leader it is
     but which another node leads; when their share of the partitions preferring it is above ``percentage`` per cent,
     those it may lead again now (live and in the ISR: the preferred election would fail otherwise) are returned, to
     be moved back to it. Sorted, so the controller's writes are in a stable order."""
     alive = set(live)
-    by_preferred: dict[int, list[tuple[tuple[str, int], PartitionView]]] = {}
+    by_preferred: dict[int, list[tuple[K, PartitionView]]] = {}
     for tp, view in partitions.items():
         if view.replicas:
             by_preferred.setdefault(view.replicas[0], []).append((tp, view))
-    moves: list[tuple[str, int]] = []
+    moves: list[K] = []
     for node, preferring in by_preferred.items():
         astray = [(tp, view) for tp, view in preferring if view.leader != node]
         if len(astray) * 100 <= percentage * len(preferring):

@@ -1,0 +1,147 @@
+"""What the controller writes when it looks at a cluster whose partitions each have a leader of their own (issue 27,
+"Election per partition"): every partition's new state, and the *generation* that follows them — one pure function,
+:func:`plan_generation`, over what ZooKeeper records and which nodes are live.
+
+Kafka's ZooKeeper-mode controller keeps the live brokers (with their registration's czxid, the broker epoch) in
+memory and acts on each change (``KafkaController.processBrokerChange``). logfs records the same knowledge in the
+generation it writes last (``leaders``: every node that leads a partition, with the broker epoch it was elected
+in), so a controller elected after another one's death judges the partitions exactly as its predecessor would
+have: a partition's leader is *valid* while it is live in the registration it was elected in. Per partition, in
+Kafka's order:
+
+* **New** (an assignment with no state yet: ``initializeLeaderAndIsrForPartitions``): the first live replica in
+  assignment order leads, with every live replica in the ISR. With no live replica it stays new (not written).
+* **Its leader is not valid** — dead, or *bounced* (registered again since its election: a failure followed by a
+  start-up, CIT testControllerDetectsBouncedBrokers) — the offline election (``elect_leader``: the first replica in
+  assignment order that is live and in the ISR; unclean only when allowed). A clean pick keeps the old ISR's valid
+  members; an unclean one leaves the new leader alone; none leaves ``leader: -1`` with the ISR's last members (never
+  emptied: ``dead_removed``), which only they can leave cleanly when they return.
+* **Its leader is valid**, and a dead or bounced replica is in its ISR: the replica leaves the ISR (Kafka's
+  ``doRemoveReplicasFromIsr``; never the last member), with a new epoch naming the same leader (ZooKeeper mode bumps
+  it too).
+* **Auto rebalance** (``rebalance``: ``auto.leader.rebalance.enable`` when the check interval has passed): the
+  partitions ``rebalance_candidates`` names go back to their preferred leader, the ISR unchanged.
+
+Every state written gets the generation's epoch: one above every epoch ZooKeeper records and every epoch a live node
+reports having seen (``rules.next_leader_epoch``), so epochs only grow, per partition and for the generation. A
+controller that died part-way through its writes leaves some states in an epoch the generation does not name yet;
+the next plan's epoch is above them, so its generation completes theirs. A plan with nothing to change writes
+nothing.
+
+Nothing here talks to ZooKeeper (tests/cluster/test_generation.py holds Kafka's controller cases).
+
+Threads: any (pure functions and immutable values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Generic
+
+from logfs.cluster.assignment import (
+    LEADER_IMBALANCE_PER_NODE_PERCENTAGE,
+    K,
+    PartitionView,
+    elect_leader,
+    rebalance_candidates,
+)
+from logfs.cluster.rules import NO_LEADER, PartitionState, dead_removed, next_leader_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What ZooKeeper records of one partition: its replicas in assignment order (the preferred leader first), and
+    its state (None: a new partition, assigned and not yet made)."""
+
+    replicas: tuple[int, ...]
+    state: PartitionState | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[K]):
+    """What one look decides: the states to write (each in ``epoch``), the generation's epoch, and ``leaders``:
+    every node leading a partition afterwards, with the broker epoch it leads in."""
+
+    states: dict[K, PartitionState]
+    epoch: int
+    leaders: dict[int, int]
+    unclean: list[K] = field(default_factory=list)  # elected outside their ISR (records may be lost)
+    offline: list[K] = field(default_factory=list)  # with no leader afterwards
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.states)
+
+
+def plan_generation(
+    partitions: Mapping[K, Facts],
+    live: Mapping[int, int],
+    leaders: Mapping[int, int],
+    *,
+    recorded_epoch: int,
+    seen_epochs: Iterable[int] = (),
+    controller_epoch: int,
+    unclean: Callable[[K], bool] = lambda key: False,
+    rebalance: bool = False,
+    percentage: int = LEADER_IMBALANCE_PER_NODE_PERCENTAGE,
+) -> Plan[K]:
+    """The controller's decisions for one look (the module docstring). ``live``: the registered nodes, each with its
+    broker epoch; ``leaders``: the last generation's leaders with the broker epoch each was elected in;
+    ``recorded_epoch``: the last generation's epoch; ``seen_epochs``: the highest epoch each live node's store has
+    seen; ``unclean``: whether a partition's topic allows an unclean election; ``percentage``: Kafka's
+    ``leader.imbalance.per.broker.percentage``."""
+
+    def valid(node: int) -> bool:
+        """Live in the registration it was elected in (a node not leading before: live at all)."""
+        return node in live and leaders.get(node, live[node]) == live[node]
+
+    def in_isr(node: int) -> bool:
+        """May stay in an ISR: live, and not registered again since the last generation named it leader."""
+        return node in live and (node not in leaders or leaders[node] == live[node])
+
+    epoch = next_leader_epoch(
+        [recorded_epoch, *(f.state.leader_epoch for f in partitions.values() if f.state is not None)], seen_epochs
+    )
+    states: dict[K, PartitionState] = {}
+    unclean_picks: list[K] = []
+    after: dict[K, PartitionState] = {}
+    for key, facts in partitions.items():
+        state = facts.state
+        if state is None:
+            alive = tuple(r for r in facts.replicas if r in live)
+            if alive:
+                states[key] = PartitionState(alive[0], epoch, alive, controller_epoch)
+                after[key] = states[key]
+            continue
+        if state.leader == NO_LEADER or not valid(state.leader):
+            isr = tuple(r for r in state.isr if in_isr(r))
+            elected = elect_leader(facts.replicas, isr, [r for r in live if in_isr(r)], unclean=unclean(key))
+            if elected.leader == NO_LEADER:
+                kept = dead_removed(state.isr, [r for r in live if in_isr(r)])
+                new = replace(state, leader=NO_LEADER, isr=kept)
+                if new != state:
+                    states[key] = replace(new, leader_epoch=epoch, controller_epoch=controller_epoch)
+            elif elected.unclean:
+                states[key] = PartitionState(elected.leader, epoch, (elected.leader,), controller_epoch)
+                unclean_picks.append(key)
+            else:
+                states[key] = PartitionState(elected.leader, epoch, isr, controller_epoch)
+        else:
+            kept = dead_removed(state.isr, [r for r in live if in_isr(r)])
+            if kept != state.isr:
+                states[key] = PartitionState(state.leader, epoch, kept, controller_epoch)
+        after[key] = states.get(key, state)
+    if rebalance:
+        views = {key: PartitionView(partitions[key].replicas, s.leader, s.isr) for key, s in after.items()}
+        for key in rebalance_candidates(views, [r for r in live if in_isr(r)], percentage=percentage):
+            s = after[key]
+            states[key] = after[key] = PartitionState(partitions[key].replicas[0], epoch, s.isr, controller_epoch)
+    leading = {s.leader for s in after.values() if s.leader != NO_LEADER}
+    return Plan(
+        states=states,
+        epoch=epoch,
+        leaders={node: live[node] for node in sorted(leading) if node in live},
+        unclean=sorted(unclean_picks),
+        offline=sorted(k for k, s in after.items() if s.leader == NO_LEADER),
+    )
