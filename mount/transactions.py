@@ -198,7 +198,6 @@ class Transactions:
         would hold the partition's last stable offset for good."""
         open_ids = {t.producer_id for t in self.coordinator.open_transactions() if t.state.is_open}
         allocator = self.store.producer_ids
-        epoch = self.replication.leader_epoch
         aborted = []
         for tp, log in self.store.logs():
             producers = log.producer_state.producers
@@ -209,10 +208,12 @@ class Transactions:
                 if producer_id in open_ids or entry is None:
                     continue
                 coordinator_epoch = max(entry.coordinator_epoch, self.coordinator.coordinator_epoch)
+                leader = self.replication.partition(tp.topic, tp.partition)  # its epoch: each partition has its own
                 log.append_end_txn_marker(producer_id, entry.producer_epoch, commit=False,
-                                          coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
+                                          coordinator_epoch=coordinator_epoch,
+                                          leader_epoch=leader.leader_epoch)  # fmt: skip
                 log.flush_records()
-                self.replication.partition(tp.topic, tp.partition).maybe_increment_high_watermark()
+                leader.maybe_increment_high_watermark()
                 marked.append(tp)
                 aborted.append(
                     f"{tp.topic}-{tp.partition}: producer {producer_id}'s transaction from offset {first_offset}"
@@ -222,10 +223,10 @@ class Transactions:
     def _marker_writer(
         self, marked: list[TopicPartition], ends: dict[TopicPartition, int] | None = None
     ) -> MarkerWriter:
-        """Markers for the coordinator (worker thread): appended in this mount's leader epoch and flushed (nothing
-        writes a marker again once the transaction log says COMPLETE), then the leader's HW rule. A partition whose
-        topic was deleted gets none. ``ends`` receives each marked partition's offset just past its marker."""
-        epoch = self.replication.leader_epoch
+        """Markers for the coordinator (worker thread): appended in the partition's leader epoch and flushed
+        (nothing writes a marker again once the transaction log says COMPLETE), then the leader's HW rule. A
+        partition whose topic was deleted gets none. ``ends`` receives each marked partition's offset just past its
+        marker."""
 
         def write(
             topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
@@ -236,7 +237,8 @@ class Transactions:
                 return
             log = leader.log
             info = log.append_end_txn_marker(producer_id, producer_epoch, commit=commit,
-                                             coordinator_epoch=coordinator_epoch, leader_epoch=epoch)  # fmt: skip
+                                             coordinator_epoch=coordinator_epoch,
+                                             leader_epoch=leader.leader_epoch)  # fmt: skip
             log.flush_records()
             leader.maybe_increment_high_watermark()
             marked.append(TopicPartition(topic, partition))

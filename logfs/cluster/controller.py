@@ -108,16 +108,19 @@ class Controller:
         leader: int,
         mount: str,
         isr_of: Callable[[tuple[int, ...]], tuple[int, ...]],
+        above: int = -1,
     ) -> int:
-        """Worker thread, as controller: the leadership of ``leader`` in the next epoch, and every partition's state
-        with the ISR ``isr_of`` its current one (``rules.plan_election``), written as ``ZooKeeper.write_election``
-        says: the states in pipelined multis, the leadership last; the epoch. Fenced or Conflict when refused."""
+        """Worker thread, as controller: the leadership of ``leader`` in the next epoch (above ``above`` too: an
+        epoch recorded in a state not written here), and each partition's state of ``states`` with the ISR ``isr_of``
+        its current one (``rules.plan_election``), written as ``ZooKeeper.write_election`` says: the states in
+        pipelined multis, the leadership last; the epoch. Fenced or Conflict when refused."""
         assert self.epoch is not None
         controller_epoch, epoch_version = self.epoch
         broker_epoch = live[leader][0] if leader in live else -1
         leadership, new_states = plan_election(
             current, {key: (v.state, v.version) for key, v in states.items()},
-            [b.highest_epoch for _, b in live.values()], Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
+            [above, *(b.highest_epoch for _, b in live.values())],
+            Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
         )  # fmt: skip
         before = self.zk.multis.largest
         multis = self.zk.write_election(epoch_version, leadership, version, new_states)
@@ -131,8 +134,11 @@ class Controller:
     ) -> None:
         """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
         doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too). Also completes an election of this same leader that
-        a previous controller left half-written (docs/replication.md, "Elections at scale").
+        it silently (ZooKeeper-mode Kafka bumps the epoch too). Only the partitions whose ISR changes are written,
+        in the new epoch; the others keep theirs, as in Kafka (a node's partitions are each in their own epoch:
+        ``LeaderReplicas(epochs=…)``, ``Follower(follows=…)``). Also completes an election or a removal that a
+        previous controller left half-written: states in an epoch the leadership does not name yet get a
+        leadership above them (docs/replication.md, "Elections at scale").
 
         Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
         since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
@@ -143,19 +149,23 @@ class Controller:
         if looked == self._isr_clean:
             return
         states = self.zk.partition_states()
-        shrunk = {key: dead_removed(v.state.isr, epochs) for key, v in states.items()}
-        # states in an epoch above the leadership's: an election (of this same leader) left half-written by a
-        # controller that died or was deposed before its leadership multi; written again here, it is completed
-        half_written = any(v.state.leader_epoch > current.leader_epoch for v in states.values())
-        if not half_written and all(isr == states[key].state.isr for key, isr in shrunk.items()):
+        # a state naming another leader: an election that a controller left half-written (it died or was deposed
+        # before its leadership multi, and the leader it deposed is live again): named back to this leader
+        changed = {key: v for key, v in states.items()
+                   if dead_removed(v.state.isr, epochs) != v.state.isr or v.state.leader != current.leader}  # fmt: skip
+        # states in an epoch above the leadership's (a removal left half-written the same way): a leadership above
+        # them completes it
+        highest = max((v.state.leader_epoch for v in states.values()), default=-1)
+        half_written = highest > current.leader_epoch
+        if not half_written and not changed:
             self._isr_clean = looked
             return
         try:
-            epoch = self._write_leadership(current, version, states, live, current.leader, current.mount,
-                                           lambda isr: dead_removed(isr, epochs))  # fmt: skip
+            epoch = self._write_leadership(current, version, changed, live, current.leader, current.mount,
+                                           lambda isr: dead_removed(isr, epochs), above=highest)  # fmt: skip
         except (Fenced, Conflict) as exc:
             _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
             return
-        dead = sorted({r for v in states.values() for r in v.state.isr if r not in epochs})
+        dead = sorted({r for v in changed.values() for r in v.state.isr if r not in epochs})
         _log.info("controller %d removed dead node(s) %s from the ISR: leader %d, leader epoch %d", self.node_id,
                   dead, current.leader, epoch)  # fmt: skip

@@ -33,7 +33,8 @@ _log = logging.getLogger(__name__)
 
 
 class IsrRecorder:
-    """The ISR of every partition this node leads in one epoch, as recorded in ZooKeeper. See the module docstring."""
+    """The ISR of every partition this node leads, each in its own leader epoch, as recorded in ZooKeeper. See the
+    module docstring."""
 
     def __init__(
         self,
@@ -50,7 +51,6 @@ class IsrRecorder:
         self.assignments = assignments if assignments is not None else Assignments()
         self.leaders = leaders
         self.node_id = leaders.node_id
-        self.epoch = leaders.leader_epoch
         self.controller_epoch = controller_epoch
         self._recorded = dict(recorded)
         self._lock = threading.Lock()
@@ -66,14 +66,17 @@ class IsrRecorder:
         write, and nothing was taken, forgotten, created or deleted since."""
         return self._synced == (self.leaders.changes, self.leaders.store.topology_version)
 
-    def _state(self, isr: tuple[int, ...]) -> PartitionState:
-        return PartitionState(self.node_id, self.epoch, tuple(sorted(isr)), self.controller_epoch)
+    def _state(self, isr: tuple[int, ...], epoch: int) -> PartitionState:
+        """A partition's state as this leader records it, in the partition's own leader epoch (a controller moves a
+        partition's epoch alone when only its ISR loses a dead replica)."""
+        return PartitionState(self.node_id, epoch, tuple(sorted(isr)), self.controller_epoch)
 
-    def _write(self, topic: str, partition: int, isr: tuple[int, ...]) -> bool:
-        """Record ``isr`` for the partition; True once ZooKeeper holds it. Caller holds the lock."""
+    def _write(self, topic: str, partition: int, isr: tuple[int, ...], epoch: int) -> bool:
+        """Record ``isr`` for the partition, led in ``epoch``; True once ZooKeeper holds it. Caller holds the
+        lock."""
         self._synced = None
         key = (topic, partition)
-        state = self._state(isr)
+        state = self._state(isr, epoch)
         recorded = self._recorded.get(key)
         try:
             if recorded is None:
@@ -118,7 +121,8 @@ class IsrRecorder:
             else:
                 self._recorded[key] = Versioned(state, answer)
                 done.add(key)
-                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", names[key], list(state.isr), self.epoch)
+                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", names[key], list(state.isr),
+                          state.leader_epoch)  # fmt: skip
         return done
 
     def shrink(self) -> list[TopicPartition]:
@@ -132,7 +136,7 @@ class IsrRecorder:
         (one that changed in between is recorded on its own first). A shrink noted and recorded but not made the
         second time (the follower caught up in between) leaves ZooKeeper's ISR smaller than the leader's, which is
         the safe direction (the HW only waits for more replicas), and the next :meth:`sync` records the larger one."""
-        parts = {p.name: tp for tp, p in self.leaders.partitions()}
+        parts = {p.name: (tp, p.leader_epoch) for tp, p in self.leaders.partitions()}
         now = wall_clock_ms()
         noted: dict[str, tuple[int, ...]] = {}
 
@@ -149,27 +153,27 @@ class IsrRecorder:
             writes: list[tuple[str, int, PartitionState, int | None]] = []
             names: dict[tuple[str, int], str] = {}
             for name, isr in noted.items():
-                tp = parts.get(name)
-                if tp is None:
+                if name not in parts:
                     continue
+                tp, epoch = parts[name]
                 recorded = self._recorded.get((tp.topic, tp.partition))
                 version = None if recorded is None else recorded.version
-                writes.append((tp.topic, tp.partition, self._state(isr), version))
+                writes.append((tp.topic, tp.partition, self._state(isr, epoch), version))
                 names[(tp.topic, tp.partition)] = name
             done = self._write_many(writes, names) if writes else set()
             if done is None:
                 return []  # ZooKeeper did not answer: every ISR stays as it is (the HW waits); tried again later
 
             def confirm(name: str, isr: tuple[int, ...]) -> bool:
-                tp = parts.get(name)
-                if tp is None or self.fenced is not None:
+                if name not in parts or self.fenced is not None:
                     return False
+                tp, epoch = parts[name]
                 recorded = self._recorded.get((tp.topic, tp.partition))
-                if recorded is not None and recorded.state == self._state(isr):
+                if recorded is not None and recorded.state == self._state(isr, epoch):
                     return True  # recorded in the batch above
-                if not self._write(tp.topic, tp.partition, isr):
+                if not self._write(tp.topic, tp.partition, isr, epoch):
                     return False
-                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", name, list(isr), self.epoch)
+                _log.info("%s: ISR %s recorded in ZooKeeper (leader epoch %d)", name, list(isr), epoch)
                 return True
 
             return self.leaders.maybe_shrink_isr(now, confirm=confirm)
@@ -238,7 +242,7 @@ class IsrRecorder:
             names: dict[tuple[str, int], str] = {}
             for tp, p in live:
                 recorded = self._recorded.get((tp.topic, tp.partition))
-                state = self._state(p.isr)
+                state = self._state(p.isr, p.leader_epoch)
                 if recorded is not None and recorded.state == state:
                     continue
                 writes.append((tp.topic, tp.partition, state, None if recorded is None else recorded.version))

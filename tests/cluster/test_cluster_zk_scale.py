@@ -272,7 +272,9 @@ def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_con
 ) -> None:
     """A controller wrote some states of an election naming the same leader (its removal of a dead replica) and
     died before the leadership multi: the leadership is behind the states. The next controller finds states above
-    the leadership's epoch and completes it; the leader adopts the epoch and goes on leading."""
+    the leadership's epoch and completes it with a leadership above them, rewriting no state (nothing else changed);
+    the leader adopts it and goes on leading each partition in its own recorded epoch, and its follower fetches
+    each in that epoch: acks=all writes to a partition of each epoch are acknowledged and replicated."""
     mounts = {}
     client = chrooted(zookeeper.connect, "/logfs")
     try:
@@ -307,16 +309,29 @@ def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_con
             client.set(f"/brokers/topics/h/partitions/{p}/state", json.dumps(doc).encode(), version=stat.version)
         client.delete(CONTROLLER)  # that controller is gone: a new one is chosen
 
+        old, bumped = led["leader_epoch"], led["leader_epoch"] + 1
+        by_partition = [bumped, bumped] + [old] * (PER_TOPIC - 2)
+
         def completed() -> int | None:
             now = json.loads(client.get(LEADERSHIP)[0])
-            epochs = {state(p)[0]["leader_epoch"] for p in range(PER_TOPIC)}
-            above = now["leader_epoch"] > led["leader_epoch"] + 1
-            done = now["leader"] == 1 and above and epochs == {now["leader_epoch"]}
+            epochs = [state(p)[0]["leader_epoch"] for p in range(PER_TOPIC)]
+            done = now["leader"] == 1 and now["leader_epoch"] > bumped and epochs == by_partition
             return int(now["leader_epoch"]) if done else None
 
         epoch = wait_for("the election completed", completed, timeout_s=20)
         wait_for("node 1 adopted it", lambda: json.loads((m1 / ".logfs/leader").read_text())["leader_epoch"] == epoch)
         assert leader_of(m1) == leader_of(m2) == 1
+        for p in (0, PER_TOPIC - 1):  # one partition of each epoch: acks=all, so node 2's fetches are taken
+            fd = os.open(m1 / "h" / str(p) / "append", os.O_WRONLY)
+            try:
+                os.write(fd, b"after\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            wait_for(f"node 2 holding h/{p}", lambda p=p: (m2 / "h" / str(p) / "at/earliest").read_text() == "after\n")
+            for mount in (m1, m2):  # the leader's epoch of the partition, as the leader and its follower show it
+                shown = json.loads((mount / "h" / str(p) / "state").read_text())["leader_epoch"]
+                assert shown == by_partition[p], (mount, p, shown)
     finally:
         stop_all(client, mounts)
 
