@@ -106,11 +106,11 @@ class ClusterNode:
         self.assignments = Assignments(on_stale=self.zk.nudge)
         self._recorder: IsrRecorder | None = None
         self._follower: Follower | None = None
-        # While following: the leader epoch ZooKeeper records for each partition the leader leads (each partition has
-        # its own: a controller moves only the epochs of the partitions whose ISR lost a dead replica), read at each
-        # leadership acted on; a partition not recorded there yet (made since) is fetched in the leadership's epoch.
-        self._follow_epochs: dict[tuple[str, int], int] = {}
-        self._follow_default = -1
+        # The leader and leader epoch ZooKeeper records for each partition (each partition has its own epoch: a
+        # controller moves only the epochs of the partitions whose ISR lost a dead replica), read at each leadership
+        # acted on: what a follower's fetches name and what <topic>/<p>/leader shows; a partition not recorded there
+        # yet (made since) is in the leadership's epoch.
+        self._partition_leaders: dict[tuple[str, int], tuple[int, int]] = {}
         self._epochs_stale = False  # the read of those failed, or the leader refused an epoch: read them again
         self._role_scope: trio.CancelScope | None = None
         self._role_done: trio.Event | None = None
@@ -207,9 +207,14 @@ class ClusterNode:
             self._follower.discover_now()
 
     def partition_leader_file(self, topic: str, partition: int) -> dict[str, Any]:
-        """What ``<topic>/<p>/leader`` shows: the partition's leader (one node leads every partition for now, so
-        every partition names the leadership's)."""
-        return self.leadership.leader_file()
+        """What ``<topic>/<p>/leader`` shows: the partition's leader and its own leader epoch, as ZooKeeper recorded
+        them at the leadership this node acted on last (one node leads every partition for now); a partition made
+        since, the leadership's."""
+        shown = self.leadership.leader_file()
+        recorded = self._partition_leaders.get((topic, partition))
+        if recorded is not None and recorded[0] == shown["node_id"]:
+            shown["leader_epoch"] = recorded[1]
+        return shown
 
     def state_fields(self) -> dict[str, Any]:
         """What ``state`` gains: the session (connected, suspended or expired) and the controller's id (-1: none)."""
@@ -416,6 +421,7 @@ class ClusterNode:
             return tuple(sorted(self._live))
 
         recorded_epochs = {key: v.state.leader_epoch for key, v in states.items() if v.state.leader == node}
+        self._note_partition_leaders(states)
 
         def epoch_of(tp: TopicPartition) -> int:
             """Each partition in the epoch ZooKeeper records for it (a controller moves only the epochs of the
@@ -463,23 +469,27 @@ class ClusterNode:
     def _fetch_epoch(self, topic: str, partition: int) -> int:
         """The leader epoch a fetch of the partition names (``Follower(follows=…)``): the one ZooKeeper records for
         it, or the leadership's for a partition made since."""
-        return self._follow_epochs.get((topic, partition), self._follow_default)
+        recorded = self._partition_leaders.get((topic, partition))
+        leadership = self.leadership
+        return recorded[1] if recorded is not None and recorded[0] == leadership.leader else leadership.leader_epoch
+
+    def _note_partition_leaders(self, states: dict[tuple[str, int], Versioned]) -> None:
+        self._partition_leaders = {key: (v.state.leader, v.state.leader_epoch) for key, v in states.items()}
+        self._epochs_stale = False
 
     async def _read_follow_epochs(self, seen: Leadership) -> None:
-        """Read the epoch of every partition ``seen``'s leader leads (one read of every state: about fifteen
-        requests for 10,000 partitions); when ZooKeeper does not answer, every partition is fetched in the
-        leadership's epoch until a later read (the leader refuses the ones in another: read again then)."""
-        self._follow_default = seen.leader_epoch
+        """Read the epoch of every partition (one read of every state: about fifteen requests for 10,000
+        partitions); when ZooKeeper does not answer, every partition is fetched in the leadership's epoch until a
+        later read (the leader refuses the ones in another: read again then)."""
         try:
             states = await self._zk(self.zk.partition_states)
         except ZkUnavailable as exc:
             _log.info("node %d: cannot read the partitions' epochs yet (%s): fetching in epoch %d", self.node_id,
                       exc, seen.leader_epoch)  # fmt: skip
-            self._follow_epochs = {}
+            self._partition_leaders = {}
             self._epochs_stale = True
             return
-        self._follow_epochs = {key: v.state.leader_epoch for key, v in states.items() if v.state.leader == seen.leader}
-        self._epochs_stale = False
+        self._note_partition_leaders(states)
 
     def _epoch_refused(self, topic: str, partition: int, response: FetchResponse) -> None:
         """The leader refused this follower's leader epoch (FENCED_LEADER_EPOCH: ZooKeeper has a newer leadership

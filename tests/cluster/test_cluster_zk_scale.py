@@ -332,6 +332,8 @@ def test_a_half_written_election_of_the_same_leader_is_completed_by_the_next_con
             for mount in (m1, m2):  # the leader's epoch of the partition, as the leader and its follower show it
                 shown = json.loads((mount / "h" / str(p) / "state").read_text())["leader_epoch"]
                 assert shown == by_partition[p], (mount, p, shown)
+                leader = json.loads((mount / "h" / str(p) / "leader").read_text())
+                assert (leader["node_id"], leader["leader_epoch"]) == (1, by_partition[p]), (mount, p, leader)
     finally:
         stop_all(client, mounts)
 
