@@ -4,21 +4,22 @@
 
 Kafka's ZooKeeper-mode controller keeps the live brokers (with their registration's czxid, the broker epoch) in
 memory and acts on each change (``KafkaController.processBrokerChange``). logfs records the same knowledge in the
-generation it writes last (``leaders``: every node that leads a partition, with the broker epoch it was elected
-in), so a controller elected after another one's death judges the partitions exactly as its predecessor would
-have: a partition's leader is *valid* while it is live in the registration it was elected in. Per partition, in
-Kafka's order:
+generation it writes last (``brokers``: every node live at that look, with its broker epoch; ``leaders``: the ones
+that lead a partition), so a controller elected after another one's death judges the partitions exactly as its
+predecessor would have: a node is *in good standing* while it is live in the registration the last generation
+recorded (one registered since is new, and in good standing too); one registered again since is *bounced*, which
+Kafka handles as a failure followed by a start-up. Per partition, in Kafka's order:
 
 * **New** (an assignment with no state yet: ``initializeLeaderAndIsrForPartitions``): the first live replica in
   assignment order leads, with every live replica in the ISR. With no live replica it stays new (not written).
-* **Its leader is not valid** — dead, or *bounced* (registered again since its election: a failure followed by a
-  start-up, CIT testControllerDetectsBouncedBrokers) — the offline election (``elect_leader``: the first replica in
-  assignment order that is live and in the ISR; unclean only when allowed). A clean pick keeps the old ISR's valid
-  members; an unclean one leaves the new leader alone; none leaves ``leader: -1`` with the ISR's last members (never
-  emptied: ``dead_removed``), which only they can leave cleanly when they return.
-* **Its leader is valid**, and a dead or bounced replica is in its ISR: the replica leaves the ISR (Kafka's
-  ``doRemoveReplicasFromIsr``; never the last member), with a new epoch naming the same leader (ZooKeeper mode bumps
-  it too).
+* **Its leader is dead or bounced** (CIT testControllerDetectsBouncedBrokers): first the failure — the dead and
+  bounced replicas leave the ISR, never its last member (Kafka's ``doRemoveReplicasFromIsr``) —, then the offline
+  election over what is left (``elect_leader``: the first replica in assignment order that is live and in the ISR;
+  unclean only when allowed). So a bounced leader that was its ISR's last member leads again at once (the start-up
+  after the failure), in a new epoch. A clean pick keeps that ISR; an unclean one leaves the new leader alone; none
+  leaves ``leader: -1`` with the ISR's last members, which only they can leave cleanly when they return.
+* **Its leader is in good standing**, and a dead or bounced replica is in its ISR: the replica leaves the ISR (never
+  the last member), with a new epoch naming the same leader (ZooKeeper mode bumps it too).
 * **Auto rebalance** (``rebalance``: ``auto.leader.rebalance.enable`` when the check interval has passed): the
   partitions ``rebalance_candidates`` names go back to their preferred leader, the ISR unchanged.
 
@@ -60,11 +61,13 @@ class Facts:
 
 @dataclass(frozen=True, slots=True)
 class Plan(Generic[K]):
-    """What one look decides: the states to write (each in ``epoch``), the generation's epoch, and ``leaders``:
-    every node leading a partition afterwards, with the broker epoch it leads in."""
+    """What one look decides: the states to write (each in ``epoch``), the generation's epoch, ``brokers``: every
+    live node with its broker epoch (the next look's ``registered``), and ``leaders``: the ones leading a partition
+    afterwards."""
 
     states: dict[K, PartitionState]
     epoch: int
+    brokers: dict[int, int]
     leaders: dict[int, int]
     unclean: list[K] = field(default_factory=list)  # elected outside their ISR (records may be lost)
     offline: list[K] = field(default_factory=list)  # with no leader afterwards
@@ -77,7 +80,7 @@ class Plan(Generic[K]):
 def plan_generation(
     partitions: Mapping[K, Facts],
     live: Mapping[int, int],
-    leaders: Mapping[int, int],
+    registered: Mapping[int, int],
     *,
     recorded_epoch: int,
     seen_epochs: Iterable[int] = (),
@@ -87,18 +90,15 @@ def plan_generation(
     percentage: int = LEADER_IMBALANCE_PER_NODE_PERCENTAGE,
 ) -> Plan[K]:
     """The controller's decisions for one look (the module docstring). ``live``: the registered nodes, each with its
-    broker epoch; ``leaders``: the last generation's leaders with the broker epoch each was elected in;
-    ``recorded_epoch``: the last generation's epoch; ``seen_epochs``: the highest epoch each live node's store has
-    seen; ``unclean``: whether a partition's topic allows an unclean election; ``percentage``: Kafka's
-    ``leader.imbalance.per.broker.percentage``."""
+    broker epoch; ``registered``: the last generation's ``brokers``; ``recorded_epoch``: the last generation's epoch;
+    ``seen_epochs``: the highest epoch each live node's store has seen; ``unclean``: whether a partition's topic
+    allows an unclean election; ``percentage``: Kafka's ``leader.imbalance.per.broker.percentage``."""
 
-    def valid(node: int) -> bool:
-        """Live in the registration it was elected in (a node not leading before: live at all)."""
-        return node in live and leaders.get(node, live[node]) == live[node]
+    def standing(node: int) -> bool:
+        """Live in the registration the last generation recorded (a node registered since: live at all)."""
+        return node in live and registered.get(node, live[node]) == live[node]
 
-    def in_isr(node: int) -> bool:
-        """May stay in an ISR: live, and not registered again since the last generation named it leader."""
-        return node in live and (node not in leaders or leaders[node] == live[node])
+    good = [r for r in live if standing(r)]
 
     epoch = next_leader_epoch(
         [recorded_epoch, *(f.state.leader_epoch for f in partitions.values() if f.state is not None)], seen_epochs
@@ -114,12 +114,12 @@ def plan_generation(
                 states[key] = PartitionState(alive[0], epoch, alive, controller_epoch)
                 after[key] = states[key]
             continue
-        if state.leader == NO_LEADER or not valid(state.leader):
-            isr = tuple(r for r in state.isr if in_isr(r))
-            elected = elect_leader(facts.replicas, isr, [r for r in live if in_isr(r)], unclean=unclean(key))
+        isr = dead_removed(state.isr, good)  # the failures: out of the ISR, never its last member
+        if state.leader == NO_LEADER or not standing(state.leader):
+            # then the start-ups: the offline election over what is left (a bounced last member leads again)
+            elected = elect_leader(facts.replicas, isr, live, unclean=unclean(key))
             if elected.leader == NO_LEADER:
-                kept = dead_removed(state.isr, [r for r in live if in_isr(r)])
-                new = replace(state, leader=NO_LEADER, isr=kept)
+                new = replace(state, leader=NO_LEADER, isr=isr)
                 if new != state:
                     states[key] = replace(new, leader_epoch=epoch, controller_epoch=controller_epoch)
             elif elected.unclean:
@@ -127,20 +127,19 @@ def plan_generation(
                 unclean_picks.append(key)
             else:
                 states[key] = PartitionState(elected.leader, epoch, isr, controller_epoch)
-        else:
-            kept = dead_removed(state.isr, [r for r in live if in_isr(r)])
-            if kept != state.isr:
-                states[key] = PartitionState(state.leader, epoch, kept, controller_epoch)
+        elif isr != state.isr:
+            states[key] = PartitionState(state.leader, epoch, isr, controller_epoch)
         after[key] = states.get(key, state)
     if rebalance:
         views = {key: PartitionView(partitions[key].replicas, s.leader, s.isr) for key, s in after.items()}
-        for key in rebalance_candidates(views, [r for r in live if in_isr(r)], percentage=percentage):
+        for key in rebalance_candidates(views, good, percentage=percentage):
             s = after[key]
             states[key] = after[key] = PartitionState(partitions[key].replicas[0], epoch, s.isr, controller_epoch)
     leading = {s.leader for s in after.values() if s.leader != NO_LEADER}
     return Plan(
         states=states,
         epoch=epoch,
+        brokers=dict(sorted(live.items())),
         leaders={node: live[node] for node in sorted(leading) if node in live},
         unclean=sorted(unclean_picks),
         offline=sorted(k for k, s in after.items() if s.leader == NO_LEADER),

@@ -60,6 +60,19 @@ class IsrRecorder:
         self._synced: tuple[int, int] | None = None
         self._held: set[str] = set()  # the topics this leader has held in this epoch (see sync)
 
+    def newer_than(self, states: dict[tuple[str, int], Versioned]) -> dict[tuple[str, int], Versioned]:
+        """``states`` (read from ZooKeeper) with what this recorder wrote since: for each partition, the record of
+        the higher znode version. A node adopting a new epoch reads every state while the previous epoch's recorder
+        still runs; the new recorder starts from this, so that its next conditional write expects the version
+        ZooKeeper holds (a partition whose epoch did not change keeps its znode and version)."""
+        with self._lock:
+            mine = dict(self._recorded)
+        out = dict(states)
+        for key, record in mine.items():
+            if key not in out or record.version > out[key].version:
+                out[key] = record
+        return out
+
     @property
     def synced(self) -> bool:
         """Whether ZooKeeper records everything this leader holds now: the last :meth:`sync` found nothing left to

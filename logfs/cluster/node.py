@@ -150,17 +150,21 @@ class ClusterNode:
         rmdir acknowledged survives this node: a node elected after its death makes every topic the assignments
         name that its store lacks (:meth:`_take_recorded_topics`), and deletes what is recorded deleted. NotRecorded
         (ETIMEDOUT) when ZooKeeper has not recorded it within ``request.timeout.ms`` (or this node was fenced)."""
-        recorder = self._recorder
-        if recorder is None:
-            return  # not leading (a change made here was refused before it got here)
         deadline = trio.current_time() + self.config.request_timeout_ms / 1000
-        # a partition is otherwise taken at its first use (and recorded then): take the new ones now
-        await trio.to_thread.run_sync(recorder.leaders.retake)
+        taken: IsrRecorder | None = None
         while True:
-            await self._zk(recorder.sync)
-            if recorder.synced:
-                return
-            if recorder.fenced is not None or trio.current_time() >= deadline:
+            # the recorder of the leadership this node holds now: a new one while it adopts an epoch (none for a
+            # moment), none once it stopped leading (then the change is not recorded by it)
+            recorder = self._recorder
+            if recorder is not None:
+                if taken is not recorder:  # a partition is otherwise taken at its first use: take the new ones now
+                    await trio.to_thread.run_sync(recorder.leaders.retake)
+                    taken = recorder
+                await self._zk(recorder.sync)
+                if recorder.synced:
+                    return
+            if (recorder is not None and recorder.fenced is not None) or self.role != ROLE_LEADER or \
+                    trio.current_time() >= deadline:  # fmt: skip
                 raise NotRecorded("made here, but ZooKeeper has not recorded it within request.timeout.ms "
                                   f"({self.config.request_timeout_ms} ms): a leader elected after this node's death "
                                   "may not know of it")  # fmt: skip
@@ -402,7 +406,12 @@ class ClusterNode:
             await self._stop_role()
         states: dict[tuple[str, int], Versioned] = await self._zk(self.zk.partition_states)
         await self._zk(functools.partial(self.assignments.refresh, self.zk, everything=True))
+        previous = self._recorder
         await self._stop_role()
+        if adopt and previous is not None:
+            # what the previous epoch's recorder wrote while the states were read (its tasks ran on): newer than the
+            # read, and the one ZooKeeper holds now (a partition whose epoch did not change keeps its version)
+            states = previous.newer_than(states)
         await self._take_recorded_topics(states)
         node = self.node_id
         await trio.to_thread.run_sync(write_replica_state, self.store.path,
@@ -456,9 +465,10 @@ class ClusterNode:
             _log.warning("node %d: no leader in epoch %d", self.node_id, seen.leader_epoch)
             return
         await self._read_follow_epochs(seen)
+        # tick=False: the mount runs Store.tick already (mount/server.py's standard_tasks)
         follower = Follower(Path(seen.mount), self.store, self.node_id, on_hw_moved=self.ops.notify_hw,
                             on_topic_deleted=self.ops.topic_deleted, leader_epoch=seen.leader_epoch,
-                            on_epoch_refused=self._epoch_refused, follows=self._fetch_epoch)  # fmt: skip
+                            on_epoch_refused=self._epoch_refused, follows=self._fetch_epoch, tick=False)  # fmt: skip
         self._follower = follower
         self.ops.set_role(None, follower.replica_state.partition_view)
         self.role = ROLE_FOLLOWER

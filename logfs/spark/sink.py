@@ -17,15 +17,17 @@ The produce responses of each handle (opened O_RDWR) give the offsets each task 
 the commit message.
 
 Delivery, as a Kafka producer's (``retries``, ``buffer.memory``, ``delivery.timeout.ms``): what a task wrote to a
-partition since its last fsync is kept (the *unacknowledged* batches), and a partition with ``ACK_BYTES`` of them is
-fsync'ed before more is written, which bounds the memory. A write or fsync refused with an errno that says "not
-acknowledged, try again" (``RETRIABLE``: EIO when a leader change left the write unacknowledged, EROFS, ENOTCONN,
-ECONNABORTED, EAGAIN, ETIMEDOUT) closes the handle, opens the file again — through a cluster node's mount, the
-partition's leader now (docs/replication.md, "Writes through any node") — and writes every unacknowledged batch again,
-then fsyncs, until ``kafka.delivery.timeout.ms`` (default 120 s) has passed since the first refusal. So the sink
-survives a change of leader; a batch the old leader had stored without acknowledging it may then be stored twice
-(at-least-once, as Kafka's producer without idempotence). A task of an ``exactlyOnce`` write does not write again: it
-fails, and its transaction is aborted (Spark's retry of the task writes in a new one).
+partition since its last fsync is kept (the *unacknowledged* batches), and once the task holds ``ACK_BYTES`` of them
+over all its partitions, every partition it wrote is fsync'ed before more is written, which bounds the memory. A
+write, fsync or open (or the mkdir of a new topic) refused with an errno that says "not acknowledged, try again"
+(``RETRIABLE``: EIO when a leader change left the write unacknowledged, EROFS, ENOTCONN, ECONNABORTED, EAGAIN,
+ETIMEDOUT) is made again after a backoff — a refused write or fsync by closing the handle, opening the file again
+(through a cluster node's mount, the partition's leader now: docs/replication.md, "Writes through any node") and
+writing every unacknowledged batch again, then fsyncing — until ``kafka.delivery.timeout.ms`` (default 120 s) has
+passed since the first refusal. So the sink survives a change of leader; a batch the old leader had stored without
+acknowledging it may then be stored twice (at-least-once, as Kafka's producer without idempotence). A task of an
+``exactlyOnce`` write does not write again: it fails, and its transaction is aborted (Spark's retry of the task
+writes in a new one).
 
 A topic that does not exist is created with ``mkdir`` (the mount's ``num.partitions``), as a Kafka broker with
 ``auto.create.topics.enable`` does. Without ``exactlyOnce`` the sink is at-least-once: a task that fails after some
@@ -39,14 +41,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
+import logging
 import os
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -66,7 +70,9 @@ HEADER_OVERHEAD_MAX = 10  # header key and value length varints
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
 
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers")
-ACK_BYTES = 32 * 1024 * 1024  # unacknowledged bytes per partition before an fsync (Kafka's buffer.memory)
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+ACK_BYTES = 32 * 1024 * 1024  # a task's unacknowledged bytes before its partitions are fsync'ed (buffer.memory)
 DELIVERY_TIMEOUT_MS = 120_000  # Kafka's delivery.timeout.ms: how long a refused write is tried again
 RETRY_BACKOFF_S = 0.1  # the first wait before a write is tried again (Kafka's retry.backoff.ms), doubling up to
 RETRY_BACKOFF_MAX_S = 1.0  # Kafka's retry.backoff.max.ms
@@ -209,49 +215,71 @@ class MountWriter:
         except OSError as exc:
             self._deliver_again(p, exc)
             return
-        if p.unacked_bytes >= ACK_BYTES:
-            self._ack(p)
+        if sum(q.unacked_bytes for q in self._open.values()) >= ACK_BYTES:  # the task's, as Kafka's buffer.memory
+            for q in self._open.values():
+                if q.unacked:
+                    self._ack(q)
 
     def _ack(self, p: _Partition) -> None:
         """fsync the partition (acks=all), so that what it wrote need not be kept; a refusal writes it again."""
         try:
             os.fsync(p.fd)
-            p.acked += _read_responses(p.fd)
         except OSError as exc:
             self._deliver_again(p, exc)
             return
+        self._acknowledged(p)
+
+    def _acknowledged(self, p: _Partition) -> None:
+        """``p``'s handle was fsync'ed: nothing of it is written again. Its produce responses are read for the
+        report; a read that fails (a forwarded handle whose leader changed since) loses only the offsets reported."""
         p.unacked, p.unacked_bytes = [], 0
+        try:
+            p.acked += _read_responses(p.fd)
+        except OSError as exc:
+            _log.warning("%s: acknowledged, but its offsets cannot be read (%s): not reported", p.path, exc)
 
     def _deliver_again(self, p: _Partition, first: OSError) -> None:
         """A write or fsync of ``p`` was refused with ``first``: open the file again and write every unacknowledged
         batch, then fsync, until that succeeds or ``delivery_timeout_ms`` passed (the module docstring). The refusal
         itself when it is not RETRIABLE, or in a transaction (its task fails instead, and is tried again by Spark)."""
-        if first.errno not in RETRIABLE or self._transactional_id is not None:
-            raise _refusal(first, p.path) from first
-        deadline = time.monotonic() + self._delivery_timeout_s
-        wait, last = RETRY_BACKOFF_S, first
-        while True:
+
+        def attempt() -> None:
             with contextlib.suppress(OSError):
                 os.close(p.fd)  # its responses are of writes not acknowledged: the new handle's replace them
             p.fd = -1
-            if time.monotonic() >= deadline:
-                raise SinkError(f"appending to {p.path}: not acknowledged within delivery.timeout.ms "
-                                f"({self._delivery_timeout_s:.0f} s): {_refusal(last, p.path)}") from last  # fmt: skip
-            self._sleep(wait)
-            wait = min(wait * 2, RETRY_BACKOFF_MAX_S)
+            p.fd = os.open(p.path, os.O_RDWR)
+            for data in p.unacked:
+                _write_all(p.fd, data)
+            os.fsync(p.fd)
+
+        self._retrying(attempt, p.path, first)
+        self._acknowledged(p)
+
+    def _retrying(self, attempt: Callable[[], T], path: Path, first: OSError | None = None) -> T:
+        """``attempt()``, made again after a RETRIABLE refusal (``first``: one already met) with a backoff, until
+        ``delivery_timeout_ms`` has passed since the first refusal; in a transaction, never again. SinkError naming
+        the refusal otherwise."""
+        if first is not None and (first.errno not in RETRIABLE or self._transactional_id is not None):
+            raise _refusal(first, path) from first
+        deadline = None if first is None else time.monotonic() + self._delivery_timeout_s
+        wait, last = RETRY_BACKOFF_S, first
+        while True:
+            if last is not None:
+                assert deadline is not None
+                if time.monotonic() >= deadline:
+                    why = _refusal(last, path)
+                    raise SinkError(f"appending to {path}: not acknowledged within delivery.timeout.ms "
+                                    f"({self._delivery_timeout_s:.0f} s): {why}") from last
+                self._sleep(wait)
+                wait = min(wait * 2, RETRY_BACKOFF_MAX_S)
             try:
-                p.fd = os.open(p.path, os.O_RDWR)
-                for data in p.unacked:
-                    _write_all(p.fd, data)
-                os.fsync(p.fd)
-                p.acked += _read_responses(p.fd)
+                return attempt()
             except OSError as exc:
-                if exc.errno not in RETRIABLE:
-                    raise _refusal(exc, p.path) from exc
+                if exc.errno not in RETRIABLE or self._transactional_id is not None:
+                    raise _refusal(exc, path) from exc
+                if deadline is None:
+                    deadline = time.monotonic() + self._delivery_timeout_s
                 last = exc
-                continue
-            p.unacked, p.unacked_bytes = [], 0
-            return
 
     # --- topics and partitions ---------------------------------------------------------------------------------
 
@@ -264,12 +292,12 @@ class MountWriter:
                 raise SinkError(str(exc)) from None
             count = len(list_partitions(self._mount, topic))
             if count == 0:
-                try:
-                    os.mkdir(self._mount / topic)  # auto-create, like Kafka's auto.create.topics.enable
-                except FileExistsError:
-                    pass  # another task created it first
-                except OSError as exc:
-                    raise SinkError(f"cannot create topic {topic!r} under {self._mount}: {exc}") from exc
+                try:  # auto-create, like Kafka's auto.create.topics.enable (through a node with no leader yet: again)
+                    self._retrying(functools.partial(os.mkdir, self._mount / topic), self._mount / topic)
+                except SinkError as exc:
+                    if not isinstance(exc.__cause__, FileExistsError):
+                        raise SinkError(f"cannot create topic {topic!r} under {self._mount}: {exc}") from exc
+                    # another task created it first
                 count = len(list_partitions(self._mount, topic))
                 if count == 0:
                     raise SinkError(f"topic {topic!r} under {self._mount} has no partitions")
@@ -290,10 +318,7 @@ class MountWriter:
                 self.transaction = new_transaction(self._mount, self._transactional_id)
             base = transaction_dir(self._mount, self.transaction)
         path = base / topic / str(partition) / "batches"
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise _refusal(exc, path) from exc
+        fd = self._retrying(functools.partial(os.open, path, os.O_RDWR), path)
         limit = int(min(_max_message_bytes(self._mount, topic), BATCH_BYTES_MAX) * BATCH_SAFETY)
         p = _Partition(fd, path, limit - RECORD_BATCH_OVERHEAD)
         self._open[(topic, partition)] = p

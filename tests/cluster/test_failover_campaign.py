@@ -16,7 +16,8 @@ the writers, topics are made through random nodes: every topic whose mkdir retur
 end, and no topic appears that was never asked for (three are made just before each fault).
 
 ``LOGFS_FAILOVER_ROUNDS`` (default 4, for CI's budget) sets the rounds, ``LOGFS_FAILOVER_SEED`` the fault sequence
-(default: a fresh seed, printed and named in every failure). Run with ``-s`` to see the figures.
+(default: a fresh seed, printed and named in every failure), ``LOGFS_FAILOVER_NODES`` the nodes (default 3; with more,
+a 6 s session, as issue 27 asks for five nodes on two cores). Run with ``-s`` to see the figures.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from zkserver import ZooKeeperServer
 
 ROUNDS = int(os.environ.get("LOGFS_FAILOVER_ROUNDS", "4"))
 SEED = int(os.environ.get("LOGFS_FAILOVER_SEED", str(random.randrange(1 << 30))))
-SESSION_MS = 1500
+NODES = int(os.environ.get("LOGFS_FAILOVER_NODES", "3"))
+# five nodes on two cores: a longer session (issue 27's 6 s), so that a busy node's heartbeats are not missed
+SESSION_MS = 1500 if NODES <= 3 else 6000
 SESSION_S = SESSION_MS / 1000
 BOUND_S = SESSION_S + 1.0
 TOPIC = "campaign"
@@ -158,12 +161,12 @@ def full_isr(cluster: Cluster) -> bool:
     return True
 
 
-@pytest.mark.timeout(90 + 25 * ROUNDS)
+@pytest.mark.timeout(90 + (25 + 8 * SESSION_S) * ROUNDS)
 def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zookeeper: ZooKeeperServer) -> None:
     rng = random.Random(SEED)
     done: list[str] = []
     kinds: Counter[str] = Counter()
-    with Cluster(tmp_path / "cluster", 3, session_timeout_ms=SESSION_MS, zookeeper=zookeeper) as cluster:
+    with Cluster(tmp_path / "cluster", NODES, session_timeout_ms=SESSION_MS, zookeeper=zookeeper) as cluster:
         leader = cluster.wait_leader(WAIT_S)[0]
         make_topic(leader.mount, TOPIC, PARTITIONS)
         wait_until("every node in ZooKeeper's ISR", lambda: full_isr(cluster), WAIT_S, logs=cluster.logs)
@@ -191,7 +194,7 @@ def test_random_faults_under_acks_all_writers_lose_nothing(tmp_path: Path, zooke
         codes = cluster.close()
     assert all(code == 0 for code in codes.values()), f"exit codes {codes}"
     failovers = sorted(campaign.failovers)
-    print(f"\nfailover campaign: seed {SEED}, {ROUNDS} rounds, faults {dict(kinds)}")
+    print(f"\nfailover campaign: seed {SEED}, {NODES} nodes, {ROUNDS} rounds, faults {dict(kinds)}")
     print(f"  acked records {verdict.acked_records}, stored on the final leader {verdict.stored_records}, "
           f"lost {verdict.lost}, refused attempts {dict(w1.errors + w2.errors + w3.errors)}; through any node: "
           f"{w3.acked_values()} acked")  # fmt: skip

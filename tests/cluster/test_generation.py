@@ -63,7 +63,7 @@ def test_a_whole_isr_gone_leaves_no_leader_and_only_its_last_member_may_lead_aga
     assert plan.leaders == {}
     # looked at again with nothing new: nothing to write (a leaderless partition is not rewritten every look)
     facts = {"p": Facts((2, 4), plan.states["p"])}
-    assert not plan_generation(facts, {4: 40}, plan.leaders, recorded_epoch=1, controller_epoch=CE).changes
+    assert not plan_generation(facts, {4: 40}, plan.brokers, recorded_epoch=1, controller_epoch=CE).changes
     # 2 registers again: it leads, in a new epoch
     plan = plan_generation(facts, {2: 21, 4: 40}, {}, recorded_epoch=1, controller_epoch=CE)
     assert plan.states == {"p": PartitionState(2, 2, (2,), CE)} and plan.leaders == {2: 21}
@@ -78,29 +78,39 @@ def test_an_unclean_election_only_when_the_topic_allows_it() -> None:
     assert plan.unclean == [("u", 0)] and plan.offline == [("t", 0)]
 
 
-def test_a_bounced_leader_is_a_failure_then_a_start() -> None:
+def test_a_bounced_node_is_a_failure_then_a_start() -> None:
     """CIT testControllerDetectsBouncedBrokers: node 1 registered again (broker epoch 10 → 11) between two looks.
-    Its partitions are elected again without it (and it leaves every ISR); it rejoins by the leader's ISR rule."""
-    facts = {"a": Facts((1, 2), state(1, 3, 1, 2)), "b": Facts((2, 1), state(2, 3, 2, 1))}
+    Its partitions are elected again, without it where another member of the ISR is in good standing; it leaves the
+    ISRs it followed in (it rejoins by the leader's ISR rule); where it was the ISR's last member it leads again at
+    once, in a new epoch (Kafka's start-up after the failure)."""
+    facts = {
+        "a": Facts((1, 2), state(1, 3, 1, 2)),  # led by 1, 2 in sync: 2 leads
+        "b": Facts((2, 1), state(2, 3, 2, 1)),  # 1 follows: it leaves the ISR
+        "c": Facts((1, 2), state(1, 3, 1)),  # 1 alone in the ISR: it leads again, in a new epoch
+    }
     plan = plan_generation(facts, {1: 11, 2: 20}, {1: 10, 2: 20}, recorded_epoch=3, controller_epoch=CE)
-    assert plan.states == {"a": PartitionState(2, 4, (2,), CE), "b": PartitionState(2, 4, (2,), CE)}
-    assert plan.leaders == {2: 20}
-    # the next look: 1 is live in the registration it has now, and leads nothing: nothing changes
+    assert plan.states == {
+        "a": PartitionState(2, 4, (2,), CE),
+        "b": PartitionState(2, 4, (2,), CE),
+        "c": PartitionState(1, 4, (1,), CE),
+    }
+    assert plan.leaders == {1: 11, 2: 20} and plan.brokers == {1: 11, 2: 20}
+    # the next look: 1 is in good standing in the registration it has now: nothing changes
     facts = {k: Facts(f.replicas, plan.states[k]) for k, f in facts.items()}
-    assert not plan_generation(facts, {1: 11, 2: 20}, plan.leaders, recorded_epoch=4, controller_epoch=CE).changes
+    assert not plan_generation(facts, {1: 11, 2: 20}, plan.brokers, recorded_epoch=4, controller_epoch=CE).changes
 
 
 def test_the_auto_rebalance_moves_partitions_back_to_their_preferred_leader_in_the_isr() -> None:
     """CIT testPreferredReplicaLeaderElection and testAutoPreferredReplicaLeaderElection: B (1) returned and is in
     the ISR of a, not yet of b: a goes back to it, ISR unchanged; b waits. Without rebalance nothing moves."""
     facts = {"a": Facts((1, 2), state(2, 6, 2, 1)), "b": Facts((1, 2), state(2, 6, 2))}
-    live, leaders = {1: 11, 2: 20}, {2: 20}
+    live, leaders = {1: 11, 2: 20}, {1: 11, 2: 20}
     assert not plan_generation(facts, live, leaders, recorded_epoch=6, controller_epoch=CE).changes
     plan = plan_generation(facts, live, leaders, recorded_epoch=6, controller_epoch=CE, rebalance=True)
     assert plan.states == {"a": PartitionState(1, 7, (2, 1), CE)} and plan.leaders == {1: 11, 2: 20}
     # a balanced cluster moves nothing
     facts = {k: Facts(f.replicas, plan.states.get(k, f.state)) for k, f in facts.items()}
-    done = plan_generation(facts, live, plan.leaders, recorded_epoch=7, controller_epoch=CE, rebalance=True)
+    done = plan_generation(facts, live, plan.brokers, recorded_epoch=7, controller_epoch=CE, rebalance=True)
     assert not done.changes
 
 

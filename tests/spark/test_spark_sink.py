@@ -134,20 +134,21 @@ def test_a_rows_topic_outside_kafkas_rules_is_refused_before_any_path_is_made_of
 # test_cluster_spark_sink.py; here the refusals are injected into fsync(2), to reach every branch) -------------------
 
 
-def failing_fsync(monkeypatch: pytest.MonkeyPatch, errnos: list[int]) -> list[int]:
-    """fsync(2) answers each errno of ``errnos`` in turn, then succeeds; the calls made are counted."""
+def failing(monkeypatch: pytest.MonkeyPatch, name: str, errnos: list[int]) -> list[int]:
+    """``os.<name>`` answers each errno of ``errnos`` in turn, then works; the byte counts of writes (or the
+    descriptors of other calls) made are recorded, failed ones included."""
     import os
 
-    real, calls = os.fsync, []
+    real, calls = getattr(os, name), []
 
-    def fsync(fd: int) -> None:
-        calls.append(fd)
+    def call(*args: object) -> object:
+        calls.append(len(args[1]) if name == "write" else args[0])  # type: ignore[arg-type]
         if errnos:
             code = errnos.pop(0)
             raise OSError(code, os.strerror(code))
-        real(fd)
+        return real(*args)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, name, call)
     return calls
 
 
@@ -158,12 +159,47 @@ def test_an_unacknowledged_write_is_written_again_until_acknowledged(
 
     root = fake_mount(tmp_path, "t", 1)
     sleeps: list[float] = []
-    calls = failing_fsync(monkeypatch, [errno.EIO, errno.EAGAIN, errno.ENOTCONN])
+    syncs = failing(monkeypatch, "fsync", [errno.EIO, errno.EAGAIN, errno.ENOTCONN])
+    writes = failing(monkeypatch, "write", [])
     w = writer(root, sleep=sleeps.append)
     w.write(pa.record_batch({"value": [b"v%d" % i for i in range(10)]}))
     w.close()
-    assert len(calls) == 4 and sleeps == [0.1, 0.2, 0.4]  # backoff doubling (retry.backoff.ms), then acknowledged
+    assert len(syncs) == 4 and sleeps == [0.1, 0.2, 0.4]  # backoff doubling (retry.backoff.ms), then acknowledged
+    assert len(writes) == 4 and len(set(writes)) == 1  # the unacknowledged batch, written again each time
     assert [r.value for b in batches_of(root, "t", 0) for r in decode_records(b)] == [b"v%d" % i for i in range(10)]
+
+
+def test_a_refused_write_and_a_refused_first_open_are_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    root = fake_mount(tmp_path, "t", 1)
+    sleeps: list[float] = []
+    opens = failing(monkeypatch, "open", [errno.EAGAIN])  # no leader yet
+    writes = failing(monkeypatch, "write", [errno.ECONNABORTED])  # the leader's mount went away under the write
+    w = writer(root, sleep=sleeps.append)
+    w.write(pa.record_batch({"value": [b"x" * 1000] * 3000}))  # past WRITE_BYTES: written before close
+    w.close()
+    assert len(opens) == 3 and sleeps == [0.1, 0.1]  # the first open, again; then the open of the delivery
+    assert writes[0] == writes[1]  # the refused write, made again on the new handle
+    assert sum(1 for b in batches_of(root, "t", 0) for _ in decode_records(b)) == 3000
+
+
+def test_a_tasks_unacknowledged_bytes_over_every_partition_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logfs.spark.sink
+
+    root = fake_mount(tmp_path, "t", 2)
+    monkeypatch.setattr(logfs.spark.sink, "ACK_BYTES", 3 * logfs.spark.sink.WRITE_BYTES)
+    syncs = failing(monkeypatch, "fsync", [])
+    w = writer(root)
+    for _ in range(3):  # about 1.4 MiB per partition per batch: each batch flushes both partitions once
+        w.write(pa.record_batch({"value": [b"x" * 1000] * 2800, "partition": [0, 1] * 1400}))
+        assert all(p.unacked_bytes <= 2 * logfs.spark.sink.WRITE_BYTES for p in w._open.values())
+    assert len(syncs) >= 2  # both partitions fsync'ed once the task held ACK_BYTES over the two
+    w.close()
 
 
 def test_a_refusal_that_is_final_is_not_tried_again_nor_is_a_transactions(
@@ -173,13 +209,13 @@ def test_a_refusal_that_is_final_is_not_tried_again_nor_is_a_transactions(
 
     root = fake_mount(tmp_path, "t", 1)
     sleeps: list[float] = []
-    failing_fsync(monkeypatch, [errno.EFBIG])
+    failing(monkeypatch, "fsync", [errno.EFBIG])
     w = writer(root, sleep=sleeps.append)
     w.write(pa.record_batch({"value": [b"v"]}))
     with pytest.raises(SinkError, match=r"max\.message\.bytes \[EFBIG\]"):
         w.close()
     assert sleeps == []
-    failing_fsync(monkeypatch, [errno.EIO] * 100)
+    failing(monkeypatch, "fsync", [errno.EIO] * 100)
     w = writer(root, sleep=lambda s: (sleeps.append(s), time.sleep(0.002)), delivery_timeout_ms=1)
     w.write(pa.record_batch({"value": [b"v"]}))
     with pytest.raises(SinkError, match=r"not acknowledged within delivery\.timeout\.ms .*\[EIO\]"):
@@ -199,7 +235,7 @@ def test_a_transactions_write_is_not_written_again(tmp_path: Path, monkeypatch: 
     w = writer(root, sleep=sleeps.append, transactional_id="q")
     w.write(pa.record_batch({"value": [b"v"]}))
     assert w.transaction is not None
-    failing_fsync(monkeypatch, [errno.EIO])
+    failing(monkeypatch, "fsync", [errno.EIO])
     with pytest.raises(SinkError, match=r"\[EIO\]"):
         w.close()
     assert sleeps == []
