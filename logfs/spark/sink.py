@@ -255,28 +255,34 @@ class MountWriter:
         self._retrying(attempt, p.path, first)
         self._acknowledged(p)
 
-    def _retrying(self, attempt: Callable[[], T], path: Path, first: OSError | None = None) -> T:
+    def _retrying(
+        self,
+        attempt: Callable[[], T],
+        path: Path,
+        first: OSError | None = None,
+        refused: Callable[[OSError, Path], SinkError] | None = None,
+    ) -> T:
         """``attempt()``, made again after a RETRIABLE refusal (``first``: one already met) with a backoff, until
-        ``delivery_timeout_ms`` has passed since the first refusal; in a transaction, never again. SinkError naming
-        the refusal otherwise."""
+        ``delivery_timeout_ms`` has passed since the first refusal; in a transaction, never again. Otherwise the
+        SinkError ``refused`` makes of the refusal (an append's by default)."""
+        refused = refused or _refusal
         if first is not None and (first.errno not in RETRIABLE or self._transactional_id is not None):
-            raise _refusal(first, path) from first
+            raise refused(first, path) from first
         deadline = None if first is None else time.monotonic() + self._delivery_timeout_s
         wait, last = RETRY_BACKOFF_S, first
         while True:
             if last is not None:
                 assert deadline is not None
                 if time.monotonic() >= deadline:
-                    why = _refusal(last, path)
-                    raise SinkError(f"appending to {path}: not acknowledged within delivery.timeout.ms "
-                                    f"({self._delivery_timeout_s:.0f} s): {why}") from last
+                    raise SinkError(f"{refused(last, path)}; still refused after delivery.timeout.ms "
+                                    f"({self._delivery_timeout_s:.0f} s)") from last
                 self._sleep(wait)
                 wait = min(wait * 2, RETRY_BACKOFF_MAX_S)
             try:
                 return attempt()
             except OSError as exc:
                 if exc.errno not in RETRIABLE or self._transactional_id is not None:
-                    raise _refusal(exc, path) from exc
+                    raise refused(exc, path) from exc
                 if deadline is None:
                     deadline = time.monotonic() + self._delivery_timeout_s
                 last = exc
@@ -293,10 +299,11 @@ class MountWriter:
             count = len(list_partitions(self._mount, topic))
             if count == 0:
                 try:  # auto-create, like Kafka's auto.create.topics.enable (through a node with no leader yet: again)
-                    self._retrying(functools.partial(os.mkdir, self._mount / topic), self._mount / topic)
+                    self._retrying(functools.partial(os.mkdir, self._mount / topic), self._mount / topic,
+                                   refused=_mkdir_refusal)  # fmt: skip
                 except SinkError as exc:
                     if not isinstance(exc.__cause__, FileExistsError):
-                        raise SinkError(f"cannot create topic {topic!r} under {self._mount}: {exc}") from exc
+                        raise
                     # another task created it first
                 count = len(list_partitions(self._mount, topic))
                 if count == 0:
@@ -407,6 +414,11 @@ def _refusal(exc: OSError, path: Path) -> SinkError:
     }
     reason = reasons.get(exc.errno or 0, os.strerror(exc.errno or 0))
     return SinkError(f"appending to {path}: {reason} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]")
+
+
+def _mkdir_refusal(exc: OSError, path: Path) -> SinkError:
+    return SinkError(f"cannot create topic {path.name!r} under {path.parent}: {os.strerror(exc.errno or 0)} "
+                     f"[{errno.errorcode.get(exc.errno or 0, exc.errno)}]")  # fmt: skip
 
 
 def _bytes_column(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:

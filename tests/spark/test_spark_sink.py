@@ -218,7 +218,7 @@ def test_a_refusal_that_is_final_is_not_tried_again_nor_is_a_transactions(
     failing(monkeypatch, "fsync", [errno.EIO] * 100)
     w = writer(root, sleep=lambda s: (sleeps.append(s), time.sleep(0.002)), delivery_timeout_ms=1)
     w.write(pa.record_batch({"value": [b"v"]}))
-    with pytest.raises(SinkError, match=r"not acknowledged within delivery\.timeout\.ms .*\[EIO\]"):
+    with pytest.raises(SinkError, match=r"\[EIO\]; still refused after delivery\.timeout\.ms"):
         w.close()
     assert sleeps  # tried again until the delivery timeout
 
@@ -239,3 +239,22 @@ def test_a_transactions_write_is_not_written_again(tmp_path: Path, monkeypatch: 
     with pytest.raises(SinkError, match=r"\[EIO\]"):
         w.close()
     assert sleeps == []
+
+
+def test_a_new_topics_mkdir_is_made_again_when_refused_for_now_and_named_when_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    root = fake_mount(tmp_path, "t", 1)
+    sleeps: list[float] = []
+    made = failing(monkeypatch, "mkdir", [errno.EAGAIN])  # a node with no leader yet: made again
+    w = writer(root, topic="new", sleep=sleeps.append)
+    with pytest.raises(SinkError, match="has no partitions"):  # a plain directory: the mkdir itself went through
+        w.write(pa.record_batch({"value": [b"v"]}))
+    assert len(made) == 2 and sleeps == [0.1] and (root / "new").is_dir()
+    failing(monkeypatch, "mkdir", [errno.EACCES])
+    w = writer(root, topic="other", sleep=sleeps.append)
+    with pytest.raises(SinkError, match=r"cannot create topic 'other' under .*: Permission denied \[EACCES\]"):
+        w.write(pa.record_batch({"value": [b"v"]}))
+    assert sleeps == [0.1]  # a final refusal: not made again
