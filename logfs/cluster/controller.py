@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from logfs.cluster.rules import (
     NO_LEADER,
@@ -26,6 +27,7 @@ from logfs.cluster.rules import (
     Leadership,
     dead_removed,
     elect,
+    in_standing,
     isr_after_election,
     needs_election,
     plan_election,
@@ -74,7 +76,7 @@ class Controller:
         current, version = self.zk.leadership(watch=False)
         epochs = {node: epoch for node, (epoch, _) in live.items()}
         if not needs_election(current, epochs, self.config.replica_ids):
-            self._remove_dead_replicas(current, version, epochs, live)
+            self._remove_dead_replicas(current, version, in_standing(epochs, current.brokers), live)
             return
         states = self.zk.partition_states()
         election = elect(self.config.replica_ids, epochs, [v.state.isr for v in states.values()],
@@ -122,6 +124,7 @@ class Controller:
             [above, *(b.highest_epoch for _, b in live.values())],
             Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
         )  # fmt: skip
+        leadership = replace(leadership, brokers=tuple(sorted((node, e) for node, (e, _) in live.items())))
         before = self.zk.multis.largest
         multis = self.zk.write_election(epoch_version, leadership, version, new_states)
         _log.info("controller %d wrote leader epoch %d: %d partition states in %d multis (largest %d bytes)",
@@ -134,11 +137,17 @@ class Controller:
     ) -> None:
         """Worker thread, as controller with a live leader: take every dead node out of the ISRs (Kafka's
         doRemoveReplicasFromIsr: never the last member), in a new leader epoch naming the same leader, which adopts
-        it silently (ZooKeeper-mode Kafka bumps the epoch too). Only the partitions whose ISR changes are written,
-        in the new epoch; the others keep theirs, as in Kafka (a node's partitions are each in their own epoch:
-        ``LeaderReplicas(epochs=…)``, ``Follower(follows=…)``). Also completes an election or a removal that a
-        previous controller left half-written: states in an epoch the leadership does not name yet get a
-        leadership above them (docs/replication.md, "Elections at scale").
+        it silently (ZooKeeper-mode Kafka bumps the epoch too). ``epochs`` holds the nodes in good standing only: a
+        node registered again since the leadership recorded its broker epoch (it restarted between two looks, its
+        old session's expiry and its new registration seen together) counts as dead here, as Kafka's controller
+        handles a bounced broker (``rules.in_standing``); it rejoins by the leader's rule once caught up. A
+        leadership that does not record the live nodes as they are is written again in the same epoch (nodes act
+        only on a newer one), so that the next look judges against them.
+
+        Only the partitions whose ISR changes are written, in the new epoch; the others keep theirs, as in Kafka (a
+        node's partitions are each in their own epoch: ``LeaderReplicas(epochs=…)``, ``Follower(follows=…)``). Also
+        completes an election or a removal that a previous controller left half-written: states in an epoch the
+        leadership does not name yet get a leadership above them (docs/replication.md, "Elections at scale").
 
         Reading every state costs O(partitions), so it is done only when the live nodes or the leadership changed
         since the last look that found nothing to do (Kafka's controller also acts on a broker's failure, not on a
@@ -158,6 +167,14 @@ class Controller:
         highest = max((v.state.leader_epoch for v in states.values()), default=-1)
         half_written = highest > current.leader_epoch
         if not half_written and not changed:
+            registered = tuple(sorted((node, e) for node, (e, _) in live.items()))
+            if current.brokers != registered:
+                assert self.epoch is not None
+                try:
+                    self.zk.write_election(self.epoch[1], replace(current, brokers=registered), version, {})
+                except (Fenced, Conflict) as exc:
+                    _log.info("node %d: recording the live nodes was refused (%s): trying again", self.node_id, exc)
+                    return
             self._isr_clean = looked
             return
         try:

@@ -76,10 +76,15 @@ class Leadership:
     mount: str
     controller_epoch: int
     broker_epoch: int = -1
+    # every node registered when the controller wrote this, with its broker epoch (the controller's view of the live
+    # nodes, which Kafka's keeps in memory): a node registered since with another epoch restarted in between (a
+    # bounced follower leaves the ISRs); empty in a leadership written by an earlier logfs
+    brokers: tuple[tuple[int, int], ...] = ()
 
     def encode(self) -> bytes:
         doc = {"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch, "mount": self.mount,
-               "controller_epoch": self.controller_epoch, "broker_epoch": self.broker_epoch}  # fmt: skip
+               "controller_epoch": self.controller_epoch, "broker_epoch": self.broker_epoch,
+               "brokers": {str(node): epoch for node, epoch in self.brokers}}  # fmt: skip
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -88,8 +93,11 @@ class Leadership:
         mount = doc.get("mount")
         if not isinstance(mount, str):
             raise BadZnode(f"leadership: mount is {mount!r}")
+        brokers = doc.get("brokers", {})
+        if not isinstance(brokers, dict) or not all(k.isdigit() and _is_int(v) for k, v in brokers.items()):
+            raise BadZnode(f"leadership: brokers is {brokers!r}")
         return cls(_field(doc, "leader"), _field(doc, "leader_epoch"), mount, _field(doc, "controller_epoch"),
-                   _field(doc, "broker_epoch"))
+                   _field(doc, "broker_epoch"), tuple(sorted((int(k), int(v)) for k, v in brokers.items())))
 
     def leader_file(self) -> dict[str, Any]:
         """What ``MOUNT/.logfs/leader`` shows."""
@@ -200,6 +208,14 @@ def isr_after_election(old_isr: Sequence[int], election: Election, live: Iterabl
     alive = set(live)
     kept = tuple(r for r in old_isr if r in alive)
     return kept if election.leader in kept else (election.leader, *kept)
+
+
+def in_standing(live: Mapping[int, int], recorded: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """The nodes of ``live`` (node → broker epoch) registered in the epoch ``recorded`` (a leadership's
+    ``brokers``) names for them, or registered since: a node whose epoch differs restarted in between — Kafka's
+    *bounced* broker, handled as a failure (out of the ISRs) then a start-up (it rejoins by the leader's rule)."""
+    known = dict(recorded)
+    return {node: epoch for node, epoch in live.items() if known.get(node, epoch) == epoch}
 
 
 def dead_removed(isr: Sequence[int], live: Iterable[int]) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from logfs.cluster.rules import (
     decode_assignment,
     elect,
     encode_assignment,
+    in_standing,
     isr_after_election,
     needs_election,
     next_leader_epoch,
@@ -98,6 +99,22 @@ def test_broker_and_leadership_round_trip() -> None:
     assert NO_LEADERSHIP.leader_file() == {"node_id": -1, "mount": "", "leader_epoch": -1}
     with pytest.raises(BadZnode):
         Leadership.decode(b'{"leader":1,"leader_epoch":1,"controller_epoch":1,"broker_epoch":1}')  # no mount
+    # the live nodes' broker epochs the controller saw (a leadership of an earlier logfs has none)
+    seen = Leadership(2, 9, "/mnt/node2", 4, broker_epoch=77, brokers=((1, 70), (2, 77), (3, 81)))
+    assert json.loads(seen.encode())["brokers"] == {"1": 70, "2": 77, "3": 81}
+    assert Leadership.decode(seen.encode()) == seen
+    old = b'{"version":1,"leader":1,"leader_epoch":1,"mount":"/m","controller_epoch":1,"broker_epoch":1}'
+    assert Leadership.decode(old).brokers == ()
+    for bad in (b'"brokers":[1]', b'"brokers":{"x":1}', b'"brokers":{"1":"2"}'):
+        with pytest.raises(BadZnode):
+            Leadership.decode(old[:-1] + b"," + bad + b"}")
+
+
+def test_a_node_registered_again_since_the_leadership_is_not_in_good_standing() -> None:
+    """Kafka's bounced broker (CIT testControllerDetectsBouncedBrokers): node 2 restarted between two looks."""
+    assert in_standing({1: 10, 2: 21, 3: 30}, ((1, 10), (2, 20), (3, 30))) == {1: 10, 3: 30}
+    assert in_standing({1: 10, 4: 40}, ((1, 10), (2, 20))) == {1: 10, 4: 40}  # 4 is new; 2 is gone
+    assert in_standing({1: 10, 2: 21}, ()) == {1: 10, 2: 21}  # nothing recorded (an earlier logfs): all stand
 
 
 def test_connect_string_chroot_and_state_paths() -> None:

@@ -1,7 +1,8 @@
 """ZooKeeper mode at scale (issue 24), against a real ZooKeeper (tests/helpers/zkserver.py): the controller's election
 goes in pipelined multis each within ``MULTI_MAX_BYTES`` and led by the check of ``/controller_epoch``, the leadership
 last; a deposed controller's multis change nothing; an election left half-written is completed by the next
-controller; and a node leading every partition fails over within the session timeout + 5 s.
+controller; a node leading every partition fails over within the session timeout + 5 s; and a follower registered
+again between two of the controller's looks leaves the ISR.
 
 Sizes: ``LOGFS_SCALE_PARTITIONS`` sets them all (10,000 for the issue's figure); by default 1,000 partitions for
 the ZooKeeper-level tests and 150 for the failover with real nodes, whose follower must first hold every partition.
@@ -476,3 +477,42 @@ def test_a_leader_records_the_deletion_only_of_a_topic_it_held(tmp_path: Path, z
         with_zk(zookeeper.connect + "/held", body)
     finally:
         store.close()
+
+
+def test_a_follower_registered_again_between_two_looks_leaves_the_isr(zookeeper: Any) -> None:
+    """Kafka's bounced broker (CIT testControllerDetectsBouncedBrokers), at a controller's look: node 2's old session
+    ended and a new one registered it again before the controller looked, so it never saw node 2 gone. The leadership
+    records every live node's broker epoch, so the controller sees the new one, and takes node 2 out of the ISR (in a
+    new epoch, as for a dead node: a restarted node may have lost what it held) and records its new epoch; node 2
+    rejoins by the leader's rule. A node that merely registered (node 4, new) is not bounced."""
+    from logfs.cluster.controller import Controller
+    from logfs.cluster.rules import Broker
+    from logfs.core.storeconfig import StoreConfig
+
+    def body(session: Callable[[int], ZooKeeper]) -> None:
+        zks = {i: session(i) for i in (1, 2, 3)}
+        epochs = {i: zk.register(Broker(i, f"/mnt/{i}", -1)) for i, zk in zks.items()}
+        controller = Controller(zks[1], 1, StoreConfig(node_id=1, replica_ids=(1, 2, 3, 4)))
+        controller.control(True)  # the controller, and the leadership of node 1 (no partition yet)
+        led, _ = zks[1].leadership(watch=False)
+        assert led.leader == 1 and dict(led.brokers) == epochs
+        zks[1].create_state("t", 0, PartitionState(1, led.leader_epoch, (1, 2, 3), led.controller_epoch))
+        zks[1].create_state("u", 0, PartitionState(1, led.leader_epoch, (1, 3), led.controller_epoch))
+        controller.control(True)
+        assert zks[1].leadership(watch=False)[0] == led  # nothing to do
+        zks[2].stop()  # node 2 restarts between two looks
+        zks[2] = session(2)
+        epochs[2] = zks[2].register(Broker(2, "/mnt/2", -1))
+        zks[4] = session(4)
+        epochs[4] = zks[4].register(Broker(4, "/mnt/4", -1))
+        controller.control(True)
+        recorded = zks[1].partition_states()
+        after = recorded[("t", 0)].state
+        assert (after.leader, after.isr) == (1, (1, 3)) and after.leader_epoch > led.leader_epoch
+        assert recorded[("u", 0)].state.leader_epoch == led.leader_epoch  # node 2 was not in its ISR: untouched
+        now, _ = zks[1].leadership(watch=False)
+        assert now.leader == 1 and now.leader_epoch == after.leader_epoch and dict(now.brokers) == epochs
+        controller.control(True)  # node 2 is in good standing in its new registration: nothing more
+        assert zks[1].partition_states()[("t", 0)].state == after and zks[1].leadership(watch=False)[0] == now
+
+    with_zk(zookeeper.connect + "/bounce", body)
