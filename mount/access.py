@@ -39,6 +39,7 @@ from logfs.core.configdef import invalid_value
 from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
+from logfs.mount.coordinatorview import CoordinatorView
 from logfs.mount.errors import AccessDenied, NotPermitted
 from logfs.mount.nodes import APPEND_KINDS, FORWARD_DIR_KINDS, GROUP_KINDS, TXN_KINDS, Kind, Node
 from logfs.mount.runner import Runner
@@ -89,6 +90,8 @@ class Access:
         self._default = Owner(uid, gid, DEFAULT_MODE)
         self._offsets = Owner(uid, gid, 0o700)
         self._claiming = trio.Lock()  # one claim of a group at a time: its check and its write are one step
+        # on a node that does not lead: the owners the coordinator's node showed (the tree's; mount/operations.py)
+        self.coordinator_view: CoordinatorView | None = None
 
     # --- owners ---------------------------------------------------------------------------------------------------
 
@@ -115,10 +118,14 @@ class Access:
         """The owner of open transaction ``txn``: who began it (recorded with the begin in the store's transaction
         log, core/txn/state.py), mode 0700; the mounting user's for one begun before owners were recorded."""
         coordinator = self.store.transactions
-        info = coordinator.get(txn) if coordinator is not None else None
-        if info is None or info.owner is None:
+        if self.coordinator_view is not None:  # a node that does not lead: as the coordinator's node showed it
+            owner = self.coordinator_view.owner(txn)
+        else:
+            info = None if coordinator is None else coordinator.get(txn)
+            owner = None if info is None else info.owner
+        if owner is None:
             return Owner(self.uid, self.gid, TXN_MODE)
-        return Owner(info.owner[0], info.owner[1], TXN_MODE)
+        return Owner(owner[0], owner[1], TXN_MODE)
 
     # --- attributes -----------------------------------------------------------------------------------------------
 

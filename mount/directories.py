@@ -15,9 +15,12 @@ import time
 import pyfuse3
 
 from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.names import validate_transactional_id
+from logfs.core.owners import DEFAULT_MODE, Owner
 from logfs.core.store import NewTopic, Store
 from logfs.core.topicnames import validate_topic_name
 from logfs.mount.access import Access, Caller
+from logfs.mount.coordinatorview import coordinator_of
 from logfs.mount.direntry import listed_only
 from logfs.mount.errors import InvalidName, MountRefusal, NoEntry, NotADirectory, NotPermitted
 from logfs.mount.forwarding import DirChange, Forwarder
@@ -116,7 +119,8 @@ class Directories:
         """mkdir by ``caller``: a topic in the root (``caller``'s, with ``mode``), a partition in a topic (its owner's
         to add), a transaction in ``.logfs/transactions/`` (a leader's ``transactions``); NotPermitted elsewhere.
         With ``forwarder`` (a node that does not lead) a topic or partition is checked here and made on the leader
-        (mount/forwarding.py), and answered once this node's replica has it."""
+        (mount/forwarding.py), and answered once this node's replica has it; a transaction is begun on its
+        coordinator's node, for the caller."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name, InvalidName)
         if parent.kind is Kind.ROOT:
@@ -143,8 +147,15 @@ class Directories:
                 _log.info("added partition %d to topic %s", partition, topic)
                 await self.writer.topics_changed()
             node = Node(Kind.PARTITION, topic, partition)
-        elif parent.kind is Kind.TXN_DIR and transactions is not None:
+        elif parent.kind is Kind.TXN_DIR and not parent.forwarded and transactions is not None:
             await transactions.begin(text, (caller.uid, caller.gid))  # EEXIST while open; EINVAL for a bad id
+            node = Node(Kind.TXN, txn=text)
+        elif parent.kind is Kind.TXN_DIR and not parent.forwarded and forwarder is not None:
+            validate_transactional_id(text)  # EINVAL, ENAMETOOLONG here, before it is sent anywhere
+            begin = DirChange("begin", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=text)
+            await forwarder.change(begin, None, coordinator_of(text))  # the coordinator's EEXIST while open
+            if self.tree.coordinator_view is not None:  # (still not leading)
+                self.tree.coordinator_view.seen(text, (caller.uid, caller.gid))
             node = Node(Kind.TXN, txn=text)
         else:
             raise NotPermitted(f"mkdir in {parent}")

@@ -52,7 +52,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from logfs.core.names import is_group_id
+from logfs.core.errors import LogfsError
+from logfs.core.names import is_group_id, validate_transactional_id
 from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner
 from logfs.mount.access import Caller
 from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader, NotShownHere
@@ -223,6 +224,33 @@ class Forwarder:
         st, _ = await self._on_leader(node, "stat", os.stat, leader_of, twin=False)
         return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
+    async def transaction_owner(self, transactional_id: str, leader_of: tuple[str, int]) -> tuple[int, int] | None:
+        """``(uid, gid)`` of who began open transaction ``transactional_id``, as the coordinator's mount shows its
+        directory; None when it shows none (not open there)."""
+        node = Node(Kind.TXN, txn=transactional_id)
+        try:
+            st, _ = await self._on_leader(node, "stat", os.stat, leader_of, twin=False)
+        except ForwardFailed as exc:
+            if exc.code == errno.ENOENT:
+                return None
+            raise
+        return st.st_uid, st.st_gid
+
+    async def open_transactions(self, leader_of: tuple[str, int]) -> dict[str, tuple[int, int]]:
+        """Every open transaction the coordinator's mount lists, with who began it."""
+        listed, _ = await self._on_leader(Node(Kind.TXN_DIR), "listing", _owners, leader_of, twin=False)
+        return listed
+
+    async def has_label(self, label: str, leader_of: tuple[str, int]) -> bool:
+        """Whether the coordinator's mount shows committed label ``label`` (``.logfs/labels/<label>``)."""
+        try:
+            await self._on_leader(Node(Kind.LABEL, name=label), "stat", os.stat, leader_of, twin=False)
+        except ForwardFailed as exc:
+            if exc.code == errno.ENOENT:
+                return False
+            raise
+        return True
+
     async def settle_config(self, h: ForwardHandle, local: Callable[[], bytes]) -> None:
         """After a forwarded ``config`` handle was flushed: wait (at most ``CONFIG_SETTLE_S``) until this node shows
         every ``key=value`` line written through it (``local``: its rendering here), so that ``cat config`` after
@@ -371,25 +399,27 @@ class DirChange:
       make: the forwarding node checked the caller (``uid``) against the owner it shows, and the leader checks
       again against its own (a topic made again since, by someone else, is not the caller's);
     * ``claim <uid> <gid> <group as a JSON string>``: the group becomes the caller's if nobody claimed it (its first
-      commit through that node), whose right to write it that node then checks against the owner the leader shows.
+      commit through that node), whose right to write it that node then checks against the owner the leader shows;
+    * ``begin <uid> <gid> <transactional id as a JSON string>``: a transaction begun for the caller (its ``mkdir``
+      of ``.logfs/transactions/<id>`` through that node), which is the caller's from then on.
 
     Names are checked before a line is made (no blank or control character can start another line); the leader
     takes the lines from a replica user only."""
 
-    op: str  # "mkdir", "rmdir", "claim", "delete-topic" or "delete-records"
+    op: str  # "mkdir", "rmdir", "claim", "begin", "delete-topic" or "delete-records"
     topic: str = ""
     partition: int = -1
     owner: Owner | None = None  # a new topic's owner; a claim's claimer (uid, gid)
-    group: str = ""
+    group: str = ""  # a claim's group; a begin's transactional id
     offset: int = -1
     uid: int = -1  # the caller, for the leader's own owner check of a change of a topic
 
     def render(self) -> bytes:
-        if self.op != "claim" and not _PLAIN_NAME.fullmatch(self.topic):
+        if self.op not in ("claim", "begin") and not _PLAIN_NAME.fullmatch(self.topic):
             raise InvalidCommand(f"{self.topic!r} cannot be named in a forwarded change")
-        if self.op == "claim":
+        if self.op in ("claim", "begin"):
             assert self.owner is not None
-            return f"claim {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
+            return f"{self.op} {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
         if self.op == "mkdir" and self.partition < 0:
             assert self.owner is not None
             return f"mkdir {self.topic} {self.owner.uid} {self.owner.gid} {self.owner.mode:o}\n".encode()
@@ -408,6 +438,10 @@ class DirChange:
                 group = json.loads(line.split(" ", 3)[3])
                 if isinstance(group, str) and is_group_id(group):
                     return cls("claim", owner=Owner(int(args[0]), int(args[1]), DEFAULT_MODE), group=group)
+            elif op == "begin" and len(args) >= 3 and _ids(args[:2]):
+                transactional_id = json.loads(line.split(" ", 3)[3])
+                if isinstance(transactional_id, str) and _is_transactional_id(transactional_id):
+                    return cls("begin", owner=Owner(int(args[0]), int(args[1]), DEFAULT_MODE), group=transactional_id)
             elif op == "mkdir" and len(args) == 4 and _ids(args[1:3]) and args[3].isascii():
                 mode = int(args[3], 8)
                 if not mode & ~MODE_BITS and _PLAIN_NAME.fullmatch(args[0]):
@@ -426,7 +460,7 @@ class DirChange:
                     return cls(op, args[0], partition, offset=int(args[2]), uid=int(args[3]))
         except ValueError:
             pass
-        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not a forwarded change (mkdir, rmdir, claim, delete-topic, "
+        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not a forwarded change (mkdir, rmdir, claim, begin, delete-topic, "
                              f"delete-records): {line[:200]!r}")  # fmt: skip
 
 
@@ -438,6 +472,26 @@ _PLAIN_NAME = re.compile(r"[^\s\x00-\x1f\x7f/]+")
 def _ids(words: list[str]) -> bool:
     """Whether each word is a non-negative id in ASCII digits."""
     return all(w.isascii() and w.isdigit() for w in words)
+
+
+def _is_transactional_id(name: str) -> bool:
+    try:
+        validate_transactional_id(name)
+    except LogfsError:
+        return False
+    return True
+
+
+def _owners(path: Path) -> dict[str, tuple[int, int]]:
+    """The directories in ``path`` with their ``(uid, gid)`` (one that went away between the listing and its stat
+    is left out)."""
+    owners = {}
+    with os.scandir(path) as listing:
+        for entry in listing:
+            with contextlib.suppress(FileNotFoundError):
+                st = entry.stat()
+                owners[entry.name] = (st.st_uid, st.st_gid)
+    return owners
 
 
 def _open(path: Path, *, flags: int) -> int:

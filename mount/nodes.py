@@ -37,6 +37,8 @@ Paths::
             <topic>/config              CONFIG (forwarded)   w   a config change made through another node
             .dirs                       FORWARD_DIRS       w   mkdir, rmdir and group claims made through another node
             .groups/<group>/…           GROUP… (forwarded)     config, <topic>/<p>/offset: commits through another node
+            .transactions/<id>/…        TXN… (forwarded)       control, <topic>/<p>/append…: a transaction through
+                                                               another node (begun by a ``begin`` line of .dirs)
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -69,6 +71,7 @@ LOGFS_DIR_NAME = ".logfs"
 FORWARD_DIR_NAME = "forward"
 FORWARD_DIRS_NAME = ".dirs"  # .logfs/forward/.dirs: a leading dot, so no topic name is ever the same
 FORWARD_GROUPS_NAME = ".groups"  # .logfs/forward/.groups/: another node's group commits (a leading dot, as above)
+FORWARD_TXNS_NAME = ".transactions"  # .logfs/forward/.transactions/: another node's transactions (the same)
 
 
 @enum.unique
@@ -196,6 +199,12 @@ class Node:
             parts += [str(self.partition)] if self.partition >= 0 else []
             parts += [_GROUP_FILE_NAMES.get(self.kind, "")]
             return "/" + "/".join(p for p in parts if p)
+        if self.txn or self.kind is Kind.TXN_DIR:
+            where = [FORWARD_DIR_NAME, FORWARD_TXNS_NAME] if self.forwarded else [TXN_DIR_NAME]
+            parts = [LOGFS_DIR_NAME, *where, self.txn, self.topic]
+            parts += [str(self.partition)] if self.partition >= 0 else []
+            parts += [] if self.kind in TXN_KINDS and self.kind is not Kind.TXN_CONTROL else [_NAMES[self.kind]]
+            return "/" + "/".join(p for p in parts if p)
         if self.forwarded or self.kind in FORWARD_DIR_KINDS:
             parts = [LOGFS_DIR_NAME, FORWARD_DIR_NAME, self.topic]
             parts += [str(self.partition)] if self.partition >= 0 else []
@@ -203,11 +212,6 @@ class Node:
             return "/" + "/".join(p for p in parts if p)
         if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
             return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
-        if self.txn or self.kind is Kind.TXN_DIR:
-            parts = [LOGFS_DIR_NAME, TXN_DIR_NAME, self.txn, self.topic]
-            parts += [str(self.partition)] if self.partition >= 0 else []
-            parts += [] if self.kind in TXN_KINDS and self.kind is not Kind.TXN_CONTROL else [_NAMES[self.kind]]
-            return "/" + "/".join(p for p in parts if p)
         if self.kind.is_fetch:
             fetch = [LOGFS_DIR_NAME, "fetch", *([str(self.replica)] if self.replica >= 0 else [])]
             fetch += [self.topic] if self.topic else []
@@ -304,6 +308,8 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.FORWARD_DIR) if node.forwarded else Node(Kind.LOGFS_DIR)
     if k in GROUP_KINDS:
         return _group_parent(node)
+    if node.txn or k is Kind.TXN_DIR:
+        return _txn_parent(node)
     if node.forwarded:
         return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
             Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip
@@ -316,10 +322,6 @@ def parent_of(node: Node) -> Node:
         return Node(Kind.LOGFS_DIR)
     if k is Kind.LABEL:
         return Node(Kind.LABELS_DIR)
-    if node.txn:
-        return _txn_parent(node)
-    if k in GROUP_KINDS:
-        return _group_parent(node)
     if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
         return Node(Kind.TOPIC, node.topic)
     if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):
@@ -331,14 +333,16 @@ def parent_of(node: Node) -> Node:
 
 
 def _txn_parent(node: Node) -> Node:
-    k = node.kind
+    k, fwd = node.kind, node.forwarded
+    if k is Kind.TXN_DIR:
+        return Node(Kind.FORWARD_DIR) if fwd else Node(Kind.LOGFS_DIR)
     if k is Kind.TXN:
-        return Node(Kind.TXN_DIR)
+        return Node(Kind.TXN_DIR, forwarded=fwd)
     if k in (Kind.TXN_CONTROL, Kind.TXN_TOPIC):
-        return Node(Kind.TXN, txn=node.txn)
+        return Node(Kind.TXN, txn=node.txn, forwarded=fwd)
     if k is Kind.TXN_PARTITION:
-        return Node(Kind.TXN_TOPIC, node.topic, txn=node.txn)
-    return Node(Kind.TXN_PARTITION, node.topic, node.partition, txn=node.txn)  # the write files
+        return Node(Kind.TXN_TOPIC, node.topic, txn=node.txn, forwarded=fwd)
+    return Node(Kind.TXN_PARTITION, node.topic, node.partition, txn=node.txn, forwarded=fwd)  # the write files
 
 
 def _fetch_parent(node: Node) -> Node:

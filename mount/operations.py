@@ -61,6 +61,7 @@ from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller, caller_of, replica_user_ids
+from logfs.mount.coordinatorview import ANY_COORDINATOR, CoordinatorView, coordinator_of
 from logfs.mount.directories import Directories
 from logfs.mount.errno import errno_name, handler
 from logfs.mount.errors import (
@@ -156,6 +157,7 @@ class Operations(pyfuse3.Operations):
             store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
         )  # fmt: skip
         self.writer.transactions = self.transactions
+        self._view_coordinator()
         self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication, self.permissions,
                              read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
         self.writer.groups = self.groups
@@ -241,6 +243,7 @@ class Operations(pyfuse3.Operations):
         self.transactions = self.writer.transactions = None if replication is None else Transactions(
             self.store, self.tree, self.partitions, replication, write_thread=self._write_thread
         )  # fmt: skip
+        self._view_coordinator()
 
     async def watch_groups(self) -> None:
         """Consumer groups' auto-commits and background catch-up (``mount/groups.py``). A task of the server's
@@ -281,6 +284,8 @@ class Operations(pyfuse3.Operations):
         elif text == "..":
             node = parent_of(parent)
         else:
+            if self._asks_coordinator(parent):
+                await self._ask_coordinator(parent, text)
             node = self.tree.resolve(parent, text)
         if node.kind.is_fetch:
             self._check_fetch(node, caller_of(ctx))
@@ -301,6 +306,35 @@ class Operations(pyfuse3.Operations):
             raise
         self.tree.remember(entry)
         return attr
+
+    def _view_coordinator(self) -> None:
+        """A node that leads shows its own transactions; one that does not, what the coordinator's node shows it
+        (``mount/coordinatorview.py``), from an empty view at each change of role."""
+        view = None if self.transactions is not None else CoordinatorView()
+        self.tree.coordinator_view = self.permissions.coordinator_view = view
+
+    def _asks_coordinator(self, directory: Node) -> bool:
+        """Whether a name in ``directory`` is a transaction or a label that only the transaction coordinator's node
+        knows: on a node that does not lead, which forwards (``mount/coordinatorview.py``)."""
+        return (directory.kind in (Kind.TXN_DIR, Kind.LABELS_DIR) and not directory.forwarded
+                and self.transactions is None and self.forwarder.enabled)  # fmt: skip
+
+    async def _ask_coordinator(self, directory: Node, name: str) -> None:
+        """Look ``name`` up on the coordinator's node, and keep what it shows for the tree and the access rules."""
+        view = self.tree.coordinator_view
+        assert view is not None  # not leading
+        if directory.kind is Kind.TXN_DIR:
+            view.seen(name, await self.forwarder.transaction_owner(name, coordinator_of(name)))
+        elif not view.has_label(name) and await self.forwarder.has_label(name, ANY_COORDINATOR):
+            view.label_seen(name)
+
+    def _transaction_ended_here(self, transactional_id: str) -> None:
+        """A ``control`` written through this node ended ``transactional_id`` on its coordinator: its directory
+        goes at once here too (the view, and the kernel's entry)."""
+        if self.tree.coordinator_view is not None:
+            self.tree.coordinator_view.seen(transactional_id, None)
+        txn_dir = self.tree.stable_inode(Node(Kind.TXN_DIR))
+        pyfuse3.invalidate_entry_async(txn_dir, transactional_id.encode(), ignore_enoent=True)
 
     def _check_fetch(self, node: Node, caller: Caller) -> None:
         """``.logfs/fetch/`` is a leader's (ENOENT in a follower's mount), for its followers only (EPERM), and on a
@@ -323,6 +357,11 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self.tree.entry(inode).node
+        if node.kind is Kind.TXN_DIR and self._asks_coordinator(node):  # the coordinator's open transactions
+            listed = await self.forwarder.open_transactions(ANY_COORDINATOR)
+            if self.tree.coordinator_view is not None:  # (still not leading)
+                self.tree.coordinator_view.listed(listed)
         fh = self._next_fh
         self._next_fh += 1
         await self.dirs.open(fh, inode)  # listed as of opendir (mount/directories.py)
@@ -353,11 +392,14 @@ class Operations(pyfuse3.Operations):
         await self.dirs.remove(parent_inode, name, caller_of(ctx), forwarder)
 
     def _forwarding(self, parent_inode: int) -> Forwarder | None:
-        """The forwarder, for a mkdir or rmdir of a topic or a partition on a node that does not lead (made on the
-        leader, mount/forwarding.py); None when this node makes it itself, or refuses it."""
+        """The forwarder, for a mkdir or rmdir of a topic or a partition, or the begin of a transaction, on a node
+        that does not lead (made on the leader, mount/forwarding.py); None when this node makes it itself, or
+        refuses it."""
         if not (self.read_only and self.forwarder.enabled):
             return None
-        return self.forwarder if self.tree.entry(parent_inode).node.kind in (Kind.ROOT, Kind.TOPIC) else None
+        parent = self.tree.entry(parent_inode).node
+        return self.forwarder if parent.kind in (Kind.ROOT, Kind.TOPIC, Kind.TXN_DIR) and not parent.forwarded \
+            else None  # fmt: skip
 
     # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------
 
@@ -446,6 +488,9 @@ class Operations(pyfuse3.Operations):
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
+            if forwards and node.txn:  # a transaction's files: on its coordinator's node
+                forwarded = await self.forwarder.open(entry, flags, caller_of(ctx), coordinator_of(node.txn))
+                return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
             if forwards and kind in FORWARDED_KINDS and not node.txn:
                 if kind is Kind.CONFIG:
                     self.permissions.check_topic_owner(caller_of(ctx), node.topic, "a config change")
@@ -478,6 +523,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, ForwardHandle):
             async with h.lock:
                 await self.forwarder.flush(h)
+            if h.node.kind is Kind.TXN_CONTROL:  # a last command without a newline was taken there
+                self._transaction_ended_here(h.node.txn)
             if h.node.kind is Kind.CONFIG:  # read-your-writes: a cat of config here shows the change
                 await self.forwarder.settle_config(h, lambda: self.reader.status.render_config(h.node.topic))
         elif isinstance(h, WriteHandle):
@@ -548,6 +595,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, ForwardHandle):
             async with h.lock:  # forwarded in the order they arrived
                 await self.forwarder.write(h, buf)
+            if h.node.kind is Kind.TXN_CONTROL and buf.endswith(b"\n"):  # its coordinator took the command
+                self._transaction_ended_here(h.node.txn)
             return len(buf)
         if not isinstance(h, WriteHandle):
             raise BadFileHandle(f"{h.node} is not open for writing")

@@ -63,6 +63,7 @@ import pyfuse3
 
 from logfs.core.names import validate_group_id
 from logfs.core.store import Store
+from logfs.mount.coordinatorview import CoordinatorView
 from logfs.mount.errors import NoEntry
 from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_follow_name, parse_partition_name
 from logfs.mount.nodes import (
@@ -73,6 +74,7 @@ from logfs.mount.nodes import (
     FORWARD_DIR_NAME,
     FORWARD_DIRS_NAME,
     FORWARD_GROUPS_NAME,
+    FORWARD_TXNS_NAME,
     FORWARDED_KINDS,
     GROUP_CHILDREN,
     GROUP_KINDS,
@@ -122,6 +124,9 @@ class Tree:
         self._next_inode = ROOT_INODE + 1
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
+        # on a node that does not lead (set by the mount at each change of role): the transactions and labels the
+        # coordinator's node showed it, in place of this store's own transaction coordinator (which is not in use)
+        self.coordinator_view: CoordinatorView | None = None
         # the stable inodes under each topic and each consumer group (what a chmod there changes the attributes of)
         self._stable_below: dict[tuple[str, str], list[int]] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
@@ -149,7 +154,7 @@ class Tree:
         if is_hidden(name) and not (
             (name.startswith("_") and kind in _NAMED_BY_USERS)
             or (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
-            or (name in (FORWARD_DIRS_NAME, FORWARD_GROUPS_NAME) and kind is Kind.FORWARD_DIR)
+            or (name in (FORWARD_DIRS_NAME, FORWARD_GROUPS_NAME, FORWARD_TXNS_NAME) and kind is Kind.FORWARD_DIR)
         ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
@@ -165,6 +170,8 @@ class Tree:
                 return Node(Kind.FORWARD_DIRS)
             if name == FORWARD_GROUPS_NAME:
                 return Node(Kind.GROUPS_DIR, forwarded=True)
+            if name == FORWARD_TXNS_NAME:
+                return Node(Kind.TXN_DIR, forwarded=True)
             self._existing_topic(name)
             return Node(Kind.FORWARD_TOPIC, name)
         if kind is Kind.FORWARD_TOPIC:
@@ -182,7 +189,9 @@ class Tree:
             return self._resolve_group(parent, name)
         if kind is Kind.LABELS_DIR:
             coordinator = self.store.transactions
-            if coordinator is None or not coordinator.has_committed_label(name):
+            view = self.coordinator_view
+            if not (view.has_label(name) if view is not None
+                    else coordinator is not None and coordinator.has_committed_label(name)):  # fmt: skip
                 raise NoEntry(name)
             return Node(Kind.LABEL, name=name)
         if kind is Kind.TOPIC:
@@ -205,7 +214,10 @@ class Tree:
         raise NoEntry(name)
 
     def open_transaction(self, transactional_id: str) -> bool:
-        """Whether transaction ``transactional_id`` is open (its directory exists)."""
+        """Whether transaction ``transactional_id`` is open (its directory exists): as this store's coordinator
+        knows, or, on a node that does not lead, as the coordinator's node last showed (mount/coordinatorview.py)."""
+        if self.coordinator_view is not None:
+            return self.coordinator_view.owner(transactional_id) is not None
         coordinator = self.store.transactions
         info = None if coordinator is None else coordinator.get(transactional_id)
         return info is not None and info.state.is_open
@@ -213,21 +225,21 @@ class Tree:
     def _resolve_txn(self, parent: Node, name: str) -> Node:
         """A name under ``.logfs/transactions/``: an open transaction, its ``control``, and the topics and
         partitions that exist (writes there land in the transaction)."""
-        kind, txn = parent.kind, parent.txn
+        kind, txn, fwd = parent.kind, parent.txn, parent.forwarded  # fwd: under .logfs/forward/.transactions/
         if kind is Kind.TXN_DIR:
             if not self.open_transaction(name):
                 raise NoEntry(name)
-            return Node(Kind.TXN, txn=name)
+            return Node(Kind.TXN, txn=name, forwarded=fwd)
         if kind is Kind.TXN:
             if name == "control":
-                return Node(Kind.TXN_CONTROL, txn=txn)
+                return Node(Kind.TXN_CONTROL, txn=txn, forwarded=fwd)
             self._existing_topic(name)
-            return Node(Kind.TXN_TOPIC, name, txn=txn)
+            return Node(Kind.TXN_TOPIC, name, txn=txn, forwarded=fwd)
         if kind is Kind.TXN_TOPIC:
             partition = self._existing_partition(parent.topic, name)
-            return Node(Kind.TXN_PARTITION, parent.topic, partition, txn=txn)
+            return Node(Kind.TXN_PARTITION, parent.topic, partition, txn=txn, forwarded=fwd)
         if kind is Kind.TXN_PARTITION:
-            return Node(_child(TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn)
+            return Node(_child(TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn, forwarded=fwd)
         raise NoEntry(name)
 
     def _existing_topic(self, name: str) -> None:
@@ -293,21 +305,26 @@ class Tree:
             return [(LOGFS_DIR_NAME, Node(Kind.LOGFS_DIR))] + [(t, Node(Kind.TOPIC, t)) for t in self.store.topics()]
         if k is Kind.LOGFS_DIR:
             return [(name, Node(kind)) for name, kind in LOGFS_CHILDREN.items()]
+        fwd = node.forwarded
         if k is Kind.TXN_DIR:
             coordinator = self.store.transactions
-            opened = [] if coordinator is None else coordinator.open_transactions()
-            return [(t.transactional_id, Node(Kind.TXN, txn=t.transactional_id)) for t in opened if t.state.is_open]
+            if self.coordinator_view is not None:
+                names = self.coordinator_view.open_transactions()
+            else:
+                opened = [] if coordinator is None else coordinator.open_transactions()
+                names = [t.transactional_id for t in opened if t.state.is_open]
+            return [(t, Node(Kind.TXN, txn=t, forwarded=fwd)) for t in names]
         if k is Kind.TXN:
-            topics = [(t, Node(Kind.TXN_TOPIC, t, txn=node.txn)) for t in self.store.topics()]
-            return [("control", Node(Kind.TXN_CONTROL, txn=node.txn)), *topics]
+            topics = [(t, Node(Kind.TXN_TOPIC, t, txn=node.txn, forwarded=fwd)) for t in self.store.topics()]
+            return [("control", Node(Kind.TXN_CONTROL, txn=node.txn, forwarded=fwd)), *topics]
         if k is Kind.TXN_TOPIC:
             return [
-                (str(p), Node(Kind.TXN_PARTITION, node.topic, p, txn=node.txn))
+                (str(p), Node(Kind.TXN_PARTITION, node.topic, p, txn=node.txn, forwarded=fwd))
                 for p in self.store.partitions(node.topic)
             ]
         if k is Kind.TXN_PARTITION:
             return [
-                (name, Node(kind, node.topic, node.partition, txn=node.txn))
+                (name, Node(kind, node.topic, node.partition, txn=node.txn, forwarded=fwd))
                 for name, kind in TXN_PARTITION_CHILDREN.items()
             ]
         if k is Kind.TOPIC:

@@ -231,9 +231,9 @@ class Writer:
         return self.replication
 
     async def _dir_change(self, change: DirChange) -> None:
-        """A mkdir, rmdir or group claim another node forwarded (``mount/forwarding.py``; it checked its caller's
-        rights): made here as that node's caller would have made it here, when this node leads (EROFS otherwise,
-        before anything changes: that node tries the next leader)."""
+        """A mkdir, rmdir, group claim or transaction's begin another node forwarded (``mount/forwarding.py``; it
+        checked its caller's rights): made here as that node's caller would have made it here, when this node leads
+        (EROFS otherwise, before anything changes: that node tries the next leader)."""
         self._leader_replication()
         topic = change.topic
         if change.uid >= 0 and self.store.has_topic(topic):  # a change of a topic: its owner's, here too
@@ -241,6 +241,9 @@ class Writer:
         if change.op == "claim":
             assert change.owner is not None and self.groups is not None
             await self.groups.claim_as(change.group, change.owner.uid, change.owner.gid)
+        elif change.op == "begin":  # EEXIST while one of that id is open, as mkdir here answers
+            assert change.owner is not None and self.transactions is not None
+            await self.transactions.begin(change.group, (change.owner.uid, change.owner.gid))
         elif change.op == "delete-topic":
             validate_topic_name(topic)
             if not self.store.has_topic(topic):

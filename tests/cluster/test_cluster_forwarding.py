@@ -179,6 +179,57 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
         assert got.index("a") < got.index("c") and "ne" not in got and "half" not in " ".join(got), got
 
 
+def committed(mount: Path, topic: str, partition: int) -> list[str]:
+    return (mount / topic / str(partition) / "committed" / "at" / "earliest").read_text().split()
+
+
+def test_a_transaction_through_nodes_that_do_not_lead_is_the_coordinators(cluster: Cluster) -> None:
+    leader, _ = cluster.wait_leader(WAIT_S)
+    a, b = (n for n in cluster.nodes.values() if n is not leader)
+    make_topic(leader.mount, "tx", 2)
+    for node in cluster.nodes.values():
+        wait_until(f"node {node.node_id} shows tx/1", lambda n=node: (n.mount / "tx/1/append").exists(), WAIT_S)
+    txns = {node.node_id: node.mount / ".logfs/transactions" for node in cluster.nodes.values()}
+    # begun through a follower: on the coordinator (the leader), listed and refused again through every node
+    os.mkdir(txns[a.node_id] / "job")
+    assert (txns[leader.node_id] / "job").is_dir()
+    for node in (a, b):
+        assert os.listdir(txns[node.node_id]) == ["job"]
+        assert errno_of(os.mkdir, txns[node.node_id] / "job") == errno.EEXIST  # the coordinator's answer
+    assert errno_of(os.mkdir, txns[b.node_id] / "bad name") == errno.EINVAL  # checked here, sent nowhere
+    assert errno_of(os.mkdir, txns[b.node_id] / ("x" * 250)) == errno.ENAMETOOLONG
+    assert not (txns[b.node_id] / "nobody").exists()
+    # its records through both followers, by the shell and by Python: in the logs at once, not committed
+    done = subprocess.run(f"echo one >> {txns[a.node_id]}/job/tx/0/append", shell=True, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    with open(txns[b.node_id] / "job/tx/1/append.jsonl", "w") as f:
+        f.write(json.dumps({"key": "k", "value": "two"}) + "\n")
+    wait_until("the records in the leader's log", lambda: values(leader.mount, "tx", 0) == ["one"] and
+               values(leader.mount, "tx", 1) == ["two"], WAIT_S, logs=cluster.logs)  # fmt: skip
+    assert committed(leader.mount, "tx", 0) == [] and committed(leader.mount, "tx", 1) == []
+    # committed through a follower with a label: its directory gone there at once, the label seen through
+    # every node, the records committed on every node
+    (txns[a.node_id] / "job/control").write_text("commit run-1\n")
+    assert not (txns[a.node_id] / "job").exists() and not (txns[leader.node_id] / "job").exists()
+    assert errno_of(open, txns[a.node_id] / "job/control", "w") == errno.ENOENT
+    for node in cluster.nodes.values():
+        assert (node.mount / ".logfs/labels/run-1").exists()
+        assert not (node.mount / ".logfs/labels/run-2").exists()
+        wait_until(f"node {node.node_id} committed the transaction", lambda n=node: committed(n.mount, "tx", 0) ==
+                   ["one"] and committed(n.mount, "tx", 1) == ["two"], WAIT_S, logs=cluster.logs)  # fmt: skip
+    # begun again and aborted through the other follower: its record stays out of every committed view
+    os.mkdir(txns[b.node_id] / "job")
+    with open(txns[b.node_id] / "job/tx/0/append", "wb", buffering=0) as raw:
+        raw.write(b"three\n")
+    assert os.listdir(txns[a.node_id]) == ["job"]
+    (txns[b.node_id] / "job/control").write_text("abort\n")
+    assert os.listdir(txns[b.node_id]) == [] and os.listdir(txns[leader.node_id]) == []
+    for node in cluster.nodes.values():
+        wait_until(f"node {node.node_id} aborted the transaction", lambda n=node: values(n.mount, "tx", 0) ==
+                   ["one", "three"] and committed(n.mount, "tx", 0) == ["one"], WAIT_S, logs=cluster.logs)  # fmt: skip
+        assert json.loads((node.mount / "tx/0/state").read_text())["open_transactions"] == []
+
+
 def test_with_no_leader_reachable_a_forwarded_write_fails_eagain_and_stores_nothing(
     tmp_path: Path, zookeeper: ZooKeeperServer
 ) -> None:

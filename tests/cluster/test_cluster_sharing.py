@@ -106,4 +106,18 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         assert (mnt / ".logfs/groups/bobs-group/public/0/offset").read_text().split()[:1] == ["0"]
         # the forwarded changes themselves are for the nodes' users only
         assert "Permission denied" in bob.refused(f"echo rmdir bobs >> {mnt}/.logfs/forward/.dirs")
+        # a transaction bob begins through the node that follows is his on the coordinator (the leader) and shown as
+        # his there (0700): alice may neither write into it nor end it, nor use the coordinator's forwarded files;
+        # bob's record, committed through that node, is in the leader's committed view
+        txn = f"{other.mount}/.logfs/transactions/bobs-txn"
+        bob.ok(f"mkdir {txn}")
+        assert owner(mnt / ".logfs/transactions/bobs-txn") == (bob.uid, bob.gid, 0o700)
+        assert owner(Path(txn)) == (bob.uid, bob.gid, 0o700)
+        assert "Permission denied" in alice.refused(f"echo forged >> {txn}/bobs/0/append")
+        assert "Permission denied" in alice.refused(f"echo abort > {txn}/control")
+        assert "Permission denied" in alice.refused(
+            f"echo forged >> {mnt}/.logfs/forward/.transactions/bobs-txn/bobs/0/append")
+        bob.ok(f"echo in-txn >> {txn}/bobs/0/append && echo commit > {txn}/control && test ! -e {txn}")
+        wait_until("bob's transaction committed on the leader", lambda: (mnt / "bobs/0/committed/at/earliest")
+                   .read_text() == "in-txn\n", WAIT_S, logs=cluster.logs)  # fmt: skip
         append_acked(mnt, "bobs", 0, ["root writes anywhere"])

@@ -2,7 +2,8 @@
 leader"), through three real ``logfs mount`` nodes and a real ZooKeeper (tests/cluster/zkcluster.py):
 
 * a real Spark write (``df.write.format("logfs")``) given a follower's mount creates its topic and appends through
-  it: every row on every node, once;
+  it: every row on every node, once; with ``exactlyOnce``, its transactions go through the follower to the
+  coordinator (docs/mount.md, "Transactions through any node"): every row once in every node's committed view;
 * the sink's delivery (``logfs/spark/sink.py``): a task that wrote through a follower, unacknowledged, when the
   leader is killed -9 writes what was not acknowledged again through the new leader once its fsync is refused, and
   reports success only once acknowledged: no row lost (at-least-once: a row the old leader passed on before dying
@@ -13,6 +14,7 @@ Every process is stopped and every mount unmounted when the test ends, failed or
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +38,8 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
         yield c
 
 
-def values(mount: Path, topic: str, partitions: int) -> list[str]:
-    return [v for p in range(partitions) for v in (mount / topic / str(p) / "at" / "earliest").read_text().split()]
+def values(mount: Path, topic: str, partitions: int, view: str = "at") -> list[str]:
+    return [v for p in range(partitions) for v in (mount / topic / str(p) / view / "earliest").read_text().split()]
 
 
 def test_a_spark_write_through_a_follower_and_a_task_that_outlives_its_leader(cluster: Cluster, spark: Any) -> None:
@@ -52,6 +54,16 @@ def test_a_spark_write_through_a_follower_and_a_task_that_outlives_its_leader(cl
     for node in cluster.reachable():  # acknowledged (each task fsyncs): on every node, each row once
         wait_until(f"node {node.node_id} holding every row", lambda n=node: sorted(values(n.mount, "made-by-spark",
                    count)) == rows, WAIT_S, logs=cluster.logs)  # fmt: skip
+
+    # exactlyOnce through a follower: each task's transaction begun, written and committed on the coordinator (the
+    # leader) through the follower's mount: every row once in every node's committed view, no transaction left open
+    df.write.format("logfs").option("topic", "once").option("exactlyOnce", "true") \
+        .option("transactional.id", "cluster-once").mode("append").save(str(follower.mount))  # fmt: skip
+    count = len(list((leader.mount / "once").glob("[0-9]*")))
+    for node in cluster.reachable():
+        wait_until(f"node {node.node_id} holding every row committed", lambda n=node: sorted(values(n.mount, "once",
+                   count, "committed/at")) == rows, WAIT_S, logs=cluster.logs)  # fmt: skip
+    assert os.listdir(follower.mount / ".logfs/transactions") == []
 
     # A task's writes through a follower, unacknowledged when the leader dies: delivered again, none lost
     make_topic(leader.mount, "r")
