@@ -165,11 +165,12 @@ class Directories:
     async def remove(self, parent_inode: int, name: bytes, caller: Caller, forwarder: Forwarder | None = None) -> None:
         """rmdir by ``caller``: an empty topic, or a consumer group (on a shared mount, its owner's or root's);
         NotPermitted for everything else (partitions, ``at/``, ``hw/`` …: nothing else is ever removed). With
-        ``forwarder`` a topic is checked here and removed by the leader (see :meth:`make`)."""
+        ``forwarder`` a topic is checked here and removed by the leader (see :meth:`make`), a group removed by the
+        leader of its offsets partition (``mount/groups.py``)."""
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name)
         if parent.kind is Kind.GROUPS_DIR:
-            await self.groups.delete(text, caller)
+            await self.groups.delete(text, caller, forwarder)
             return
         if parent.kind is Kind.ROOT and text != ".logfs":
             if text == OFFSETS_TOPIC:

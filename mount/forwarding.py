@@ -401,12 +401,14 @@ class DirChange:
     * ``claim <uid> <gid> <group as a JSON string>``: the group becomes the caller's if nobody claimed it (its first
       commit through that node), whose right to write it that node then checks against the owner the leader shows;
     * ``begin <uid> <gid> <transactional id as a JSON string>``: a transaction begun for the caller (its ``mkdir``
-      of ``.logfs/transactions/<id>`` through that node), which is the caller's from then on.
+      of ``.logfs/transactions/<id>`` through that node), which is the caller's from then on;
+    * ``delete-group <uid> <group as a JSON string>``: the caller's ``rmdir .logfs/groups/<group>``, which the
+      leader allows as it would its own caller's (the group's owner or root).
 
     Names are checked before a line is made (no blank or control character can start another line); the leader
     takes the lines from a replica user only."""
 
-    op: str  # "mkdir", "rmdir", "claim", "begin", "delete-topic" or "delete-records"
+    op: str  # "mkdir", "rmdir", "claim", "begin", "delete-group", "delete-topic" or "delete-records"
     topic: str = ""
     partition: int = -1
     owner: Owner | None = None  # a new topic's owner; a claim's claimer (uid, gid)
@@ -415,11 +417,14 @@ class DirChange:
     uid: int = -1  # the caller, for the leader's own owner check of a change of a topic
 
     def render(self) -> bytes:
-        if self.op not in ("claim", "begin") and not _PLAIN_NAME.fullmatch(self.topic):
+        if self.op not in ("claim", "begin", "delete-group") and not _PLAIN_NAME.fullmatch(self.topic):
             raise InvalidCommand(f"{self.topic!r} cannot be named in a forwarded change")
         if self.op in ("claim", "begin"):
             assert self.owner is not None
             return f"{self.op} {self.owner.uid} {self.owner.gid} {json.dumps(self.group)}\n".encode()
+        if self.op == "delete-group":
+            assert self.uid >= 0, "a deletion names its caller"
+            return f"delete-group {self.uid} {json.dumps(self.group)}\n".encode()
         if self.op == "mkdir" and self.partition < 0:
             assert self.owner is not None
             return f"mkdir {self.topic} {self.owner.uid} {self.owner.gid} {self.owner.mode:o}\n".encode()
@@ -438,6 +443,10 @@ class DirChange:
                 group = json.loads(line.split(" ", 3)[3])
                 if isinstance(group, str) and is_group_id(group):
                     return cls("claim", owner=Owner(int(args[0]), int(args[1]), DEFAULT_MODE), group=group)
+            elif op == "delete-group" and len(args) >= 2 and _ids(args[:1]):
+                group = json.loads(line.split(" ", 2)[2])
+                if isinstance(group, str) and is_group_id(group):
+                    return cls("delete-group", uid=int(args[0]), group=group)
             elif op == "begin" and len(args) >= 3 and _ids(args[:2]):
                 transactional_id = json.loads(line.split(" ", 3)[3])
                 if isinstance(transactional_id, str) and _is_transactional_id(transactional_id):
@@ -460,8 +469,8 @@ class DirChange:
                     return cls(op, args[0], partition, offset=int(args[2]), uid=int(args[3]))
         except ValueError:
             pass
-        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not a forwarded change (mkdir, rmdir, claim, begin, delete-topic, "
-                             f"delete-records): {line[:200]!r}")  # fmt: skip
+        raise InvalidCommand(f"{FORWARD_DIRS_NAME}: not a forwarded change (mkdir, rmdir, claim, begin, "
+                             f"delete-group, delete-topic, delete-records): {line[:200]!r}")  # fmt: skip
 
 
 # What a forwarded change may name as a topic: no blank, no control character, nothing that could end its line (the

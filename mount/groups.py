@@ -28,7 +28,9 @@ The records and the state replayed from them are the core's (``core/groups/``); 
 **Roles.** The state is the log's (``GroupOffsets.catch_up``): a leader's mount replays up to the log end (its own
 commits are visible at once), a follower's up to its HW. A follower's mount answers reads of ``offset``, ``lag``
 and listings from the commits it replicated, and refuses commits, config changes, rmdir and group ``follow`` files
-with EROFS. Whichever node becomes leader replays the topic when it first serves a group file.
+with EROFS; a cluster node that does not lead sends commits, config changes and rmdir to the leader of the group's
+offsets partition (mount/forwarding.py), and refuses group ``follow`` files with EROFS. Whichever node becomes
+leader replays the topic when it first serves a group file.
 
 Threads: the trio thread; catch-ups, appends and file writes run in worker threads; one catch-up at a time.
 """
@@ -60,7 +62,7 @@ from logfs.core.names import is_group_id
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller
-from logfs.mount.errors import BadFileHandle, NoEntry, ReadOnlyMount
+from logfs.mount.errors import BadFileHandle, NoEntry, NotShownHere, ReadOnlyMount
 from logfs.mount.follow import FollowReaders, FollowStart
 from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
@@ -74,6 +76,7 @@ _log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 0.1  # how often auto-commits fall due are looked for (auto.commit.interval.ms is coarser)
 REFRESH_INTERVAL_S = 1.0  # how often the state is caught up in the background (for .logfs/metrics)
+DELETE_SETTLE_POLL_S = 0.05  # how often an rmdir made through the leader looks whether this replica shows it
 GROUP_WRITE_KINDS = frozenset({Kind.GROUP_OFFSET, Kind.GROUP_CONFIG})
 GROUP_DIR_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_TOPIC, Kind.GROUP_PARTITION})
 
@@ -391,9 +394,14 @@ class Groups:
             await self._write_thread(self.store.log(OFFSETS_TOPIC, p).flush_records)
         await self._leader().wait_replicated(OFFSETS_TOPIC, dict(h.touched), self.store.config.request_timeout_ms)
 
-    async def delete(self, group: str, caller: Caller) -> None:
+    async def delete(self, group: str, caller: Caller, forwarder: Forwarder | None = None) -> None:
         """rmdir of a group by ``caller`` (its owner's or root's, on a shared mount): a tombstone per commit (flushed,
-        replicated), and its settings and owner forgotten. ENOENT for a group with neither."""
+        replicated), and its settings and owner forgotten. ENOENT for a group with neither. With ``forwarder`` (a
+        node that does not lead) it is made by the leader of the group's offsets partition, which checks the caller
+        against the owner it holds, and answered once this node's replica no longer shows the group's commits."""
+        if self.replication is None and forwarder is not None:
+            await self._delete_through(group, caller, forwarder)
+            return
         replication = self._leader()
         self.access.check_group_owner(caller, group)
         await self.catch_up(group)
@@ -407,6 +415,27 @@ class Groups:
         await self._write_thread(self.store.owners.forget, Owners.group_file(group))
         self.tree.invalidate_attributes_below(Node(Kind.GROUP, group=group))  # unclaimed again
         _log.info("deleted group %s (%d commit(s))", group, len(keys))
+
+
+    async def _delete_through(self, group: str, caller: Caller, forwarder: Forwarder) -> None:
+        """:meth:`delete` on the leader of the group's offsets partition (a ``delete-group`` line of its ``.dirs``);
+        then wait until this node's replica shows the tombstones (NotShownHere, ETIMEDOUT, after
+        ``request.timeout.ms``: deleted there, not shown here yet)."""
+        leader_of = OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
+        await forwarder.change(DirChange("delete-group", uid=caller.uid, group=group), None, leader_of)
+        deadline = trio.current_time() + forwarder.timeout_s
+        while True:
+            await self.catch_up(group)
+            if not self.offsets.commits(group):
+                break
+            if trio.current_time() >= deadline:
+                raise NotShownHere(f"group {group!r}: deleted on the leader, its commits still shown here after "
+                                   f"request.timeout.ms ({forwarder.timeout_s * 1000:.0f} ms)")  # fmt: skip
+            if forwarder.replicate is not None:
+                forwarder.replicate()
+            await trio.sleep(DELETE_SETTLE_POLL_S)
+        self._owner_changed(group)
+        _log.info("deleted group %s through the leader", group)
 
 
 def _escape(text: str) -> str:

@@ -98,6 +98,9 @@ T = TypeVar("T")
 READ_THREADS = 8  # worker threads rendering or reading views at once
 WRITE_THREADS = 4  # worker threads appending or flushing at once (one per partition at a time)
 EXTRA_TASKS = 128  # pyfuse3 tasks beyond max.follow.readers, for everything else
+# where a mkdir or rmdir on a node that does not lead is made by the leader (mount/forwarding.py): topics, partitions,
+# transactions' begins, consumer groups' deletions
+_FORWARDED_DIR_PARENTS = frozenset({Kind.ROOT, Kind.TOPIC, Kind.TXN_DIR, Kind.GROUPS_DIR})
 
 
 class Operations(pyfuse3.Operations):
@@ -392,13 +395,13 @@ class Operations(pyfuse3.Operations):
         await self.dirs.remove(parent_inode, name, caller_of(ctx), forwarder)
 
     def _forwarding(self, parent_inode: int) -> Forwarder | None:
-        """The forwarder, for a mkdir or rmdir of a topic or a partition, or the begin of a transaction, on a node
-        that does not lead (made on the leader, mount/forwarding.py); None when this node makes it itself, or
-        refuses it."""
+        """The forwarder, for a mkdir or rmdir of a topic or a partition, the begin of a transaction or the rmdir of a
+        consumer group, on a node that does not lead (made on the leader, mount/forwarding.py); None when this node
+        makes it itself, or refuses it."""
         if not (self.read_only and self.forwarder.enabled):
             return None
         parent = self.tree.entry(parent_inode).node
-        return self.forwarder if parent.kind in (Kind.ROOT, Kind.TOPIC, Kind.TXN_DIR) and not parent.forwarded \
+        return self.forwarder if parent.kind in _FORWARDED_DIR_PARENTS and not parent.forwarded \
             else None  # fmt: skip
 
     # --- refusals: nothing an ordinary command does may destroy data ----------------------------------------------

@@ -241,6 +241,9 @@ class Writer:
         if change.op == "claim":
             assert change.owner is not None and self.groups is not None
             await self.groups.claim_as(change.group, change.owner.uid, change.owner.gid)
+        elif change.op == "delete-group":  # the owner's or root's, as this node's own rmdir allows
+            assert self.groups is not None
+            await self.groups.delete(change.group, Caller(change.uid, -1, 0))
         elif change.op == "begin":  # EEXIST while one of that id is open, as mkdir here answers
             assert change.owner is not None and self.transactions is not None
             await self.transactions.begin(change.group, (change.owner.uid, change.owner.gid))

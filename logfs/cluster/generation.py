@@ -47,7 +47,7 @@ from logfs.cluster.assignment import (
     elect_leader,
     rebalance_candidates,
 )
-from logfs.cluster.rules import NO_LEADER, PartitionState, dead_removed, next_leader_epoch
+from logfs.cluster.rules import NO_LEADER, PartitionState, dead_removed, in_standing, next_leader_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +94,7 @@ def plan_generation(
     ``seen_epochs``: the highest epoch each live node's store has seen; ``unclean``: whether a partition's topic
     allows an unclean election; ``percentage``: Kafka's ``leader.imbalance.per.broker.percentage``."""
 
-    def standing(node: int) -> bool:
-        """Live in the registration the last generation recorded (a node registered since: live at all)."""
-        return node in live and registered.get(node, live[node]) == live[node]
-
-    good = [r for r in live if standing(r)]
+    good = set(in_standing(live, registered.items()))  # live, and not registered again since (not bounced)
 
     epoch = next_leader_epoch(
         [recorded_epoch, *(f.state.leader_epoch for f in partitions.values() if f.state is not None)], seen_epochs
@@ -115,7 +111,7 @@ def plan_generation(
                 after[key] = states[key]
             continue
         isr = dead_removed(state.isr, good)  # the failures: out of the ISR, never its last member
-        if state.leader == NO_LEADER or not standing(state.leader):
+        if state.leader == NO_LEADER or state.leader not in good:
             # then the start-ups: the offline election over what is left (a bounced last member leads again)
             elected = elect_leader(facts.replicas, isr, live, unclean=unclean(key))
             if elected.leader == NO_LEADER:

@@ -183,7 +183,7 @@ def committed(mount: Path, topic: str, partition: int) -> list[str]:
     return (mount / topic / str(partition) / "committed" / "at" / "earliest").read_text().split()
 
 
-def test_a_transaction_through_nodes_that_do_not_lead_is_the_coordinators(cluster: Cluster) -> None:
+def test_a_transaction_and_a_group_deletion_through_nodes_that_do_not_lead_are_the_leaders(cluster: Cluster) -> None:
     leader, _ = cluster.wait_leader(WAIT_S)
     a, b = (n for n in cluster.nodes.values() if n is not leader)
     make_topic(leader.mount, "tx", 2)
@@ -228,6 +228,16 @@ def test_a_transaction_through_nodes_that_do_not_lead_is_the_coordinators(cluste
         wait_until(f"node {node.node_id} aborted the transaction", lambda n=node: values(n.mount, "tx", 0) ==
                    ["one", "three"] and committed(n.mount, "tx", 0) == ["one"], WAIT_S, logs=cluster.logs)  # fmt: skip
         assert json.loads((node.mount / "tx/0/state").read_text())["open_transactions"] == []
+    # a consumer group deleted through a follower: on the leader of its offsets partition, which tombstones its
+    # commits; gone on that follower when rmdir returns, then on every node
+    (a.mount / ".logfs/groups/g/tx/0/offset").write_text("1\n")
+    for node in cluster.nodes.values():
+        wait_until(f"node {node.node_id} showing group g", lambda n=node: "g" in os.listdir(n.mount / ".logfs/groups"),
+                   WAIT_S, logs=cluster.logs)  # fmt: skip
+    os.rmdir(b.mount / ".logfs/groups/g")
+    assert "g" not in os.listdir(b.mount / ".logfs/groups") and "g" not in os.listdir(leader.mount / ".logfs/groups")
+    wait_until("node a no longer showing group g", lambda: "g" not in os.listdir(a.mount / ".logfs/groups"), WAIT_S)
+    assert errno_of(os.rmdir, a.mount / ".logfs/groups/g") == errno.ENOENT  # the leader's answer
 
 
 def test_with_no_leader_reachable_a_forwarded_write_fails_eagain_and_stores_nothing(

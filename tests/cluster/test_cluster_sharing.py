@@ -120,4 +120,11 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         bob.ok(f"echo in-txn >> {txn}/bobs/0/append && echo commit > {txn}/control && test ! -e {txn}")
         wait_until("bob's transaction committed on the leader", lambda: (mnt / "bobs/0/committed/at/earliest")
                    .read_text() == "in-txn\n", WAIT_S, logs=cluster.logs)  # fmt: skip
+        # alice's group may not be deleted by bob through the node that follows (its kernel: the sticky groups/),
+        # nor through the leader's .dirs in his name (the leader's own check); she deletes it through that node
+        assert "Operation not permitted" in bob.refused(f"rmdir {other.mount}/.logfs/groups/g")
+        with open(mnt / ".logfs/forward/.dirs", "wb", buffering=0) as f:
+            assert errno_of(f.write, f'delete-group {bob.uid} "g"\n'.encode()) == errno.EACCES
+        alice.ok(f"rmdir {other.mount}/.logfs/groups/g")
+        assert "g" not in os.listdir(other.mount / ".logfs/groups") and "g" not in os.listdir(mnt / ".logfs/groups")
         append_acked(mnt, "bobs", 0, ["root writes anywhere"])

@@ -1,7 +1,7 @@
 """Where a forwarded handle may move to a new leader (mount/forwarding.py's ``Boundary``): only after a whole line
 or a whole batch, however the bytes were cut into write requests; ``node.mounts``, the paths a node uses to
-reach the others; and ``DirChange``, the line a forwarded mkdir, rmdir, group claim or transaction's begin is. Pure
-functions: the forwarding itself runs through real mounts in tests/cluster/test_cluster_forwarding.py."""
+reach the others; and ``DirChange``, the line a forwarded mkdir, rmdir, group claim, group deletion or transaction's
+begin is. Pure functions: the forwarding itself runs through real mounts in tests/cluster/test_cluster_forwarding.py."""
 
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ def test_node_mounts_parse_and_refuse_what_is_not_id_path() -> None:
         DirChange("claim", owner=Owner(0, 0, 0o755), group="_billing.eu-west_2"),
         DirChange("begin", owner=Owner(1001, 100, 0o755), group="orders-job"),
         DirChange("begin", owner=Owner(0, 0, 0o755), group="_spark.q-1_0"),
+        DirChange("delete-group", uid=1001, group="billing"),
+        DirChange("delete-group", uid=0, group="_billing.eu-west_2"),
     ],
 )
 def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirChange) -> None:
@@ -91,7 +93,9 @@ def test_a_directory_change_is_one_line_that_parses_back_to_itself(change: DirCh
      "claim 1 2", "claim 1 2 g", 'claim 1 2 "../x"', 'claim 1 2 "a b"',
      'claim 1 2 ""', "claim 1 2 7", 'claim -1 2 "g"', 'claim 1 ٢ "g"', 'claim 1 2 "g',
      "begin 1 2", "begin 1 2 job", 'begin 1 2 "a b"', 'begin 1 2 "../x"', 'begin 1 2 ""', 'begin -1 2 "job"',
-     f'begin 1 2 "{"x" * 250}"', 'begin 1 2 "job', "begin 1 2 7"],
+     f'begin 1 2 "{"x" * 250}"', 'begin 1 2 "job', "begin 1 2 7",
+     "delete-group 1", "delete-group 1 g", 'delete-group -1 "g"', 'delete-group 1 "a b"', 'delete-group 1 ""',
+     'delete-group 1 2 "g"', 'delete-group ١ "g"'],
 )  # fmt: skip
 def test_anything_else_written_to_dirs_is_refused(line: str) -> None:
     with pytest.raises(InvalidCommand):
