@@ -55,6 +55,15 @@ def validate_transactional_id(transactional_id: str) -> None:
     check_name(transactional_id, "transactional id", InvalidTransactionalId, TransactionalIdTooLong)
 
 
+def is_transactional_id(name: str) -> bool:
+    """Whether ``name`` passes :func:`validate_transactional_id` (a name worth asking another node about)."""
+    try:
+        validate_transactional_id(name)
+    except (InvalidTransactionalId, TransactionalIdTooLong):
+        return False
+    return True
+
+
 def is_group_id(name: str) -> bool:
     """Whether ``name`` passes :func:`validate_group_id` (a listing shows only the groups a lookup can reach)."""
     try:

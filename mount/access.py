@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.coordinatorview import CoordinatorView
-from logfs.mount.errors import AccessDenied, NotPermitted
+from logfs.mount.errors import AccessDenied, NoEntry, NotPermitted
 from logfs.mount.nodes import APPEND_KINDS, FORWARD_DIR_KINDS, GROUP_KINDS, TXN_KINDS, Kind, Node
 from logfs.mount.runner import Runner
 
@@ -91,7 +92,7 @@ class Access:
         self._offsets = Owner(uid, gid, 0o700)
         self._claiming = trio.Lock()  # one claim of a group at a time: its check and its write are one step
         # on a node that does not lead: the owners the coordinator's node showed (the tree's; mount/operations.py)
-        self.coordinator_view: CoordinatorView | None = None
+        self.coordinator_view: Callable[[], CoordinatorView | None] = lambda: None
 
     # --- owners ---------------------------------------------------------------------------------------------------
 
@@ -117,9 +118,9 @@ class Access:
     def transaction(self, txn: str) -> Owner:
         """The owner of open transaction ``txn``: who began it (recorded with the begin in the store's transaction
         log, core/txn/state.py), mode 0700; the mounting user's for one begun before owners were recorded."""
-        coordinator = self.store.transactions
-        if self.coordinator_view is not None:  # a node that does not lead: as the coordinator's node showed it
-            owner = self.coordinator_view.owner(txn)
+        coordinator, view = self.store.transactions, self.coordinator_view()
+        if view is not None:  # a node that does not lead: as the coordinator's node showed it
+            owner = view.owner(txn)
         else:
             info = None if coordinator is None else coordinator.get(txn)
             owner = None if info is None else info.owner
@@ -140,7 +141,9 @@ class Access:
             owner = self.root()
             return owner.uid, owner.gid, file_type | owner.mode
         if kind is Kind.FETCH_SESSION or node.forwarded:  # logfs checks replica.users at open (check_replica_user)
-            return self.uid, self.gid, file_type | (0o755 if kind.is_dir else 0o666)
+            # a forwarded transaction's directory names its owner, for the node that forwards (mount/forwarding.py)
+            owner = self.transaction(node.txn) if kind is Kind.TXN and node.forwarded else self._default
+            return owner.uid, owner.gid, file_type | (0o755 if kind.is_dir else 0o666)
         if kind in FORWARD_DIR_KINDS:
             return self.uid, self.gid, kind.mode
         if node.topic and not kind.is_fetch and kind not in GROUP_KINDS and kind not in TXN_KINDS:
@@ -197,6 +200,15 @@ class Access:
         owner = self.topic(topic)
         if caller.uid != owner.uid:
             raise AccessDenied(f"{what}: topic {topic!r} belongs to uid {owner.uid}, not to uid {caller.uid}")
+
+    def check_transaction_owner(self, caller: Caller, txn: str, owner: tuple[int, int] | None) -> None:
+        """Before a transaction's file is forwarded to its coordinator (which checks only that the forwarding node
+        is a replica user): AccessDenied unless ``caller`` began it (``owner``, as the coordinator shows it now) or
+        is root, on a shared mount; NoEntry when it is not open there."""
+        if owner is None:
+            raise NoEntry(f"transaction {txn!r} is not open")
+        if self.shared and not caller.is_root and caller.uid != owner[0]:
+            raise AccessDenied(f"transaction {txn!r} belongs to uid {owner[0]}, not to uid {caller.uid}")
 
     def check_replica_user(self, caller: Caller) -> None:
         """AccessDenied unless ``caller`` is root or named in ``replica.users``: a fetch moves a replica's position,

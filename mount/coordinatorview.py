@@ -4,10 +4,13 @@ through any node").
 
 A transaction's state lives in the coordinator's store alone (its transaction log is not replicated), so a node
 that does not lead cannot answer a lookup under ``.logfs/transactions/`` or ``.logfs/labels/`` from its own store.
-The mount asks the coordinator's mount instead (``mount/forwarding.py``: a stat of ``.logfs/transactions/<id>``, a
-listing, a stat of ``.logfs/labels/<label>``) and keeps the answer here, where the tree (does ``<id>`` exist?) and
-the access rules (whose is it?) read it; every later lookup asks again, so nothing here is older than the kernel's
-entry cache (1 s) allows. A transaction this node ended (its ``control`` written through it) is dropped at once.
+The mount asks the coordinator's mount instead (``mount/forwarding.py``: a stat of its twin
+``.logfs/forward/.transactions/<id>``, a listing of ``.logfs/forward/.transactions/``, a stat of
+``.logfs/forward/.labels/<label>``) and keeps the answer here, where the tree (does ``<id>`` exist?) and the
+access rules (whose is it?) read it; every later lookup asks again, so nothing here is older than the kernel's
+entry cache (1 s) allows, and an open of a transaction's file asks again whose it is. A transaction this node ended
+(its ``control`` written through it) is dropped at once; the whole view at each change of the node's role
+(``Tree.forget_coordinator_view``).
 
 Labels stay: a committed label is never taken back (only the oldest are forgotten past the coordinator's
 100,000), so one seen is kept, up to ``LABELS_KEPT`` (the oldest dropped first).

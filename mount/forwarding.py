@@ -52,8 +52,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from logfs.core.errors import LogfsError
-from logfs.core.names import is_group_id, validate_transactional_id
+from logfs.core.names import is_group_id, is_transactional_id
 from logfs.core.owners import DEFAULT_MODE, MODE_BITS, Owner
 from logfs.mount.access import Caller
 from logfs.mount.errors import ForwardFailed, InvalidCommand, NoLeader, NotShownHere
@@ -129,6 +128,7 @@ class ForwardHandle(Handle):
     caller: Caller | None = None  # who opened it (a refusal is recorded as theirs, mount/refusals.py)
     leader_of: tuple[str, int] | None = None  # whose leader takes it, when not its own partition's (a group commit)
     written: bytearray = field(default_factory=bytearray)  # a config handle's lines, to see them here (settle_config)
+    unterminated: bool = False  # a transaction's control handle: its last write ended without a newline
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 
@@ -226,10 +226,11 @@ class Forwarder:
 
     async def transaction_owner(self, transactional_id: str, leader_of: tuple[str, int]) -> tuple[int, int] | None:
         """``(uid, gid)`` of who began open transaction ``transactional_id``, as the coordinator's mount shows its
-        directory; None when it shows none (not open there)."""
+        forwarded twin (``.logfs/forward/.transactions/<id>``, which a node that does not lead refuses: EROFS, the
+        next leader tried); None when it shows none (not open there)."""
         node = Node(Kind.TXN, txn=transactional_id)
         try:
-            st, _ = await self._on_leader(node, "stat", os.stat, leader_of, twin=False)
+            st, _ = await self._on_leader(node, "stat", os.stat, leader_of)
         except ForwardFailed as exc:
             if exc.code == errno.ENOENT:
                 return None
@@ -237,14 +238,14 @@ class Forwarder:
         return st.st_uid, st.st_gid
 
     async def open_transactions(self, leader_of: tuple[str, int]) -> dict[str, tuple[int, int]]:
-        """Every open transaction the coordinator's mount lists, with who began it."""
-        listed, _ = await self._on_leader(Node(Kind.TXN_DIR), "listing", _owners, leader_of, twin=False)
+        """Every open transaction the coordinator's mount lists (in its forwarded twin), with who began it."""
+        listed, _ = await self._on_leader(Node(Kind.TXN_DIR), "listing", _owners, leader_of)
         return listed
 
     async def has_label(self, label: str, leader_of: tuple[str, int]) -> bool:
-        """Whether the coordinator's mount shows committed label ``label`` (``.logfs/labels/<label>``)."""
+        """Whether the coordinator's mount shows committed label ``label`` (``.logfs/forward/.labels/<label>``)."""
         try:
-            await self._on_leader(Node(Kind.LABEL, name=label), "stat", os.stat, leader_of, twin=False)
+            await self._on_leader(Node(Kind.LABEL, name=label), "stat", os.stat, leader_of)
         except ForwardFailed as exc:
             if exc.code == errno.ENOENT:
                 return False
@@ -449,7 +450,7 @@ class DirChange:
                     return cls("delete-group", uid=int(args[0]), group=group)
             elif op == "begin" and len(args) >= 3 and _ids(args[:2]):
                 transactional_id = json.loads(line.split(" ", 3)[3])
-                if isinstance(transactional_id, str) and _is_transactional_id(transactional_id):
+                if isinstance(transactional_id, str) and is_transactional_id(transactional_id):
                     return cls("begin", owner=Owner(int(args[0]), int(args[1]), DEFAULT_MODE), group=transactional_id)
             elif op == "mkdir" and len(args) == 4 and _ids(args[1:3]) and args[3].isascii():
                 mode = int(args[3], 8)
@@ -481,14 +482,6 @@ _PLAIN_NAME = re.compile(r"[^\s\x00-\x1f\x7f/]+")
 def _ids(words: list[str]) -> bool:
     """Whether each word is a non-negative id in ASCII digits."""
     return all(w.isascii() and w.isdigit() for w in words)
-
-
-def _is_transactional_id(name: str) -> bool:
-    try:
-        validate_transactional_id(name)
-    except LogfsError:
-        return False
-    return True
 
 
 def _owners(path: Path) -> dict[str, tuple[int, int]]:

@@ -38,7 +38,9 @@ Paths::
             .dirs                       FORWARD_DIRS       w   mkdir, rmdir and group claims made through another node
             .groups/<group>/…           GROUP… (forwarded)     config, <topic>/<p>/offset: commits through another node
             .transactions/<id>/…        TXN… (forwarded)       control, <topic>/<p>/append…: a transaction through
-                                                               another node (begun by a ``begin`` line of .dirs)
+                                                               another node (begun by a ``begin`` line of .dirs);
+                                                               its directory shows the transaction's owner
+            .labels/<label>             LABEL (forwarded)      another node's lookup of a committed label
     /<topic>/                           TOPIC              mkdir creates it, rmdir removes it when it holds no record
         append, append.jsonl            TOPIC_APPEND, TOPIC_APPEND_JSONL   w   partitioned as Kafka's producer does
         config                          CONFIG             rw  key=value lines
@@ -72,6 +74,7 @@ FORWARD_DIR_NAME = "forward"
 FORWARD_DIRS_NAME = ".dirs"  # .logfs/forward/.dirs: a leading dot, so no topic name is ever the same
 FORWARD_GROUPS_NAME = ".groups"  # .logfs/forward/.groups/: another node's group commits (a leading dot, as above)
 FORWARD_TXNS_NAME = ".transactions"  # .logfs/forward/.transactions/: another node's transactions (the same)
+FORWARD_LABELS_NAME = ".labels"  # .logfs/forward/.labels/: another node's lookups of committed labels (the same)
 
 
 @enum.unique
@@ -205,13 +208,14 @@ class Node:
             parts += [str(self.partition)] if self.partition >= 0 else []
             parts += [] if self.kind in TXN_KINDS and self.kind is not Kind.TXN_CONTROL else [_NAMES[self.kind]]
             return "/" + "/".join(p for p in parts if p)
+        if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
+            where = [FORWARD_DIR_NAME, FORWARD_LABELS_NAME] if self.forwarded else [LABELS_DIR_NAME]
+            return "/" + "/".join(p for p in (LOGFS_DIR_NAME, *where, self.name) if p)
         if self.forwarded or self.kind in FORWARD_DIR_KINDS:
             parts = [LOGFS_DIR_NAME, FORWARD_DIR_NAME, self.topic]
             parts += [str(self.partition)] if self.partition >= 0 else []
             parts += [_NAMES[self.kind]] if self.forwarded else []
             return "/" + "/".join(p for p in parts if p)
-        if self.kind in (Kind.LABELS_DIR, Kind.LABEL):
-            return "/" + "/".join(p for p in (LOGFS_DIR_NAME, LABELS_DIR_NAME, self.name) if p)
         if self.kind.is_fetch:
             fetch = [LOGFS_DIR_NAME, "fetch", *([str(self.replica)] if self.replica >= 0 else [])]
             fetch += [self.topic] if self.topic else []
@@ -310,6 +314,10 @@ def parent_of(node: Node) -> Node:
         return _group_parent(node)
     if node.txn or k is Kind.TXN_DIR:
         return _txn_parent(node)
+    if k is Kind.LABEL:
+        return Node(Kind.LABELS_DIR, forwarded=node.forwarded)
+    if k is Kind.LABELS_DIR and node.forwarded:
+        return Node(Kind.FORWARD_DIR)
     if node.forwarded:
         return Node(Kind.FORWARD_PARTITION, node.topic, node.partition) if node.partition >= 0 else \
             Node(Kind.FORWARD_TOPIC, node.topic)  # fmt: skip
@@ -320,8 +328,6 @@ def parent_of(node: Node) -> Node:
                 Kind.FORWARD_PARTITION: Node(Kind.FORWARD_TOPIC, node.topic)}[k]  # fmt: skip
     if k in _LOGFS_DIR_CHILDREN:
         return Node(Kind.LOGFS_DIR)
-    if k is Kind.LABEL:
-        return Node(Kind.LABELS_DIR)
     if k in (Kind.TOPIC_APPEND, Kind.TOPIC_APPEND_JSONL, Kind.CONFIG, Kind.PARTITION):
         return Node(Kind.TOPIC, node.topic)
     if k in (Kind.AT_FILE, Kind.FOLLOW_FILE, Kind.HW_FILE):

@@ -57,11 +57,12 @@ import trio
 
 from logfs.core.format.framing import LineFramer
 from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.names import is_transactional_id
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
 from logfs.core.store import Store
 from logfs.mount.access import Access, Caller, caller_of, replica_user_ids
-from logfs.mount.coordinatorview import ANY_COORDINATOR, CoordinatorView, coordinator_of
+from logfs.mount.coordinatorview import ANY_COORDINATOR, coordinator_of
 from logfs.mount.directories import Directories
 from logfs.mount.errno import errno_name, handler
 from logfs.mount.errors import (
@@ -160,7 +161,8 @@ class Operations(pyfuse3.Operations):
             store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
         )  # fmt: skip
         self.writer.transactions = self.transactions
-        self._view_coordinator()
+        self.tree.uses_coordinator_view = self._uses_coordinator_view
+        self.permissions.coordinator_view = lambda: self.tree.coordinator_view
         self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication, self.permissions,
                              read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
         self.writer.groups = self.groups
@@ -246,7 +248,7 @@ class Operations(pyfuse3.Operations):
         self.transactions = self.writer.transactions = None if replication is None else Transactions(
             self.store, self.tree, self.partitions, replication, write_thread=self._write_thread
         )  # fmt: skip
-        self._view_coordinator()
+        self.tree.forget_coordinator_view()
 
     async def watch_groups(self) -> None:
         """Consumer groups' auto-commits and background catch-up (``mount/groups.py``). A task of the server's
@@ -310,22 +312,23 @@ class Operations(pyfuse3.Operations):
         self.tree.remember(entry)
         return attr
 
-    def _view_coordinator(self) -> None:
-        """A node that leads shows its own transactions; one that does not, what the coordinator's node shows it
-        (``mount/coordinatorview.py``), from an empty view at each change of role."""
-        view = None if self.transactions is not None else CoordinatorView()
-        self.tree.coordinator_view = self.permissions.coordinator_view = view
+    def _uses_coordinator_view(self) -> bool:
+        """A node that leads shows its own transactions; a cluster node that does not, what the coordinator's node
+        shows it (``mount/coordinatorview.py``); a stand-alone follower, its own store's (none)."""
+        return self.transactions is None and self.forwarder.enabled
 
     def _asks_coordinator(self, directory: Node) -> bool:
         """Whether a name in ``directory`` is a transaction or a label that only the transaction coordinator's node
         knows: on a node that does not lead, which forwards (``mount/coordinatorview.py``)."""
         return (directory.kind in (Kind.TXN_DIR, Kind.LABELS_DIR) and not directory.forwarded
-                and self.transactions is None and self.forwarder.enabled)  # fmt: skip
+                and self.tree.coordinator_view is not None)  # fmt: skip
 
     async def _ask_coordinator(self, directory: Node, name: str) -> None:
-        """Look ``name`` up on the coordinator's node, and keep what it shows for the tree and the access rules."""
+        """Look ``name`` up on the coordinator's node, and keep what it shows for the tree and the access rules (a
+        name no transaction or label can have is not asked: the tree answers ENOENT)."""
         view = self.tree.coordinator_view
-        assert view is not None  # not leading
+        if view is None or not is_transactional_id(name):
+            return
         if directory.kind is Kind.TXN_DIR:
             view.seen(name, await self.forwarder.transaction_owner(name, coordinator_of(name)))
         elif not view.has_label(name) and await self.forwarder.has_label(name, ANY_COORDINATOR):
@@ -361,6 +364,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         node = self.tree.entry(inode).node
+        if node.kind is Kind.TXN_DIR and node.forwarded and self.tree.coordinator_view is not None:
+            raise ReadOnlyMount(f"{node}: this node does not coordinate transactions now")  # (the next leader's)
         if node.kind is Kind.TXN_DIR and self._asks_coordinator(node):  # the coordinator's open transactions
             listed = await self.forwarder.open_transactions(ANY_COORDINATOR)
             if self.tree.coordinator_view is not None:  # (still not leading)
@@ -491,8 +496,11 @@ class Operations(pyfuse3.Operations):
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
             if node.topic == OFFSETS_TOPIC:
                 raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
-            if forwards and node.txn:  # a transaction's files: on its coordinator's node
-                forwarded = await self.forwarder.open(entry, flags, caller_of(ctx), coordinator_of(node.txn))
+            if forwards and node.txn:  # a transaction's files: on its coordinator's node, for who began it there
+                caller, coordinator = caller_of(ctx), coordinator_of(node.txn)
+                owner = await self.forwarder.transaction_owner(node.txn, coordinator)
+                self.permissions.check_transaction_owner(caller, node.txn, owner)
+                forwarded = await self.forwarder.open(entry, flags, caller, coordinator)
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
             if forwards and kind in FORWARDED_KINDS and not node.txn:
                 if kind is Kind.CONFIG:
@@ -526,7 +534,8 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, ForwardHandle):
             async with h.lock:
                 await self.forwarder.flush(h)
-            if h.node.kind is Kind.TXN_CONTROL:  # a last command without a newline was taken there
+            if h.node.kind is Kind.TXN_CONTROL and h.unterminated:  # a last command without a newline, taken there
+                h.unterminated = False
                 self._transaction_ended_here(h.node.txn)
             if h.node.kind is Kind.CONFIG:  # read-your-writes: a cat of config here shows the change
                 await self.forwarder.settle_config(h, lambda: self.reader.status.render_config(h.node.topic))
@@ -598,8 +607,10 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, ForwardHandle):
             async with h.lock:  # forwarded in the order they arrived
                 await self.forwarder.write(h, buf)
-            if h.node.kind is Kind.TXN_CONTROL and buf.endswith(b"\n"):  # its coordinator took the command
-                self._transaction_ended_here(h.node.txn)
+            if h.node.kind is Kind.TXN_CONTROL:  # its coordinator took the command (at flush, without a newline)
+                h.unterminated = not buf.endswith(b"\n")
+                if not h.unterminated:
+                    self._transaction_ended_here(h.node.txn)
             return len(buf)
         if not isinstance(h, WriteHandle):
             raise BadFileHandle(f"{h.node} is not open for writing")

@@ -249,12 +249,14 @@ class Transactions:
 
     def _woken(self, marked: list[TopicPartition], ended: list[str]) -> None:
         """After markers: wake the partitions' readers and fetches (the LSO and maybe the HW moved), and drop the
-        kernel's entries of the ended transactions' directories."""
+        kernel's entries of the ended transactions' directories (and of their forwarded twins)."""
         for tp in marked:
             state = self.partitions.get(tp.topic, tp.partition)
             state.appended()
             state.notify()
         if ended:
-            txn_dir = self.tree.stable_inode(Node(Kind.TXN_DIR))
+            # the directory, and its twin that other nodes look up (mount/forwarding.py: whether it is open, whose)
+            twins = [self.tree.stable_inode(Node(Kind.TXN_DIR, forwarded=forwarded)) for forwarded in (False, True)]
             for transactional_id in ended:
-                pyfuse3.invalidate_entry_async(txn_dir, transactional_id.encode(), ignore_enoent=True)
+                for txn_dir in twins:
+                    pyfuse3.invalidate_entry_async(txn_dir, transactional_id.encode(), ignore_enoent=True)

@@ -64,7 +64,7 @@ import pyfuse3
 from logfs.core.names import validate_group_id
 from logfs.core.store import Store
 from logfs.mount.coordinatorview import CoordinatorView
-from logfs.mount.errors import NoEntry
+from logfs.mount.errors import NoEntry, ReadOnlyMount
 from logfs.mount.names import is_hidden, parse_at_name, parse_fetch_name, parse_follow_name, parse_partition_name
 from logfs.mount.nodes import (
     APPEND_KINDS,
@@ -74,6 +74,7 @@ from logfs.mount.nodes import (
     FORWARD_DIR_NAME,
     FORWARD_DIRS_NAME,
     FORWARD_GROUPS_NAME,
+    FORWARD_LABELS_NAME,
     FORWARD_TXNS_NAME,
     FORWARDED_KINDS,
     GROUP_CHILDREN,
@@ -112,6 +113,7 @@ class Entry:
 
 
 # Directories whose entries are names users give (topics, group ids, transactional ids), where a leading "_" is a name.
+_FORWARD_DOT_NAMES = frozenset({FORWARD_DIRS_NAME, FORWARD_GROUPS_NAME, FORWARD_TXNS_NAME, FORWARD_LABELS_NAME})
 _NAMED_BY_USERS = frozenset({Kind.TXN_DIR, Kind.TXN, Kind.GROUPS_DIR, Kind.GROUP, Kind.FETCH_REPLICA, Kind.FORWARD_DIR})
 
 
@@ -124,9 +126,10 @@ class Tree:
         self._next_inode = ROOT_INODE + 1
         self._entries: dict[int, Entry] = {}
         self._stable: dict[Node, int] = {}
-        # on a node that does not lead (set by the mount at each change of role): the transactions and labels the
-        # coordinator's node showed it, in place of this store's own transaction coordinator (which is not in use)
-        self.coordinator_view: CoordinatorView | None = None
+        # on a node that does not lead and forwards (``uses_coordinator_view``, set by the mount): the transactions
+        # and labels the coordinator's node showed it, in place of this store's transaction coordinator (not in use)
+        self._coordinator_view = CoordinatorView()
+        self.uses_coordinator_view: Callable[[], bool] = lambda: False
         # the stable inodes under each topic and each consumer group (what a chmod there changes the attributes of)
         self._stable_below: dict[tuple[str, str], list[int]] = {}
         self._fetch_names: dict[tuple[int, str, int], dict[Node, Entry]] = {}  # (replica, topic, partition): oldest 1st
@@ -154,7 +157,7 @@ class Tree:
         if is_hidden(name) and not (
             (name.startswith("_") and kind in _NAMED_BY_USERS)
             or (name == FETCH_SESSION_NAME and kind is Kind.FETCH_REPLICA)
-            or (name in (FORWARD_DIRS_NAME, FORWARD_GROUPS_NAME, FORWARD_TXNS_NAME) and kind is Kind.FORWARD_DIR)
+            or (name in _FORWARD_DOT_NAMES and kind is Kind.FORWARD_DIR)
         ):
             raise NoEntry(name)  # Spark's .<name>.crc and _spark_metadata, at once
         if kind is Kind.LOGFS_DIR:
@@ -172,6 +175,8 @@ class Tree:
                 return Node(Kind.GROUPS_DIR, forwarded=True)
             if name == FORWARD_TXNS_NAME:
                 return Node(Kind.TXN_DIR, forwarded=True)
+            if name == FORWARD_LABELS_NAME:
+                return Node(Kind.LABELS_DIR, forwarded=True)
             self._existing_topic(name)
             return Node(Kind.FORWARD_TOPIC, name)
         if kind is Kind.FORWARD_TOPIC:
@@ -188,6 +193,7 @@ class Tree:
         if kind in GROUP_KINDS:
             return self._resolve_group(parent, name)
         if kind is Kind.LABELS_DIR:
+            self._refuse_forwarded_here(parent)
             coordinator = self.store.transactions
             view = self.coordinator_view
             if not (view.has_label(name) if view is not None
@@ -213,6 +219,15 @@ class Tree:
             return Node(Kind.HW_FILE, parent.topic, parent.partition, parent.committed, name)
         raise NoEntry(name)
 
+    @property
+    def coordinator_view(self) -> CoordinatorView | None:
+        """What the coordinator's node showed this node; None while this node answers from its own store."""
+        return self._coordinator_view if self.uses_coordinator_view() else None
+
+    def forget_coordinator_view(self) -> None:
+        """The node's role changed: what another coordinator showed it is not to be trusted any more."""
+        self._coordinator_view = CoordinatorView()
+
     def open_transaction(self, transactional_id: str) -> bool:
         """Whether transaction ``transactional_id`` is open (its directory exists): as this store's coordinator
         knows, or, on a node that does not lead, as the coordinator's node last showed (mount/coordinatorview.py)."""
@@ -226,6 +241,7 @@ class Tree:
         """A name under ``.logfs/transactions/``: an open transaction, its ``control``, and the topics and
         partitions that exist (writes there land in the transaction)."""
         kind, txn, fwd = parent.kind, parent.txn, parent.forwarded  # fwd: under .logfs/forward/.transactions/
+        self._refuse_forwarded_here(parent)
         if kind is Kind.TXN_DIR:
             if not self.open_transaction(name):
                 raise NoEntry(name)
@@ -241,6 +257,12 @@ class Tree:
         if kind is Kind.TXN_PARTITION:
             return Node(_child(TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn, forwarded=fwd)
         raise NoEntry(name)
+
+    def _refuse_forwarded_here(self, directory: Node) -> None:
+        """A transaction's or label's forwarded twin (``.logfs/forward/.transactions/``, ``.labels/``) asked of a
+        node that does not lead: EROFS, so the node that asks tries the next leader (never forwarded again)."""
+        if directory.forwarded and self.coordinator_view is not None:
+            raise ReadOnlyMount(f"{directory}: this node does not coordinate transactions now")
 
     def _existing_topic(self, name: str) -> None:
         """A topic name under a scoped directory (transactions, groups, fetch) names an existing topic, or ENOENT."""

@@ -196,7 +196,11 @@ def test_a_transaction_and_a_group_deletion_through_nodes_that_do_not_lead_are_t
     for node in (a, b):
         assert os.listdir(txns[node.node_id]) == ["job"]
         assert errno_of(os.mkdir, txns[node.node_id] / "job") == errno.EEXIST  # the coordinator's answer
-    assert errno_of(os.mkdir, txns[b.node_id] / "bad name") == errno.EINVAL  # checked here, sent nowhere
+    # a node that does not lead refuses what another node forwards to it: that node then tries the next leader
+    assert errno_of(os.stat, a.mount / ".logfs/forward/.transactions/job") == errno.EROFS
+    assert errno_of(os.listdir, a.mount / ".logfs/forward/.transactions") == errno.EROFS
+    assert os.stat(leader.mount / ".logfs/forward/.transactions/job")
+    assert errno_of(os.mkdir, txns[b.node_id] / "bad name") == errno.EINVAL
     assert errno_of(os.mkdir, txns[b.node_id] / ("x" * 250)) == errno.ENAMETOOLONG
     assert not (txns[b.node_id] / "nobody").exists()
     # its records through both followers, by the shell and by Python: in the logs at once, not committed
@@ -212,6 +216,7 @@ def test_a_transaction_and_a_group_deletion_through_nodes_that_do_not_lead_are_t
     (txns[a.node_id] / "job/control").write_text("commit run-1\n")
     assert not (txns[a.node_id] / "job").exists() and not (txns[leader.node_id] / "job").exists()
     assert errno_of(open, txns[a.node_id] / "job/control", "w") == errno.ENOENT
+    assert errno_of(os.stat, b.mount / ".logfs/forward/.labels/run-1") == errno.EROFS
     for node in cluster.nodes.values():
         assert (node.mount / ".logfs/labels/run-1").exists()
         assert not (node.mount / ".logfs/labels/run-2").exists()

@@ -63,7 +63,7 @@ def test_a_spark_write_through_a_follower_and_a_task_that_outlives_its_leader(cl
     for node in cluster.reachable():
         wait_until(f"node {node.node_id} holding every row committed", lambda n=node: sorted(values(n.mount, "once",
                    count, "committed/at")) == rows, WAIT_S, logs=cluster.logs)  # fmt: skip
-    assert os.listdir(follower.mount / ".logfs/transactions") == []
+    assert os.listdir(follower.mount / ".logfs/transactions") == os.listdir(leader.mount / ".logfs/transactions") == []
 
     # A task's writes through a follower, unacknowledged when the leader dies: delivered again, none lost
     make_topic(leader.mount, "r")
