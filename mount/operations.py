@@ -334,11 +334,12 @@ class Operations(pyfuse3.Operations):
         elif not view.has_label(name) and await self.forwarder.has_label(name, ANY_COORDINATOR):
             view.label_seen(name)
 
-    def _transaction_ended_here(self, transactional_id: str) -> None:
-        """A ``control`` written through this node ended ``transactional_id`` on its coordinator: its directory
-        goes at once here too (the view, and the kernel's entry)."""
+    def _transaction_changed(self, transactional_id: str, owner: tuple[int, int] | None) -> None:
+        """``transactional_id`` is now as its coordinator shows it (``owner``; None: ended, as a ``control``
+        written through this node ends it): the view here too, and the kernel forgets its entry, so that the next
+        path walk sees it so (not a cached owner for up to 1 s)."""
         if self.tree.coordinator_view is not None:
-            self.tree.coordinator_view.seen(transactional_id, None)
+            self.tree.coordinator_view.seen(transactional_id, owner)
         txn_dir = self.tree.stable_inode(Node(Kind.TXN_DIR))
         pyfuse3.invalidate_entry_async(txn_dir, transactional_id.encode(), ignore_enoent=True)
 
@@ -499,6 +500,9 @@ class Operations(pyfuse3.Operations):
             if forwards and node.txn:  # a transaction's files: on its coordinator's node, for who began it there
                 caller, coordinator = caller_of(ctx), coordinator_of(node.txn)
                 owner = await self.forwarder.transaction_owner(node.txn, coordinator)
+                view = self.tree.coordinator_view
+                if view is not None and view.owner(node.txn) != owner:  # ended, or begun again by someone, there
+                    self._transaction_changed(node.txn, owner)
                 self.permissions.check_transaction_owner(caller, node.txn, owner)
                 forwarded = await self.forwarder.open(entry, flags, caller, coordinator)
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
@@ -536,7 +540,7 @@ class Operations(pyfuse3.Operations):
                 await self.forwarder.flush(h)
             if h.node.kind is Kind.TXN_CONTROL and h.unterminated:  # a last command without a newline, taken there
                 h.unterminated = False
-                self._transaction_ended_here(h.node.txn)
+                self._transaction_changed(h.node.txn, None)
             if h.node.kind is Kind.CONFIG:  # read-your-writes: a cat of config here shows the change
                 await self.forwarder.settle_config(h, lambda: self.reader.status.render_config(h.node.topic))
         elif isinstance(h, WriteHandle):
@@ -610,7 +614,7 @@ class Operations(pyfuse3.Operations):
             if h.node.kind is Kind.TXN_CONTROL:  # its coordinator took the command (at flush, without a newline)
                 h.unterminated = not buf.endswith(b"\n")
                 if not h.unterminated:
-                    self._transaction_ended_here(h.node.txn)
+                    self._transaction_changed(h.node.txn, None)
             return len(buf)
         if not isinstance(h, WriteHandle):
             raise BadFileHandle(f"{h.node} is not open for writing")

@@ -120,6 +120,14 @@ def test_the_leader_elected_after_a_kill_shows_and_enforces_the_same_owners(zook
         bob.ok(f"echo in-txn >> {txn}/bobs/0/append && echo commit > {txn}/control && test ! -e {txn}")
         wait_until("bob's transaction committed on the leader", lambda: (mnt / "bobs/0/committed/at/earliest")
                    .read_text() == "in-txn\n", WAIT_S, logs=cluster.logs)  # fmt: skip
+        # the id ended on the leader and begun again there by alice while the node that follows may still hold
+        # bob's directory entry (its kernel keeps one for 1 s): bob's open there is refused all the same (each
+        # open asks the coordinator whose the transaction is now, and the stale entry is dropped), and alice's
+        # works at once
+        bob.ok(f"mkdir {txn} && test -d {txn} && echo abort > {mnt}/.logfs/transactions/bobs-txn/control")
+        alice.ok(f"mkdir {mnt}/.logfs/transactions/bobs-txn")
+        assert "Permission denied" in bob.refused(f"echo forged >> {txn}/bobs/0/append")
+        alice.ok(f"echo abort > {txn}/control")
         # alice's group may not be deleted by bob through the node that follows (its kernel: the sticky groups/),
         # nor through the leader's .dirs in his name (the leader's own check); she deletes it through that node
         assert "Operation not permitted" in bob.refused(f"rmdir {other.mount}/.logfs/groups/g")
