@@ -31,6 +31,7 @@ from logfs.cluster.rules import (
     isr_after_election,
     needs_election,
     plan_election,
+    with_leader,
 )
 from logfs.cluster.zk import ZooKeeper
 from logfs.cluster.zkerrors import Conflict, Fenced
@@ -177,9 +178,12 @@ class Controller:
                     return
             self._isr_clean = looked
             return
+        # (a state named back keeps the ISR that election wrote, with this leader in it: the leader it names never
+        # led in that epoch, since nodes act on the leadership, which still names this one)
         try:
             epoch = self._write_leadership(current, version, changed, live, current.leader, current.mount,
-                                           lambda isr: dead_removed(isr, epochs), above=highest)  # fmt: skip
+                                           lambda isr: with_leader(dead_removed(isr, epochs), current.leader),
+                                           above=highest)  # fmt: skip
         except (Fenced, Conflict) as exc:
             _log.info("node %d: removing dead replicas from the ISR was refused (%s): trying again", self.node_id, exc)
             return

@@ -206,8 +206,12 @@ def isr_after_election(old_isr: Sequence[int], election: Election, live: Iterabl
     if not election.clean:
         return (election.leader,)
     alive = set(live)
-    kept = tuple(r for r in old_isr if r in alive)
-    return kept if election.leader in kept else (election.leader, *kept)
+    return with_leader(tuple(r for r in old_isr if r in alive), election.leader)
+
+
+def with_leader(isr: tuple[int, ...], leader: int) -> tuple[int, ...]:
+    """``isr`` with ``leader`` in it (first when added): a leader is always in its own ISR."""
+    return isr if leader in isr else (leader, *isr)
 
 
 def in_standing(live: Mapping[int, int], recorded: Iterable[tuple[int, int]]) -> dict[int, int]:

@@ -516,3 +516,36 @@ def test_a_follower_registered_again_between_two_looks_leaves_the_isr(zookeeper:
         assert zks[1].partition_states()[("t", 0)].state == after and zks[1].leadership(watch=False)[0] == now
 
     with_zk(zookeeper.connect + "/bounce", body)
+
+
+def test_an_election_of_another_node_left_half_written_is_named_back_with_the_leader_in_its_isr(
+    zookeeper: Any,
+) -> None:
+    """A controller died after writing a partition's state for an election of node 2 (ISR: node 2 alone, as an
+    unclean pick writes) and before the leadership: the leadership still names node 1, which never stopped leading.
+    The next look names that state back to node 1 above its epoch, and node 1 is in its ISR (a leader outside its own
+    ISR would be refused by every rule that reads it)."""
+    from logfs.cluster.controller import Controller
+    from logfs.cluster.rules import Broker
+    from logfs.core.storeconfig import StoreConfig
+
+    def body(session: Callable[[int], ZooKeeper]) -> None:
+        zks = {i: session(i) for i in (1, 2, 3)}
+        for i, zk in zks.items():
+            zk.register(Broker(i, f"/mnt/{i}", -1))
+        controller = Controller(zks[1], 1, StoreConfig(node_id=1, replica_ids=(1, 2, 3)))
+        controller.control(True)
+        led, _ = zks[1].leadership(watch=False)
+        assert led.leader == 1
+        zks[1].create_state("t", 0, PartitionState(2, led.leader_epoch + 1, (2,), led.controller_epoch))
+        zks[1].create_state("u", 0, PartitionState(1, led.leader_epoch, (1, 2, 3), led.controller_epoch))
+        controller.control(True)
+        recorded = zks[1].partition_states()
+        named_back = recorded[("t", 0)].state
+        assert named_back.leader == 1 and named_back.isr == (1, 2)
+        assert named_back.leader_epoch > led.leader_epoch + 1
+        assert recorded[("u", 0)].state.leader_epoch == led.leader_epoch  # nothing to change there: untouched
+        now, _ = zks[1].leadership(watch=False)
+        assert (now.leader, now.leader_epoch) == (1, named_back.leader_epoch)
+
+    with_zk(zookeeper.connect + "/named-back", body)
