@@ -224,6 +224,22 @@ class Forwarder:
         st, _ = await self._on_leader(node, "stat", os.stat, leader_of, twin=False)
         return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
+    async def read_group_file(self, node: Node, leader_of: tuple[str, int]) -> bytes | None:
+        """A group's ``offset`` or ``config`` as the leader of its offsets partition shows it (its forwarded twin);
+        None when it has none (no commit)."""
+        try:
+            data, _ = await self._on_leader(node, "read", _read_file, leader_of)
+        except ForwardFailed as exc:
+            if exc.code == errno.ENOENT:
+                return None
+            raise
+        return data
+
+    async def commit(self, node: Node, offset: int, leader_of: tuple[str, int]) -> None:
+        """Commit ``offset`` to ``node`` (a group's ``offset``) on the leader of the group's offsets partition: one
+        line written to its forwarded twin, stored there when the handle closes (a group follow's auto-commit)."""
+        await self._on_leader(node, "commit", functools.partial(_write_line, line=f"{offset}\n".encode()), leader_of)
+
     async def transaction_owner(self, transactional_id: str, leader_of: tuple[str, int]) -> tuple[int, int] | None:
         """``(uid, gid)`` of who began open transaction ``transactional_id``, as the coordinator's mount shows its
         forwarded twin (``.logfs/forward/.transactions/<id>``, which a node that does not lead refuses: EROFS, the
@@ -482,6 +498,11 @@ _PLAIN_NAME = re.compile(r"[^\s\x00-\x1f\x7f/]+")
 def _ids(words: list[str]) -> bool:
     """Whether each word is a non-negative id in ASCII digits."""
     return all(w.isascii() and w.isdigit() for w in words)
+
+
+def _read_file(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _owners(path: Path) -> dict[str, tuple[int, int]]:

@@ -29,8 +29,9 @@ The records and the state replayed from them are the core's (``core/groups/``); 
 commits are visible at once), a follower's up to its HW. A follower's mount answers reads of ``offset``, ``lag``
 and listings from the commits it replicated, and refuses commits, config changes, rmdir and group ``follow`` files
 with EROFS; a cluster node that does not lead sends commits, config changes and rmdir to the leader of the group's
-offsets partition (mount/forwarding.py), and refuses group ``follow`` files with EROFS. Whichever node becomes
-leader replays the topic when it first serves a group file.
+offsets partition (mount/forwarding.py), and serves a group ``follow`` from its own replica, starting where the
+leader's commit and config say, its auto-commits made on the leader. Whichever node becomes leader replays the
+topic when it first serves a group file.
 
 Threads: the trio thread; catch-ups, appends and file writes run in worker threads; one catch-up at a time.
 """
@@ -47,7 +48,7 @@ import trio
 
 from logfs.core.durable import now_ms
 from logfs.core.format.framing import LineFramer
-from logfs.core.groups.groupconfig import GroupConfigs
+from logfs.core.groups.groupconfig import AUTO_OFFSET_RESET, GroupConfigs
 from logfs.core.groups.offsets import (
     GroupOffsets,
     check_commit_offset,
@@ -76,6 +77,7 @@ _log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 0.1  # how often auto-commits fall due are looked for (auto.commit.interval.ms is coarser)
 REFRESH_INTERVAL_S = 1.0  # how often the state is caught up in the background (for .logfs/metrics)
+REACH_POLL_S = 0.01  # how often a group follow waits for this replica to reach the leader's commit
 DELETE_SETTLE_POLL_S = 0.05  # how often an rmdir made through the leader looks whether this replica shows it
 GROUP_WRITE_KINDS = frozenset({Kind.GROUP_OFFSET, Kind.GROUP_CONFIG})
 GROUP_DIR_KINDS = frozenset({Kind.GROUPS_DIR, Kind.GROUP, Kind.GROUP_TOPIC, Kind.GROUP_PARTITION})
@@ -117,6 +119,9 @@ class Groups:
         self.replication = replication
         self.offsets = GroupOffsets()
         self.configs = GroupConfigs(store.path)
+        # a cluster node's forwarder (set by the mount): a node that does not lead serves a group's follow from its
+        # replica, with the commit and the config the leader holds, and commits what it delivered there
+        self.forwarder: Forwarder | None = None
         self._read_thread = read_thread
         self._write_thread = write_thread
         self._catch_up_lock = trio.Lock()
@@ -139,6 +144,15 @@ class Groups:
                 parts = [partition_for_group(group, len(self.store.partitions(OFFSETS_TOPIC)))]
         async with self._catch_up_lock:
             await self._read_thread(self.offsets.catch_up, self.store, self._bound, parts)
+
+    def _forwarding(self) -> Forwarder | None:
+        """The forwarder while this node does not lead and forwards; None otherwise."""
+        enabled = self.replication is None and self.forwarder is not None and self.forwarder.enabled
+        return self.forwarder if enabled else None
+
+    def _leader_of(self, group: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition whose leader coordinates ``group`` (Kafka's group coordinator)."""
+        return OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
 
     def _leader(self) -> LeaderReplication:
         if self.replication is None:
@@ -263,9 +277,14 @@ class Groups:
         if kind is Kind.GROUP_LAG:
             return SnapshotHandle(entry, await self.render_lag(node.group)), False
         if kind is Kind.GROUP_FOLLOW:
-            self._leader()
+            forwarder = self._forwarding()
+            if forwarder is None:
+                self._leader()
             self.access.check_topic_read(caller, node.topic)  # it streams the topic: the topic's mode decides
-            await self._claim(caller, node)
+            if forwarder is not None:  # claimed, and the caller checked, against the owner the leader shows
+                await self.before_forwarding(caller, node, forwarder)
+            else:
+                await self._claim(caller, node)
             h = await self.follows.open(entry, pid, caller.uid)
             start = h.position  # where this reader starts (a later lookup may move the inode's start)
             self._deliveries[h] = _Delivery(node.group, node.topic, node.partition, start, start,
@@ -282,13 +301,46 @@ class Groups:
     async def follow_start(self, node: Node) -> FollowStart:
         """Where a lookup of a group's ``follow`` starts: the committed offset while the log holds it, else
         ``auto.offset.reset`` (earliest: the log start offset; latest: the log end offset)."""
-        await self.catch_up(node.group)
         log = self.store.log(node.topic, node.partition)
-        commit = self.offsets.committed(node.group, node.topic, node.partition)
-        if commit is not None and log.log_start_offset <= commit.offset <= log.log_end_offset:
-            return FollowStart(Format.PLAIN, commit.offset)
-        reset = self.configs.get(node.group).auto_offset_reset
+        forwarder = self._forwarding()
+        if forwarder is None:
+            await self.catch_up(node.group)
+            commit = self.offsets.committed(node.group, node.topic, node.partition)
+            committed = None if commit is None else commit.offset
+            reset = self.configs.get(node.group).auto_offset_reset
+        else:  # as the leader holds them now (this replica's commits may lag; group configs are not replicated)
+            committed, reset = await self._leader_start(node, forwarder)
+            if committed is not None and committed > log.log_end_offset:
+                await self._reach(node, committed, forwarder.timeout_s)
+        if committed is not None and log.log_start_offset <= committed <= log.log_end_offset:
+            return FollowStart(Format.PLAIN, committed)
         return FollowStart(Format.PLAIN, log.log_start_offset if reset == "earliest" else log.log_end_offset)
+
+    async def _leader_start(self, node: Node, forwarder: Forwarder) -> tuple[int | None, str]:
+        """The group's commit for ``node``'s partition (None: none) and its ``auto.offset.reset``, as the leader of
+        its offsets partition shows them."""
+        leader_of = self._leader_of(node.group)
+        offset = await forwarder.read_group_file(Node(Kind.GROUP_OFFSET, node.topic, node.partition,
+                                                      group=node.group), leader_of)  # fmt: skip
+        config = await forwarder.read_group_file(Node(Kind.GROUP_CONFIG, group=node.group), leader_of)
+        committed = None if offset is None else int(offset.split()[0])
+        reset = "latest"
+        for line in (config or b"").decode().splitlines():
+            key, _, value = line.partition("=")
+            if key == AUTO_OFFSET_RESET:
+                reset = value.strip()
+        return committed, reset
+
+    async def _reach(self, node: Node, offset: int, timeout_s: float) -> None:
+        """Wait until this replica of ``node``'s partition holds ``offset`` (a commit made on the leader beyond what
+        it replicated yet); NotShownHere (ETIMEDOUT) after ``timeout_s``."""
+        log = self.store.log(node.topic, node.partition)
+        with trio.move_on_after(timeout_s):
+            while log.log_end_offset < offset:
+                await trio.sleep(REACH_POLL_S)
+            return
+        raise NotShownHere(f"{node}: the group's commit at {offset} is beyond this replica's log end "
+                           f"{log.log_end_offset} after request.timeout.ms")  # fmt: skip
 
     # --- group follow -------------------------------------------------------------------------------------------
 
@@ -311,7 +363,12 @@ class Groups:
 
     async def _auto_commit(self, d: _Delivery) -> None:
         try:
-            await self.commit(d.group, d.topic, d.partition, d.delivered, "", flush=True)
+            forwarder = self._forwarding()
+            if forwarder is not None:  # made by the leader of the group's offsets partition
+                node = Node(Kind.GROUP_OFFSET, d.topic, d.partition, group=d.group)
+                await forwarder.commit(node, d.delivered, self._leader_of(d.group))
+            else:
+                await self.commit(d.group, d.topic, d.partition, d.delivered, "", flush=True)
             d.committed = d.delivered
         except Exception as exc:
             _log.warning("group %s: auto-commit of %s-%d at %d failed: %s", d.group, d.topic, d.partition,

@@ -171,7 +171,7 @@ class Operations(pyfuse3.Operations):
             store, self.tree, self.reader, self.writer, self.groups, self.permissions, write_thread=self._write_thread
         )
         # writes to a partition this node does not lead, forwarded to its leader (a cluster node sets the target)
-        self.forwarder = self.writer.forwarder = Forwarder(store.config.request_timeout_ms)
+        self.forwarder = self.writer.forwarder = self.groups.forwarder = Forwarder(store.config.request_timeout_ms)
 
     @property
     def max_tasks(self) -> int:
@@ -481,6 +481,7 @@ class Operations(pyfuse3.Operations):
             return self._open_session(entry, access, caller_of(ctx))
         if node.forwarded or kind is Kind.FORWARD_DIRS:  # another node's forwarded request (mount/forwarding.py):
             self.permissions.check_replica_user(caller_of(ctx))  # that node checked its caller; this checks its user
+            self._refuse_if_read_only()  # a leader's to answer (reads too): that node tries the next leader
         # a change this node makes on the leader, for its own caller (mount/forwarding.py)
         forwards = not node.forwarded and access != os.O_RDONLY and self.read_only and self.forwarder.enabled
         if kind in GROUP_KINDS:
@@ -489,8 +490,9 @@ class Operations(pyfuse3.Operations):
                 leader_of = await self.groups.before_forwarding(caller, node, self.forwarder)
                 forwarded = await self.forwarder.open(entry, flags, caller, leader_of)
                 return pyfuse3.FileInfo(fh=self._new_fh(forwarded), direct_io=True)
-            if access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW:
-                self._refuse_if_read_only()  # commits and group follow files: a leader's
+            served_here = kind is Kind.GROUP_FOLLOW and self.forwarder.enabled and not node.forwarded
+            if (access != os.O_RDONLY or kind is Kind.GROUP_FOLLOW) and not served_here:
+                self._refuse_if_read_only()  # commits, and group follow files but on a cluster's node: a leader's
             h, _ = await self.groups.open(entry, access, caller_of(ctx), bool(flags & os.O_DSYNC))
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").

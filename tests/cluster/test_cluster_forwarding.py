@@ -107,7 +107,7 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     for node in cluster.nodes.values():
         wait_until(f"v gone from node {node.node_id}", lambda n=node: not (n.mount / "v").exists(), WAIT_S)
     # a group commit and a group config change through a follower: the leader of the group's offsets partition
-    # takes them (a group follow, which commits as it reads, is a leader's: EROFS here)
+    # takes them (a group follow there is served from its replica: test_a_transaction_and_a_group_deletion_…)
     subprocess.run(f"echo 1 > {a.mount}/.logfs/groups/g/u/1/offset && echo auto.offset.reset=latest > "
                    f"{b.mount}/.logfs/groups/g/config", shell=True, check=True, timeout=60)  # fmt: skip
     assert (leader.mount / ".logfs/groups/g/u/1/offset").read_text().split()[0] == "1"
@@ -115,7 +115,8 @@ def test_writes_through_every_node_are_the_leaders_and_move_to_a_new_leader(clus
     for node in cluster.nodes.values():
         wait_until(f"the commit on node {node.node_id}", lambda n=node: (n.mount / ".logfs/groups/g/u/1/offset")
                    .read_text().split()[:1] == ["1"], WAIT_S)  # fmt: skip
-    assert errno_of(open, a.mount / ".logfs/groups/g/u/1/follow", "rb") == errno.EROFS
+    with open(a.mount / ".logfs/groups/g/u/1/follow", "rb", buffering=0):
+        pass  # opened there, at the leader's commit; closed with nothing delivered: nothing committed
     # the delete-* command files through a follower: made by the leader, shown here when the write returns
     with open(a.mount / ".logfs/delete-records", "wb", buffering=0) as f:
         assert errno_of(f.write, b"u 1 5\n") == errno.EINVAL  # above the leader's HW: nothing deleted
@@ -233,6 +234,18 @@ def test_a_transaction_and_a_group_deletion_through_nodes_that_do_not_lead_are_t
         wait_until(f"node {node.node_id} aborted the transaction", lambda n=node: values(n.mount, "tx", 0) ==
                    ["one", "three"] and committed(n.mount, "tx", 0) == ["one"], WAIT_S, logs=cluster.logs)  # fmt: skip
         assert json.loads((node.mount / "tx/0/state").read_text())["open_transactions"] == []
+    # a group's follow through a follower: served from that node's replica, from the commit and with the config
+    # the leader holds (set through the other follower), and what it delivered committed on the leader at close
+    (b.mount / ".logfs/groups/f/config").write_text("auto.offset.reset=earliest\n")
+    with open(a.mount / ".logfs/groups/f/tx/1/follow", "rb", buffering=0) as stream:
+        assert stream.read(4096) == b"two\n"
+    wait_until("the leader holding the follow's commit", lambda: (leader.mount / ".logfs/groups/f/tx/1/offset")
+               .exists() and int((leader.mount / ".logfs/groups/f/tx/1/offset").read_text().split()[0]) >= 1,
+               WAIT_S, logs=cluster.logs)  # fmt: skip
+    append_acked(leader.mount, "tx", 1, ["four"])
+    with open(b.mount / ".logfs/groups/f/tx/1/follow", "rb", buffering=0) as stream:
+        assert stream.read(4096) == b"four\n"  # from the commit the first follow made through the other node
+    assert errno_of(open, a.mount / ".logfs/forward/.groups/f/tx/1/offset", "rb") == errno.EROFS  # not a leader's
     # a consumer group deleted through a follower: on the leader of its offsets partition, which tombstones its
     # commits; gone on that follower when rmdir returns, then on every node
     (a.mount / ".logfs/groups/g/tx/0/offset").write_text("1\n")
