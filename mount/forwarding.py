@@ -227,13 +227,7 @@ class Forwarder:
     async def read_group_file(self, node: Node, leader_of: tuple[str, int]) -> bytes | None:
         """A group's ``offset`` or ``config`` as the leader of its offsets partition shows it (its forwarded twin);
         None when it has none (no commit)."""
-        try:
-            data, _ = await self._on_leader(node, "read", _read_file, leader_of)
-        except ForwardFailed as exc:
-            if exc.code == errno.ENOENT:
-                return None
-            raise
-        return data
+        return await self._unless_absent(node, "read", _read_file, leader_of)
 
     async def commit(self, node: Node, offset: int, leader_of: tuple[str, int]) -> None:
         """Commit ``offset`` to ``node`` (a group's ``offset``) on the leader of the group's offsets partition: one
@@ -244,14 +238,8 @@ class Forwarder:
         """``(uid, gid)`` of who began open transaction ``transactional_id``, as the coordinator's mount shows its
         forwarded twin (``.logfs/forward/.transactions/<id>``, which a node that does not lead refuses: EROFS, the
         next leader tried); None when it shows none (not open there)."""
-        node = Node(Kind.TXN, txn=transactional_id)
-        try:
-            st, _ = await self._on_leader(node, "stat", os.stat, leader_of)
-        except ForwardFailed as exc:
-            if exc.code == errno.ENOENT:
-                return None
-            raise
-        return st.st_uid, st.st_gid
+        st = await self._unless_absent(Node(Kind.TXN, txn=transactional_id), "stat", os.stat, leader_of)
+        return None if st is None else (st.st_uid, st.st_gid)
 
     async def open_transactions(self, leader_of: tuple[str, int]) -> dict[str, tuple[int, int]]:
         """Every open transaction the coordinator's mount lists (in its forwarded twin), with who began it."""
@@ -260,13 +248,20 @@ class Forwarder:
 
     async def has_label(self, label: str, leader_of: tuple[str, int]) -> bool:
         """Whether the coordinator's mount shows committed label ``label`` (``.logfs/forward/.labels/<label>``)."""
+        return await self._unless_absent(Node(Kind.LABEL, name=label), "stat", os.stat, leader_of) is not None
+
+    async def _unless_absent(
+        self, node: Node, what: str, attempt: Callable[[Path], T], leader_of: tuple[str, int]
+    ) -> T | None:
+        """``attempt`` on the leader's twin of ``node`` (:meth:`_on_leader`); None when the leader has no such thing
+        (its ENOENT)."""
         try:
-            await self._on_leader(Node(Kind.LABEL, name=label), "stat", os.stat, leader_of)
+            result, _ = await self._on_leader(node, what, attempt, leader_of)
         except ForwardFailed as exc:
             if exc.code == errno.ENOENT:
-                return False
+                return None
             raise
-        return True
+        return result
 
     async def settle_config(self, h: ForwardHandle, local: Callable[[], bytes]) -> None:
         """After a forwarded ``config`` handle was flushed: wait (at most ``CONFIG_SETTLE_S``) until this node shows

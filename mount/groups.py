@@ -228,7 +228,7 @@ class Groups:
         the leader shows (this node's may lag it), and check here that ``caller`` may write it (its supplementary
         groups are known only here); the offsets partition whose leader takes the commit."""
         group = node.group
-        leader_of = OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
+        leader_of = self._leader_of(group)
         if self.access.shared:  # the leader's owner decides (this node's may lag a claim or a deletion there)
             if self.access.group(group) is None:
                 claim = DirChange("claim", owner=Owner(caller.uid, caller.gid, DEFAULT_MODE), group=group)
@@ -478,7 +478,7 @@ class Groups:
         """:meth:`delete` on the leader of the group's offsets partition (a ``delete-group`` line of its ``.dirs``);
         then wait until this node's replica shows the tombstones (NotShownHere, ETIMEDOUT, after
         ``request.timeout.ms``: deleted there, not shown here yet)."""
-        leader_of = OFFSETS_TOPIC, partition_for_group(group, max(1, len(self.store.partitions(OFFSETS_TOPIC))))
+        leader_of = self._leader_of(group)
         await forwarder.change(DirChange("delete-group", uid=caller.uid, group=group), None, leader_of)
         deadline = trio.current_time() + forwarder.timeout_s
         while True:

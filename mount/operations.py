@@ -365,8 +365,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         node = self.tree.entry(inode).node
-        if node.kind is Kind.TXN_DIR and node.forwarded and self.tree.coordinator_view is not None:
-            raise ReadOnlyMount(f"{node}: this node does not coordinate transactions now")  # (the next leader's)
+        if node.kind is Kind.TXN_DIR:
+            self.tree.refuse_forwarded_here(node)  # the listing of its twin is the next leader's to answer
         if node.kind is Kind.TXN_DIR and self._asks_coordinator(node):  # the coordinator's open transactions
             listed = await self.forwarder.open_transactions(ANY_COORDINATOR)
             if self.tree.coordinator_view is not None:  # (still not leading)

@@ -193,7 +193,7 @@ class Tree:
         if kind in GROUP_KINDS:
             return self._resolve_group(parent, name)
         if kind is Kind.LABELS_DIR:
-            self._refuse_forwarded_here(parent)
+            self.refuse_forwarded_here(parent)
             coordinator = self.store.transactions
             view = self.coordinator_view
             if not (view.has_label(name) if view is not None
@@ -241,7 +241,7 @@ class Tree:
         """A name under ``.logfs/transactions/``: an open transaction, its ``control``, and the topics and
         partitions that exist (writes there land in the transaction)."""
         kind, txn, fwd = parent.kind, parent.txn, parent.forwarded  # fwd: under .logfs/forward/.transactions/
-        self._refuse_forwarded_here(parent)
+        self.refuse_forwarded_here(parent)
         if kind is Kind.TXN_DIR:
             if not self.open_transaction(name):
                 raise NoEntry(name)
@@ -258,7 +258,7 @@ class Tree:
             return Node(_child(TXN_PARTITION_CHILDREN, name), parent.topic, parent.partition, txn=txn, forwarded=fwd)
         raise NoEntry(name)
 
-    def _refuse_forwarded_here(self, directory: Node) -> None:
+    def refuse_forwarded_here(self, directory: Node) -> None:
         """A transaction's or label's forwarded twin (``.logfs/forward/.transactions/``, ``.labels/``) asked of a
         node that does not lead: EROFS, so the node that asks tries the next leader (never forwarded again)."""
         if directory.forwarded and self.coordinator_view is not None:

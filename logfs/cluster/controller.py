@@ -125,7 +125,7 @@ class Controller:
             [above, *(b.highest_epoch for _, b in live.values())],
             Leader(leader, mount, broker_epoch, controller_epoch), isr_of,
         )  # fmt: skip
-        leadership = replace(leadership, brokers=tuple(sorted((node, e) for node, (e, _) in live.items())))
+        leadership = replace(leadership, brokers=_registered(live))
         before = self.zk.multis.largest
         multis = self.zk.write_election(epoch_version, leadership, version, new_states)
         _log.info("controller %d wrote leader epoch %d: %d partition states in %d multis (largest %d bytes)",
@@ -168,7 +168,7 @@ class Controller:
         highest = max((v.state.leader_epoch for v in states.values()), default=-1)
         half_written = highest > current.leader_epoch
         if not half_written and not changed:
-            registered = tuple(sorted((node, e) for node, (e, _) in live.items()))
+            registered = _registered(live)
             if current.brokers != registered:
                 assert self.epoch is not None
                 try:
@@ -190,3 +190,8 @@ class Controller:
         dead = sorted({r for v in changed.values() for r in v.state.isr if r not in epochs})
         _log.info("controller %d removed dead node(s) %s from the ISR: leader %d, leader epoch %d", self.node_id,
                   dead, current.leader, epoch)  # fmt: skip
+
+
+def _registered(live: dict[int, tuple[int, Broker]]) -> tuple[tuple[int, int], ...]:
+    """A leadership's ``brokers``: every live node with its broker epoch, in node order."""
+    return tuple(sorted((node, epoch) for node, (epoch, _) in live.items()))

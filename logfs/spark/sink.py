@@ -141,6 +141,7 @@ class MountWriter:
         self._partitions: dict[str, int] = {}  # topic -> partition count
         self._sticky: dict[str, int] = {}  # topic -> next partition for null keys
         self._open: dict[tuple[str, int], _Partition] = {}
+        self._unacked_bytes = 0  # over all of _open (Kafka's buffer.memory): counted, not summed per write
 
     # --- rows ------------------------------------------------------------------------------------------------
 
@@ -210,12 +211,13 @@ class MountWriter:
         p.out, p.out_bytes = [], 0
         p.unacked.append(data)
         p.unacked_bytes += len(data)
+        self._unacked_bytes += len(data)
         try:
             _write_all(p.fd, data)
         except OSError as exc:
             self._deliver_again(p, exc)
             return
-        if sum(q.unacked_bytes for q in self._open.values()) >= ACK_BYTES:  # the task's, as Kafka's buffer.memory
+        if self._unacked_bytes >= ACK_BYTES:  # the task's, as Kafka's buffer.memory
             for q in self._open.values():
                 if q.unacked:
                     self._ack(q)
@@ -232,6 +234,7 @@ class MountWriter:
     def _acknowledged(self, p: _Partition) -> None:
         """``p``'s handle was fsync'ed: nothing of it is written again. Its produce responses are read for the
         report; a read that fails (a forwarded handle whose leader changed since) loses only the offsets reported."""
+        self._unacked_bytes -= p.unacked_bytes
         p.unacked, p.unacked_bytes = [], 0
         try:
             p.acked += _read_responses(p.fd)
@@ -356,7 +359,7 @@ class MountWriter:
 
     def abort(self) -> None:
         """Close every handle (:meth:`abort_transaction` decides what becomes of the rows of a transaction)."""
-        handles, self._open = self._open, {}
+        handles, self._open, self._unacked_bytes = self._open, {}, 0
         for p in handles.values():
             if p.fd < 0:
                 continue  # closed by a delivery that gave up
