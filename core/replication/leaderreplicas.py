@@ -18,7 +18,8 @@ of what a fetch does to it.
 lacks). Without ZooKeeper, live means heard from within ``replica.lag.time.max.ms``: any request of the fetch
 protocol (:meth:`LeaderReplicas.follower_heard`: a fetch of any partition, or the look-up of its
 ``.logfs/fetch/<id>`` directory that ``logfs follow`` makes every discovery round, so a follower of a leader with
-no topic yet counts too). With ZooKeeper the caller's ``live`` gives the registered nodes (logfs/cluster/node.py).
+no topic yet counts too). With ZooKeeper the caller's ``live`` gives the registered nodes (logfs/cluster/node.py,
+read again from ZooKeeper when a topic is made, not taken from the last look of its loop).
 So a producer that creates a topic and writes at once is neither refused nor told to retry (its acks=all waits
 for the follower's first fetches of the new partition), and a stopped follower does not stall a new topic.
 

@@ -152,6 +152,12 @@ class ClusterNode:
         (ETIMEDOUT) when ZooKeeper has not recorded it within ``request.timeout.ms`` (or this node was fenced)."""
         deadline = trio.current_time() + self.config.request_timeout_ms / 1000
         taken: IsrRecorder | None = None
+        if self.broker_epoch >= 0:
+            # A new partition starts with the registered nodes in its ISR (``live`` in _become_leader); the set the
+            # last reconcile read may predate a node's registration by a watch and a dozen ZooKeeper round trips
+            # under load, and an ISR of this node alone would refuse the creator's first acks=all write at once.
+            with contextlib.suppress(ZkUnavailable):
+                self._live = set(await self._zk(functools.partial(self.zk.live_brokers, watch=False)))
         while True:
             # the recorder of the leadership this node holds now: a new one while it adopts an epoch (none for a
             # moment), none once it stopped leading (then the change is not recorded by it)

@@ -46,11 +46,6 @@ def missed_epoch_is_fenced(cluster: Cluster) -> None:
         cut, stopped = stopped, cut
     r = cut.node_id
     make_topic(leader.mount, TOPIC)
-    # the leader starts a new partition's ISR with the nodes it last saw registered, which may lag ZooKeeper by a
-    # watch under load; the fencing below is this test's subject, not a write racing that (test_cluster_new_topics…)
-    wait_until("the new partition's ISR at min.insync.replicas",
-               lambda: (s := leader.partition_state(TOPIC, 0)) and len(s["isr"]) >= cluster.min_insync_replicas,
-               WAIT_S, logs=cluster.logs)  # fmt: skip
     append_acked(leader.mount, TOPIC, 0, ["a", "b"])
     isr = lambda: (z := cluster.partition_znode(TOPIC, 0)) and z  # noqa: E731
     wait_until("every node in the ISR", lambda: (z := isr()) and sorted(z["isr"]) == [1, 2, 3], WAIT_S,

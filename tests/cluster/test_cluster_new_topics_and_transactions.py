@@ -94,6 +94,42 @@ def test_create_topic_then_acks_all_at_once_on_a_zookeeper_leader(cluster: Clust
     assert time.monotonic() - started < 5.0, "acks=all on a new topic waited for a node that is not registered"
 
 
+def test_a_topic_made_the_moment_a_paused_leader_wakes_counts_the_nodes_registered_while_it_slept(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """The leader's view of the registered nodes is refreshed by its reconcile loop, a watch and a dozen ZooKeeper
+    round trips behind: a topic made before that loop caught up (here: the followers registered while the leader was
+    stopped, and the topic is made the moment it runs again) must still start with them in its ISR, or its first
+    acks=all write is refused at once (EIO: the ISR below min.insync.replicas). A session long enough for the pause."""
+    with checked_cluster(tmp_path / "cluster", zookeeper, 3, session_timeout_ms=20_000) as cluster:
+        leader, _ = cluster.wait_leader(WAIT_S)
+        followers = [n for n in cluster.nodes.values() if n is not leader]
+        for node in followers:
+            assert node.stop() == 0, node.log_text()[-4000:]
+        wait_until("the followers' registrations gone", lambda: cluster.registered() == [leader.node_id], WAIT_S,
+                   logs=cluster.logs)  # fmt: skip
+        time.sleep(2.0)  # the leader's loop (RECONCILE_S = 1 s) sees that: it knows of itself alone
+        leader.pause()
+        try:
+            for node in followers:
+                node.spawn()
+            for node in followers:
+                node.wait_mounted()
+            wait_until("every node registered", lambda: cluster.registered() == [1, 2, 3], WAIT_S, logs=cluster.logs)
+        finally:
+            leader.resume()
+        make_topic(leader.mount, "woke", 1)
+        try:
+            append_acked(leader.mount, "woke", 0, ["first"])
+        except OSError as exc:
+            state = leader.partition_state("woke", 0)
+            raise AssertionError(f"{exc}; the leader's state: {state}\n{cluster.logs()}") from exc
+        assert isr_of(leader, "woke") == [1, 2, 3]
+        for node in followers:
+            wait_until(f"the record on node {node.node_id}", lambda n=node: records(n, "woke") == ["first"], WAIT_S,
+                       logs=cluster.logs)  # fmt: skip
+
+
 def test_an_open_transaction_of_a_killed_leader_is_aborted_by_the_new_leader(cluster: Cluster) -> None:
     leader, info = cluster.wait_leader(WAIT_S)
     make_topic(leader.mount, "t", 1)

@@ -77,7 +77,10 @@ def with_topic(cluster: Cluster) -> tuple[Node, LeaderInfo]:
     """The settled leader, once it made the topic, acknowledged a write and every node is in every recorded ISR."""
     leader, info = cluster.wait_leader(WAIT_S)
     make_topic(leader.mount, TOPIC, PARTITIONS)
-    append_acked(leader.mount, TOPIC, 0, ["a", "b"])
+    try:
+        append_acked(leader.mount, TOPIC, 0, ["a", "b"])
+    except OSError as e:
+        raise AssertionError(f"{e}\n{cluster.logs()}") from e
     wait_until("every node in every ISR", lambda: full_isr(cluster, cluster.ids), WAIT_S, logs=cluster.logs)
     return leader, info
 

@@ -31,7 +31,7 @@ from conftest import make_topic
 from faultstore import FaultyStore, assert_acked, logfs_check, values
 from writers import VALUE, Writer, append_writer, batches_writer, jsonl_writer, kafka_batches_writer, start, stop
 
-DEFAULT_ROUNDS = 5
+DEFAULT_ROUNDS = 4
 ROUNDS = int(os.environ.get("LOGFS_POWERCUT_ROUNDS", DEFAULT_ROUNDS))
 SEED = int(os.environ.get("LOGFS_POWERCUT_SEED", 0))
 CONFIG = ("segment.bytes=2048", "index.interval.bytes=128")
