@@ -22,10 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from logfs.core.groups.records import partition_for_group
+from logfs.core.txn.records import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"  # Kafka's (Topic.TRANSACTION_STATE_TOPIC_NAME)
-TRANSACTION_STATE_PARTITIONS = 50  # Kafka's transaction.state.log.num.partitions default
 # Where the listing of open transactions and the committed labels are asked for: with one leader for every partition,
 # every transaction's coordinator (labels are not kept per transactional id; a cluster with a coordinator per
 # partition would ask each)
@@ -71,4 +69,4 @@ def coordinator_of(transactional_id: str) -> tuple[str, int]:
     """The partition whose leader coordinates ``transactional_id``: its ``__transaction_state`` partition, by the
     hash Kafka's ``TransactionStateManager.partitionFor`` uses (the group coordinator's too). A node asks its
     forward target for that partition's leader; with one leader for every partition, it is the cluster's leader."""
-    return TRANSACTION_STATE_TOPIC, partition_for_group(transactional_id, TRANSACTION_STATE_PARTITIONS)
+    return TRANSACTION_STATE_TOPIC, partition_for_transactional_id(transactional_id)

@@ -45,7 +45,12 @@ def encode_varint(n: int) -> bytes:
     """The zigzag varint encoding of ``n`` (valid for int32 and int64 alike)."""
     if not INT64_MIN <= n <= INT64_MAX:
         raise ValueError(f"{n} does not fit a varlong")
-    v = zigzag(n) & 0xFFFFFFFFFFFFFFFF
+    return encode_unsigned_varint(zigzag(n) & 0xFFFFFFFFFFFFFFFF)
+
+
+def encode_unsigned_varint(v: int) -> bytes:
+    """Seven bits of ``v >= 0`` per byte, least significant first, without the zigzag (the message schemas'
+    unsigned varint: core/format/fields.py)."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)

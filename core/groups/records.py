@@ -34,10 +34,10 @@ Threads: any (pure functions).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from logfs.core.errors import InvalidOffsetCommit
+from logfs.core.format.fields import I16, I32, I64, FieldReader, string
 
 OFFSETS_TOPIC = "__consumer_offsets"  # Kafka's internal topic name (Topic.GROUP_METADATA_TOPIC_NAME)
 OFFSETS_TOPIC_PARTITIONS = 50  # offsets.topic.num.partitions, Kafka's default
@@ -45,11 +45,6 @@ KEY_VERSION = 1  # the offset-commit key version Kafka writes
 VALUE_VERSION = 3  # the offset-commit value version Kafka 2.1 … 3.x writes
 GROUP_METADATA_KEY_VERSION = 2  # a group's metadata record: not an offset commit (skipped on replay)
 NO_LEADER_EPOCH = -1
-STRING_BYTES_MAX = 0x7FFF  # an int16 length
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,73 +79,46 @@ def partition_for_group(group: str, partitions: int = OFFSETS_TOPIC_PARTITIONS) 
 
 
 def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    if len(data) > STRING_BYTES_MAX:
-        raise InvalidOffsetCommit(f"a string of {len(data)} bytes does not fit Kafka's int16 length")
-    return _I16.pack(len(data)) + data
+    return string(text, InvalidOffsetCommit)
 
 
 def encode_key(key: OffsetCommitKey) -> bytes:
     """The key record bytes, version 1."""
-    return _I16.pack(KEY_VERSION) + _string(key.group) + _string(key.topic) + _I32.pack(key.partition)
+    return I16.pack(KEY_VERSION) + _string(key.group) + _string(key.topic) + I32.pack(key.partition)
 
 
 def encode_value(value: OffsetCommitValue) -> bytes:
     """The value record bytes, version 3 (``expire_timestamp`` is not part of it)."""
     return (
-        _I16.pack(VALUE_VERSION)
-        + _I64.pack(value.offset)
-        + _I32.pack(value.leader_epoch)
+        I16.pack(VALUE_VERSION)
+        + I64.pack(value.offset)
+        + I32.pack(value.leader_epoch)
         + _string(value.metadata)
-        + _I64.pack(value.commit_timestamp)
+        + I64.pack(value.commit_timestamp)
     )
-
-
-class _Reader:
-    """A cursor over one record's key or value; every read past the end is InvalidOffsetCommit."""
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.position = 0
-        self.what = what
-
-    def take(self, fmt: struct.Struct) -> int:
-        if self.position + fmt.size > len(self.data):
-            raise InvalidOffsetCommit(f"{self.what} ends at byte {len(self.data)} inside a field")
-        (number,) = fmt.unpack_from(self.data, self.position)
-        self.position += fmt.size
-        return int(number)
-
-    def string(self) -> str:
-        length = self.take(_I16)
-        if length < 0 or self.position + length > len(self.data):
-            raise InvalidOffsetCommit(f"{self.what} has a string of length {length} past its end")
-        text = self.data[self.position : self.position + length].decode("utf-8", "replace")
-        self.position += length
-        return text
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | None:
     """An offset-commit key (version 0 or 1); None for a group-metadata key (version 2); InvalidOffsetCommit for
     anything else."""
-    r = _Reader(data, "an offset-commit key")
-    version = r.take(_I16)
+    r = FieldReader(data, "an offset-commit key", InvalidOffsetCommit)
+    version = r.take(I16)
     if version == GROUP_METADATA_KEY_VERSION:
         return None
     if version not in (0, 1):
         raise InvalidOffsetCommit(f"key version {version} is not one of Kafka's (0, 1, 2)")
-    return OffsetCommitKey(r.string(), r.string(), r.take(_I32))
+    return OffsetCommitKey(r.string(), r.string(), r.take(I32))
 
 
 def decode_value(data: bytes) -> OffsetCommitValue:
     """An offset-commit value of versions 0 to 3."""
-    r = _Reader(data, "an offset-commit value")
-    version = r.take(_I16)
+    r = FieldReader(data, "an offset-commit value", InvalidOffsetCommit)
+    version = r.take(I16)
     if version not in (0, 1, 2, 3):
         raise InvalidOffsetCommit(f"value version {version} is not one this reader knows (0 to 3)")
-    offset = r.take(_I64)
-    leader_epoch = r.take(_I32) if version == 3 else NO_LEADER_EPOCH
+    offset = r.take(I64)
+    leader_epoch = r.take(I32) if version == 3 else NO_LEADER_EPOCH
     metadata = r.string()
-    commit_timestamp = r.take(_I64)
-    expire_timestamp = r.take(_I64) if version == 1 else -1
+    commit_timestamp = r.take(I64)
+    expire_timestamp = r.take(I64) if version == 1 else -1
     return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
