@@ -31,6 +31,7 @@ I8 = struct.Struct(">b")
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
+U32 = struct.Struct(">I")  # not Kafka's: logfs's own tagged fields (a uid or gid)
 STRING_BYTES_MAX = 0x7FFF  # a classic string's int16 length
 UVARINT_MAX_BYTES = 5  # an unsigned int32
 
@@ -127,7 +128,8 @@ class FieldReader:
         return count
 
     def tagged_fields(self) -> dict[int, bytes]:
-        """A struct's tagged fields, tag → bytes; a tag out of ascending order or repeated is malformed."""
+        """A struct's tagged fields, tag → bytes; a tag out of ascending order or repeated is malformed (stricter
+        than Kafka's readers, which take any order: its writers, like logfs's, always sort them)."""
         fields: dict[int, bytes] = {}
         for _ in range(self.uvarint()):
             tag = self.uvarint()

@@ -21,7 +21,7 @@ Layouts (Kafka's ``TransactionLogKey.json`` / ``TransactionLogValue.json`` in tr
         start_ms                int64
         tagged fields           Kafka's 0 (PreviousProducerId), 1 (NextProducerId), 2 (ClientTransactionVersion)
                                 are read past; logfs adds LABEL_TAG (the label a commit was given, compact string)
-                                and OWNER_TAG (uid, gid as two int32: who began it on a shared mount)
+                                and OWNER_TAG (uid, gid as two unsigned 32-bit integers: who began it on a shared mount)
 
     A tombstone (null value) forgets the id: how Kafka expires a transactional id.
 
@@ -53,6 +53,7 @@ from logfs.core.format.fields import (
     I16,
     I32,
     I64,
+    U32,
     FieldReader,
     compact_string,
     string,
@@ -137,7 +138,10 @@ def encode_txn_value(info: TxnInfo) -> bytes:
     if info.label is not None:
         tags[LABEL_TAG] = compact_string(info.label)
     if info.owner is not None:
-        tags[OWNER_TAG] = I32.pack(info.owner[0]) + I32.pack(info.owner[1])
+        uid, gid = info.owner
+        if not (0 <= uid < 1 << 32 and 0 <= gid < 1 << 32):
+            raise ValueError(f"owner {info.owner} of {info.transactional_id!r} is not a uid and gid")
+        tags[OWNER_TAG] = U32.pack(uid) + U32.pack(gid)
     out += tagged_fields(tags)
     return bytes(out)
 
@@ -199,7 +203,7 @@ def decode_txn_value(transactional_id: str, data: bytes) -> TxnInfo:
             t.end()
         if OWNER_TAG in tags:
             t = FieldReader(tags[OWNER_TAG], f"the owner of {transactional_id!r}", ValueError)
-            owner = (t.take(I32), t.take(I32))
+            owner = (t.take(U32), t.take(U32))
             t.end()
     r.end()
     return TxnInfo(transactional_id, producer_id, producer_epoch, _STATES[status], frozenset(partitions), start_ms,

@@ -110,14 +110,17 @@ def test_a_topic_made_the_moment_a_paused_leader_wakes_counts_the_nodes_register
                    logs=cluster.logs)  # fmt: skip
         time.sleep(2.0)  # the leader's loop (RECONCILE_S = 1 s) sees that: it knows of itself alone
         leader.pause()
+        paused = time.monotonic()
         try:
             for node in followers:
                 node.spawn()
             for node in followers:
                 node.wait_mounted()
-            wait_until("every node registered", lambda: cluster.registered() == [1, 2, 3], WAIT_S, logs=cluster.logs)
+            wait_until("every node registered", lambda: cluster.registered() == [1, 2, 3], 15.0, logs=cluster.logs)
         finally:
             leader.resume()
+        slept = time.monotonic() - paused
+        assert slept < 16.0, f"the leader slept {slept:.1f} s, near its 20 s session: the test did not run as meant"
         make_topic(leader.mount, "woke", 1)
         try:
             append_acked(leader.mount, "woke", 0, ["first"])

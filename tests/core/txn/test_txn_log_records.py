@@ -90,11 +90,14 @@ def test_a_version_0_value_as_an_older_kafka_writes_it_is_read() -> None:
     info = decode_txn_value("t", v0)
     assert info.state is TxnState.PREPARE_COMMIT
     assert info.partitions == ONGOING.partitions and (info.label, info.owner) == (None, None)
-    # a null partition list (Kafka writes one for an Empty transaction in version 0): no partitions
+    # a null partition list (Kafka writes one for an Empty transaction): no partitions
     empty = bytes.fromhex("0000" "0000000000000005" "0001" "0000ea60" "00" "ffffffff" "ffffffffffffffff"
                           "ffffffffffffffff")  # fmt: skip
     assert decode_txn_value("t", empty).partitions == frozenset()
     assert decode_txn_value("t", empty).state is TxnState.EMPTY
+    empty_v1 = bytes.fromhex("0001" "0000000000000005" "0001" "0000ea60" "00" "00" "ffffffffffffffff"
+                             "ffffffffffffffff" "00")  # fmt: skip
+    assert decode_txn_value("t", empty_v1).partitions == frozenset()
 
 
 def test_kafkas_own_tagged_fields_are_read_past_and_logfs_label_and_owner_round_trip() -> None:
@@ -109,6 +112,13 @@ def test_kafkas_own_tagged_fields_are_read_past_and_logfs_label_and_owner_round_
     fixed = encode_txn_value(TxnInfo("job", 7, 3, TxnState.COMPLETE_COMMIT, frozenset(), 1, 2, 3))
     with_kafkas = fixed[:-1] + tagged_fields(tags)
     assert decode_txn_value("job", with_kafkas) == labelled
+    # logfs's tags by hand: two fields; tag 10000 (904e), 7 bytes, the compact string "q-1/42"; tag 10001 (914e),
+    # 8 bytes, uid 1001 and gid 100
+    assert encoded == fixed[:-1] + bytes.fromhex("02" "904e" "07" "07712d312f3432" "914e" "08" "000003e900000064")
+    big = TxnInfo("job", 7, 3, TxnState.ONGOING, frozenset(), 1, 2, 3, None, (2**32 - 2, 2**31))  # nobody's uid
+    assert decode_txn_value("job", encode_txn_value(big)) == big
+    with pytest.raises(ValueError, match="not a uid and gid"):
+        encode_txn_value(TxnInfo("job", 7, 3, TxnState.ONGOING, frozenset(), 1, 2, 3, None, (2**32, 0)))
 
 
 def test_tagged_fields_out_of_order_or_repeated_are_refused() -> None:
@@ -177,7 +187,7 @@ longs = st.integers(-(2**63), 2**63 - 1)
 
 @given(names, st.integers(0, 2**63 - 1), st.integers(-(2**15), 2**15 - 1), states, partitions, longs,
        st.integers(-(2**31), 2**31 - 1), longs, st.none() | names,
-       st.none() | st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)))  # fmt: skip
+       st.none() | st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)))  # fmt: skip
 def test_every_state_round_trips(
     tid: str,
     producer_id: int,
