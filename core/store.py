@@ -199,6 +199,7 @@ class Store:
                 store._load_all(listing)
             store.producer_ids = ProducerIdAllocator(root)
             store.transactions = TransactionCoordinator.open(root, store.producer_ids.allocate)
+            store.transactions.replicated_labels.catch_up(store)
         except BaseException:
             store.abandon()  # the partitions loaded so far give their descriptors back, then the lock goes
             raise
@@ -295,6 +296,16 @@ class Store:
     def create_topic(self, topic: str, partitions: int | None = None, overrides: dict[str, str] | None = None) -> None:
         """Create ``topic`` with ``partitions`` (default ``num.partitions``) empty partitions."""
         self.create_topics([NewTopic(topic, partitions, overrides)])
+
+    def ensure_internal_topic(self, topic: str, partitions: int, overrides: dict[str, str]) -> None:
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) unless it exists, as a
+        coordinator does at its first write; a concurrent creation is not an error."""
+        if self.has_topic(topic):
+            return
+        try:
+            self.create_topic(topic, partitions, dict(overrides))
+        except TopicExists:
+            pass
 
     def create_topics(self, topics: list[NewTopic], *, copied: bool = False) -> None:
         """Create several topics at once, with one fsync of the store directory for all of them (a follower

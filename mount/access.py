@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from logfs.core.configdef import invalid_value
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.internaltopics import INTERNAL_TOPICS
 from logfs.core.owners import DEFAULT_MODE, GROUP_MODE_BITS, MODE_BITS, UNCLAIMED_GROUP_MODE, Owner, Owners
 from logfs.core.store import Store
 from logfs.mount.coordinatorview import CoordinatorView
@@ -104,8 +104,8 @@ class Access:
         if recorded is not None:
             return recorded
         # __consumer_offsets holds every group's commits: the mounting user's alone, groups are read through
-        # .logfs/groups/ with their own modes.
-        return self._offsets if topic == OFFSETS_TOPIC else self._default
+        # .logfs/groups/ with their own modes; __transaction_state's labels are looked up under .logfs/labels/.
+        return self._offsets if topic in INTERNAL_TOPICS else self._default
 
     def group(self, group: str) -> Owner | None:
         """The group's owner; None while nobody claimed it."""

@@ -14,7 +14,7 @@ import time
 
 import pyfuse3
 
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.internaltopics import INTERNAL_TOPICS, internal_refusal
 from logfs.core.names import validate_transactional_id
 from logfs.core.owners import DEFAULT_MODE, Owner
 from logfs.core.store import NewTopic, Store
@@ -173,8 +173,8 @@ class Directories:
             await self.groups.delete(text, caller, forwarder)
             return
         if parent.kind is Kind.ROOT and text != ".logfs":
-            if text == OFFSETS_TOPIC:
-                raise NotPermitted(f"{OFFSETS_TOPIC} is internal: rmdir .logfs/groups/<group> deletes a group")
+            if text in INTERNAL_TOPICS:
+                raise NotPermitted(internal_refusal(text))
             if not self.store.has_topic(text):
                 raise NoEntry(f"no topic {text!r}")
             self.access.check_topic_owner(caller, text, "deleting it")

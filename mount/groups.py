@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pyfuse3
@@ -67,6 +68,7 @@ from logfs.mount.errors import BadFileHandle, NoEntry, NotShownHere, ReadOnlyMou
 from logfs.mount.follow import FollowReaders, FollowStart
 from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.handles import FollowHandle, Handle, Partitions, SnapshotHandle, WriteHandle
+from logfs.mount.internal import append_internal, create_internal_topic
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.render.renderspan import Format
 from logfs.mount.replication import LeaderReplication
@@ -109,8 +111,11 @@ class Groups:
         *,
         read_thread: Runner,
         write_thread: Runner,
+        topics_changed: Callable[[], Awaitable[None]],
     ) -> None:
-        """``replication`` None: a follower's mount (reads only). ``access``: who owns each group (mount/access.py)."""
+        """``replication`` None: a follower's mount (reads only). ``access``: who owns each group (mount/access.py).
+        ``topics_changed``: the writer's, called once ``__consumer_offsets`` is made (mount/internal.py)."""
+        self._topics_changed = topics_changed
         self.store = store
         self.access = access
         self.tree = tree
@@ -425,23 +430,17 @@ class Groups:
         log = self.store.log(topic, partition)
         check_commit_offset(log, topic, partition, offset)
         async with self._create_lock:
-            if not self.store.has_topic(OFFSETS_TOPIC):
-                await self._write_thread(ensure_offsets_topic, self.store)
+            await create_internal_topic(self.store, self._write_thread, self._topics_changed, OFFSETS_TOPIC,
+                                        ensure_offsets_topic)  # fmt: skip
         return await self._append(replication, group, commit_batch(group, [(topic, partition, offset, metadata)],
                                                                    now_ms()), flush)  # fmt: skip
 
     async def _append(self, replication: LeaderReplication, group: str, batch: bytes, flush: bool) -> tuple[int, int]:
         p = partition_for_group(group, len(self.store.partitions(OFFSETS_TOPIC)))
-        leader = replication.partition(OFFSETS_TOPIC, p)
-        state = self.partitions.get(OFFSETS_TOPIC, p)
-        async with state.append_lock:
-            done = await self._write_thread(lambda: leader.append_records_to_leader([bytearray(batch)], flush=flush))
-        if done.infos:
-            state.notify() if done.high_watermark_moved else state.appended()
-        if done.error is not None:
-            raise done.error
+        end = await append_internal(replication, self.partitions, self._write_thread, OFFSETS_TOPIC, p, batch,
+                                    flush=flush)  # fmt: skip
         await self.catch_up(group)
-        return p, done.infos[-1].last_offset + 1
+        return p, end
 
     async def fsync(self, h: WriteHandle) -> None:
         """acks=all for the commits ``h`` wrote: flushed, then replicated to the ISR."""

@@ -56,7 +56,7 @@ import pyfuse3
 import trio
 
 from logfs.core.format.framing import LineFramer
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.internaltopics import INTERNAL_TOPICS, internal_refusal
 from logfs.core.names import is_transactional_id
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
@@ -158,13 +158,15 @@ class Operations(pyfuse3.Operations):
             follower=follower, access=self.permissions,
         )  # fmt: skip
         self.transactions = None if self.replication is None else Transactions(
-            store, self.tree, self.partitions, self.replication, write_thread=self._write_thread
+            store, self.tree, self.partitions, self.replication, write_thread=self._write_thread,
+            topics_changed=self.writer.topics_changed,
         )  # fmt: skip
         self.writer.transactions = self.transactions
         self.tree.uses_coordinator_view = self._uses_coordinator_view
         self.permissions.coordinator_view = lambda: self.tree.coordinator_view
         self.groups = Groups(store, self.tree, self.partitions, self.follows, self.replication, self.permissions,
-                             read_thread=self._read_thread, write_thread=self._write_thread)  # fmt: skip
+                             read_thread=self._read_thread, write_thread=self._write_thread,
+                             topics_changed=self.writer.topics_changed)  # fmt: skip
         self.writer.groups = self.groups
         self.reader.status.extra_metrics = self.groups.render_metrics
         self.dirs = Directories(
@@ -246,7 +248,8 @@ class Operations(pyfuse3.Operations):
         self.follower = self.reader.status.follower = follower
         self.read_only = replication is None
         self.transactions = self.writer.transactions = None if replication is None else Transactions(
-            self.store, self.tree, self.partitions, replication, write_thread=self._write_thread
+            self.store, self.tree, self.partitions, replication, write_thread=self._write_thread,
+            topics_changed=self.writer.topics_changed,
         )  # fmt: skip
         self.tree.forget_coordinator_view()
 
@@ -497,8 +500,8 @@ class Operations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
-            if node.topic == OFFSETS_TOPIC:
-                raise NotPermitted(f"{OFFSETS_TOPIC} is written by commits to .logfs/groups/ only")
+            if node.topic in INTERNAL_TOPICS:
+                raise NotPermitted(internal_refusal(node.topic))
             if forwards and node.txn:  # a transaction's files: on its coordinator's node, for who began it there
                 caller, coordinator = caller_of(ctx), coordinator_of(node.txn)
                 owner = await self.forwarder.transaction_owner(node.txn, coordinator)

@@ -23,7 +23,7 @@ Threads: the trio thread; coordinator and log calls in worker threads (they fsyn
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pyfuse3
 import trio
@@ -36,9 +36,12 @@ from logfs.core.log.log import Log
 from logfs.core.names import validate_transactional_id
 from logfs.core.store import Store
 from logfs.core.txn.coordinator import MarkerWriter, TransactionCoordinator
+from logfs.core.txn.labellog import ensure_transaction_state_topic, label_batch
+from logfs.core.txn.records import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
 from logfs.core.txn.state import TxnInfo
 from logfs.mount.errors import NoEntry
 from logfs.mount.handles import Partitions
+from logfs.mount.internal import append_internal, create_internal_topic
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.replication import LeaderReplication
 from logfs.mount.runner import Runner
@@ -86,8 +89,11 @@ class Transactions:
         replication: LeaderReplication,
         *,
         write_thread: Runner,
+        topics_changed: Callable[[], Awaitable[None]],
     ) -> None:
+        """``topics_changed``: the writer's, called once ``__transaction_state`` is made (mount/internal.py)."""
         assert store.transactions is not None
+        self._topics_changed = topics_changed
         self.coordinator: TransactionCoordinator = store.transactions
         self.store = store
         self.tree = tree
@@ -136,8 +142,25 @@ class Transactions:
         finally:
             self._woken(marked, [transactional_id])
         await self._wait_markers_replicated(ends)
+        if commit and label is not None:
+            await self._record_label(transactional_id, label)
         _log.info("%s transaction %s (%d partition(s))", "committed" if commit else "aborted", transactional_id,
                   len(marked))  # fmt: skip
+
+    async def _record_label(self, transactional_id: str, label: str) -> None:
+        """The committed ``label`` as a record of ``__transaction_state`` (the id's partition), flushed and
+        replicated like the markers before it, so that it survives this node (core/txn/labellog.py says why it
+        comes after the markers). A failure is the commit's fsync's (EIO): the commit stands; only its label may
+        be lost with this node, and a replay then commits again."""
+        p = partition_for_transactional_id(transactional_id)
+        labels = self.coordinator.replicated_labels
+        await create_internal_topic(self.store, self._write_thread, self._topics_changed, TRANSACTION_STATE_TOPIC,
+                                    ensure_transaction_state_topic)  # fmt: skip
+        forgotten = labels.beyond_cap(p)
+        end = await append_internal(self.replication, self.partitions, self._write_thread, TRANSACTION_STATE_TOPIC,
+                                    p, label_batch(label, forgotten, now_ms()), flush=True)  # fmt: skip
+        labels.add(p, label, forgotten)
+        await self.replication.wait_replicated(TRANSACTION_STATE_TOPIC, {p: end}, self.store.config.request_timeout_ms)
 
     async def _wait_markers_replicated(self, ends: dict[TopicPartition, int]) -> None:
         """acks=all for the markers: ``control`` returns once every marker is below its partition's HW. The

@@ -48,7 +48,7 @@ from logfs.core.format.lines import (
     parse_json_lines,
 )
 from logfs.core.format.partitioner import partition_for_key
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.internaltopics import INTERNAL_TOPICS
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
 from logfs.core.store import NewTopic, Store
@@ -256,7 +256,7 @@ class Writer:
         elif change.op == "delete-records":
             await self._delete_records_at(topic, change.partition, change.offset)
         elif change.op == "rmdir":
-            if topic == OFFSETS_TOPIC or not self.store.has_topic(topic):
+            if topic in INTERNAL_TOPICS or not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
             await self.delete_topic(topic, only_if_empty=True, invalidate=True)
             await self.topics_changed()

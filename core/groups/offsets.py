@@ -28,9 +28,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from logfs.core.errors import InvalidOffsetCommit, TopicExists
-from logfs.core.format.batch import Record, iter_batch_positions, read_header
-from logfs.core.format.decode import decode_records
+from logfs.core.errors import InvalidOffsetCommit
+from logfs.core.format.batch import Record
 from logfs.core.format.encode import encode_batch
 from logfs.core.groups.records import (
     OFFSETS_TOPIC,
@@ -44,10 +43,9 @@ from logfs.core.groups.records import (
     partition_for_group,
 )
 from logfs.core.log.log import Log
-from logfs.core.replication.fetch import read_batches
+from logfs.core.log.replay import replay_records
 from logfs.core.store import Store
 
-REPLAY_BYTES_MAX = 1024 * 1024  # one read of __consumer_offsets during a replay
 METADATA_BYTES_MAX = 4096  # offset.metadata.max.bytes, Kafka's default
 # The topic's config as Kafka's GroupCoordinator.groupMetadataTopicConfigs creates it (offsets.topic.segment.bytes).
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
@@ -107,12 +105,7 @@ def tombstone_batch(group: str, keys: Iterable[TopicPartitionKey], now_ms: int) 
 def ensure_offsets_topic(store: Store, partitions: int = OFFSETS_TOPIC_PARTITIONS) -> None:
     """Create ``__consumer_offsets`` (compacted, 100 MiB segments, ``partitions`` partitions) unless it exists.
     Blocks."""
-    if store.has_topic(OFFSETS_TOPIC):
-        return
-    try:
-        store.create_topic(OFFSETS_TOPIC, partitions, dict(OFFSETS_TOPIC_CONFIG))
-    except TopicExists:
-        pass
+    store.ensure_internal_topic(OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIG)
 
 
 class GroupOffsets:
@@ -179,20 +172,7 @@ class GroupOffsets:
             self._forget_partition(p, count)  # first time, a recreated topic, or a truncated tail: from the start
             self._partition_ids[p] = id(log)
             start = log.log_start_offset
-        start = max(start, log.log_start_offset)
-        while start < end:
-            buf, _ = read_batches(log, start, end, REPLAY_BYTES_MAX, room=0)
-            before = start
-            for position, _size in iter_batch_positions(buf):
-                header = read_header(buf, position)
-                if not header.is_control:
-                    for record in decode_records(buf, position):
-                        if start <= record.offset < end:
-                            self.apply(record.key, record.value)
-                start = max(start, header.last_offset + 1)
-            if start == before:
-                break  # nothing below ``end`` (a gap the cleaner left reaches it)
-        self._replayed[p] = start
+        self._replayed[p] = replay_records(log, max(start, log.log_start_offset), end, self.apply)
 
     def _forget_partition(self, p: int, count: int) -> None:
         with self._lock:

@@ -69,6 +69,7 @@ from logfs.core.config import TRANSACTION_MAX_TIMEOUT_MS
 from logfs.core.durable import now_ms as wall_clock_ms
 from logfs.core.errors import ConfigError, InvalidTxnState, ProducerFenced, TransactionInProgress
 from logfs.core.names import validate_transactional_id
+from logfs.core.txn.labellog import ReplicatedLabels
 from logfs.core.txn.state import PRODUCER_EPOCH_EXHAUSTED, PRODUCER_EPOCH_MAX, TxnInfo, TxnState
 from logfs.core.txn.statemanager import COMPACT_MIN_BYTES, LABELS_MAX, TransactionStateManager
 
@@ -102,6 +103,9 @@ class TransactionCoordinator:
         self._changed = threading.Condition(self._lock)  # a write finished, or a transaction stopped completing
         self._writes_in_flight: dict[str, int] = {}
         self._completing: set[str] = set()
+        # the labels __transaction_state holds (replicated: they survive this node); the store replays them at open,
+        # a node that becomes leader again (core/txn/labellog.py)
+        self.replicated_labels = ReplicatedLabels()
 
     @classmethod
     def open(
@@ -143,9 +147,9 @@ class TransactionCoordinator:
         return self._state.committed_labels()
 
     def has_committed_label(self, label: str) -> bool:
-        """Whether a commit with ``label`` was decided (it is then done, or done by ``complete_pending``). Any
-        thread."""
-        return self._state.has_committed_label(label)
+        """Whether a commit with ``label`` was decided (it is then done, or done by ``complete_pending``), here or
+        by a leader whose label record this store replicated. Any thread."""
+        return self._state.has_committed_label(label) or self.replicated_labels.has(label)
 
     # --- a transaction's life -----------------------------------------------------------------------------------
 

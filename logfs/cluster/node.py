@@ -61,6 +61,7 @@ from logfs.core.replication.promotion import (
 )
 from logfs.core.store import NewTopic, Store
 from logfs.core.storeconfig import StoreConfig
+from logfs.core.txn.records import TRANSACTION_STATE_TOPIC
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import FetchResponse
 from logfs.mount.errors import NotRecorded
@@ -453,6 +454,11 @@ class ClusterNode:
             replication = self.ops.replication
         self._recorder = IsrRecorder(self.zk, leaders, states, controller_epoch=seen.controller_epoch,
                                      assignments=self.assignments)  # fmt: skip
+        if self.store.transactions is not None:  # the committed labels it replicated: .logfs/labels/ shows them
+            try:
+                await trio.to_thread.run_sync(self.store.transactions.replicated_labels.catch_up, self.store)
+            except (LogfsError, OSError) as exc:  # it leads all the same; a replayed batch may then commit again
+                _log.error("node %d cannot read the committed labels of %s: %s", node, TRANSACTION_STATE_TOPIC, exc)
         self.ops.set_role(replication, None)
         self.ops.partitions.notify_all()
         self.role = ROLE_LEADER

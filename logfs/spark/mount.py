@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.internaltopics import INTERNAL_TOPICS
 from logfs.spark.offsets import OffsetRange, PartitionState, TopicPartition, clamp_start
 
 WAIT_FIRST_S = 0.01
@@ -54,12 +54,13 @@ class MountBehind(RuntimeError):
 
 
 def list_topics(mount: Path) -> list[str]:
-    """The topics of a mount, sorted (directories whose names do not start with ``.``), without the internal
-    ``__consumer_offsets`` (Kafka's consumers leave internal topics out of patterns: exclude.internal.topics)."""
+    """The topics of a mount, sorted (directories whose names do not start with ``.``), without the internal ones
+    (``__consumer_offsets``, ``__transaction_state``: Kafka's consumers leave internal topics out of patterns,
+    exclude.internal.topics)."""
     out = []
     with os.scandir(mount) as entries:
         for entry in entries:
-            if not entry.name.startswith(".") and entry.name != OFFSETS_TOPIC and entry.is_dir():
+            if not entry.name.startswith(".") and entry.name not in INTERNAL_TOPICS and entry.is_dir():
                 out.append(entry.name)
     return sorted(out)
 
@@ -147,10 +148,10 @@ class Catalog:
     by_topic: dict[str, list[int]] = field(default_factory=dict)
 
     def topics(self) -> list[str]:
-        """The topics a pattern may match, sorted: every topic but the internal ``__consumer_offsets``."""
+        """The topics a pattern may match, sorted: every topic but the internal ones."""
         if self.listing is None:
             return list_topics(self.mount)
-        return sorted(t for t in self.by_topic if t != OFFSETS_TOPIC)
+        return sorted(t for t in self.by_topic if t not in INTERNAL_TOPICS)
 
     def has_topic(self, topic: str) -> bool:
         if self.listing is None:

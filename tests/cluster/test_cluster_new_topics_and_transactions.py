@@ -150,6 +150,18 @@ def test_an_open_transaction_of_a_killed_leader_is_aborted_by_the_new_leader(clu
     st: dict[str, Any] | None = leader.partition_state("t", 0)
     assert st is not None and st["log_end_offset"] == 4 and st["last_stable_offset"] == 1  # pinned by the open one
     assert records(leader, "t", "committed/at") == ["before"]
+    # a commit with a label (the Spark sink's exactly-once) acknowledged before the kill: the label is a record of
+    # __transaction_state, replicated, so the new leader, whose transaction log never knew it, shows it too
+    make_topic(leader.mount, "u", 1)
+    labelled = leader.mount / ".logfs" / "transactions" / "lab"
+    os.mkdir(labelled)
+    for path, line in ((labelled / "u" / "0" / "append", b"labelled\n"), (labelled / "control", b"commit q.7.1\n")):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            assert os.write(fd, line) == len(line)
+        finally:
+            os.close(fd)
+    assert (leader.mount / ".logfs" / "labels" / "q.7.1").exists()
 
     killed = time.monotonic()
     leader.kill()
@@ -169,6 +181,10 @@ def test_an_open_transaction_of_a_killed_leader_is_aborted_by_the_new_leader(clu
     assert records(new, "t") == ["before", "open-1", "open-2", "during"]
     assert records(new, "t", "committed/at") == ["before", "during"]
     assert os.listdir(new.mount / ".logfs" / "transactions") == []
+    for node in (n for n in cluster.nodes.values() if n is not leader):  # the follower asks the new leader
+        label = node.mount / ".logfs" / "labels" / "q.7.1"
+        wait_until(f"label q.7.1 through node {node.node_id}", label.exists, WAIT_S, logs=cluster.logs)
+        assert not (node.mount / ".logfs" / "labels" / "q.7.2").exists()
     append_acked(new.mount, "t", 0, ["after"])  # the new leader acknowledges, with the LSO following the HW
     assert records(new, "t", "committed/at") == ["before", "during", "after"]
     # the old leader comes back as a follower and agrees (the marker replicates like any batch)

@@ -330,6 +330,50 @@ def test_commit_with_a_label_makes_the_label_exist(mnt: Path, mounted: Mount) ->
     assert not (mnt / ".logfs/labels/job.8.0").exists()
 
 
+def test_a_committed_label_is_a_kafka_record_of_transaction_state_and_survives_the_loss_of_the_file(
+    tmp_path: Path,
+) -> None:
+    """The label of a commit is also a record of ``__transaction_state`` (the id's partition by Kafka's hash), read
+    back here by kafka-python: key version 32767 and the label, value version 0 and the commit time. A store
+    whose own transaction log never knew the commit (a node that replicated the topic and leads now; here the file
+    removed between two mounts) still shows the label, so a replayed micro-batch is not committed twice."""
+    store = tmp_path / "store"
+    mount = start_mount(store, tmp_path / "mnt")
+    try:
+        mnt = mount.path
+        os.mkdir(mnt / "t")
+        os.mkdir(mnt / TXNS / "job")
+        write_all(mnt / TXNS / "job/t/0/append", b"x\n")
+        before = int(time.time() * 1000)
+        write_all(mnt / TXNS / "job/control", b"commit q.1.7\n")
+        records = [r for b in stored_batches(mnt, "__transaction_state", partition_of("job"))
+                   for r in b]  # fmt: skip
+        assert [(r.key, len(r.value)) for r in records] == [(b"\x7f\xff\x00\x05q.1.7", 10)]
+        assert records[0].value[:2] == b"\x00\x00" and int.from_bytes(records[0].value[2:], "big") >= before
+        mount.allow_refusals("/__transaction_state: EPERM", "rmdir")
+        mount.allow_refusals("/__transaction_state/0/append: EPERM", "open for writing")
+        assert errno_of(os.rmdir, mnt / "__transaction_state") == errno.EPERM
+        assert errno_of(write_all, mnt / "__transaction_state/0/append", b"forged\n") == errno.EPERM
+    finally:
+        finish_mount(mount)
+    (store / ".logfs-transactions.log").unlink()
+    mount = start_mount(store, tmp_path / "mnt")
+    mount.allow_refusals("/__transaction_state[/0append]*: EPERM", "(rmdir|open for writing)")  # the first's
+    try:
+        assert (mount.path / ".logfs/labels/q.1.7").exists()
+        assert not (mount.path / ".logfs/labels/q.1.8").exists()
+    finally:
+        finish_mount(mount)
+
+
+def partition_of(transactional_id: str) -> int:
+    """Kafka's partitionFor, computed here: abs(Java's String.hashCode) % 50."""
+    h = 0
+    for ch in transactional_id:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return abs(h) % 50
+
 def test_a_decision_recorded_before_a_crash_is_completed_at_the_next_mount(tmp_path: Path) -> None:
     """The commit decision is durable in the transaction log but no marker was written (the process died between
     the two): the next mount writes the markers, and the records become visible in ``committed/``."""

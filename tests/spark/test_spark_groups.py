@@ -5,6 +5,7 @@ group in ``__consumer_offsets`` is non-decreasing), and ``startingOffsets=group:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,12 +147,14 @@ def test_patterns_skip_the_internal_topic_and_bad_group_options_are_refused(spar
     make_topic(mnt, "pat", 1)
     write_all(mnt / "pat" / "0" / "append", b"a\nb\nc\n")
     (mnt / ".logfs" / "groups" / "x" / "pat" / "0" / "offset").write_text("1\n")  # creates __consumer_offsets
+    os.mkdir(mnt / ".logfs" / "transactions" / "j")  # a labelled commit creates __transaction_state
+    (mnt / ".logfs" / "transactions" / "j" / "control").write_text("commit j.0\n")
     from logfs.spark.mount import list_topics
 
-    assert OFFSETS_TOPIC in [p.name for p in mnt.iterdir()]
-    assert OFFSETS_TOPIC not in list_topics(mnt) and "pat" in list_topics(mnt)
-    df = spark.read.format("logfs").option("subscribePattern", f"pat|{OFFSETS_TOPIC}").load(str(mnt))
-    assert df.count() == 3  # pat's records only: __consumer_offsets is not read
+    assert {OFFSETS_TOPIC, "__transaction_state"} <= {p.name for p in mnt.iterdir()}
+    assert "pat" in list_topics(mnt) and not {OFFSETS_TOPIC, "__transaction_state"} & set(list_topics(mnt))
+    df = spark.read.format("logfs").option("subscribePattern", "pat|__.*").load(str(mnt))
+    assert df.count() == 3  # pat's records only: neither internal topic is read
     grouped = spark.read.format("logfs").option("subscribe", "pat").option("startingOffsets", "group:x").load(str(mnt))
     assert sorted(r["value"] for r in grouped.selectExpr("CAST(value AS STRING) AS value").collect()) == ["b", "c"]
     with pytest.raises(Exception, match="commitToGroup is for streaming queries only"):
