@@ -5,13 +5,17 @@ core/txn/records.py). A client neither writes nor deletes them, and a pattern su
 
 from __future__ import annotations
 
+from logfs.core.groups.offsets import OFFSETS_TOPIC_CONFIG
 from logfs.core.groups.records import OFFSETS_TOPIC
+from logfs.core.txn.labellog import TRANSACTION_STATE_CONFIG
 from logfs.core.txn.records import TRANSACTION_STATE_TOPIC
 
 INTERNAL_TOPICS = {
     OFFSETS_TOPIC: "commits to .logfs/groups/ (rmdir .logfs/groups/<group> deletes a group)",
     TRANSACTION_STATE_TOPIC: "labelled commits under .logfs/transactions/",
 }
+# The config each is made with (compacted, as Kafka makes them), also by a node that makes one ZooKeeper records
+INTERNAL_TOPIC_CONFIGS = {OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIG, TRANSACTION_STATE_TOPIC: TRANSACTION_STATE_CONFIG}
 
 
 def internal_refusal(topic: str) -> str:

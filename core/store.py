@@ -54,6 +54,7 @@ from logfs.core.configtext import apply_overrides, load_topic_overrides, save_to
 from logfs.core.durable import fsync_dir, fsync_dirs, replace_file
 from logfs.core.errors import (
     InvalidPartitions,
+    LogfsError,
     StoreOffline,
     TopicExists,
     TopicNotEmpty,
@@ -199,7 +200,10 @@ class Store:
                 store._load_all(listing)
             store.producer_ids = ProducerIdAllocator(root)
             store.transactions = TransactionCoordinator.open(root, store.producer_ids.allocate)
-            store.transactions.replicated_labels.catch_up(store)
+            try:
+                store.transactions.replicated_labels.catch_up(store)
+            except (LogfsError, OSError) as exc:  # the store serves on; labels come back at the next catch-up
+                _log.error("store %s: cannot read the committed labels of __transaction_state: %s", root, exc)
         except BaseException:
             store.abandon()  # the partitions loaded so far give their descriptors back, then the lock goes
             raise

@@ -14,7 +14,6 @@ import time
 
 import pyfuse3
 
-from logfs.core.internaltopics import INTERNAL_TOPICS, internal_refusal
 from logfs.core.names import validate_transactional_id
 from logfs.core.owners import DEFAULT_MODE, Owner
 from logfs.core.store import NewTopic, Store
@@ -25,6 +24,7 @@ from logfs.mount.direntry import listed_only
 from logfs.mount.errors import InvalidName, MountRefusal, NoEntry, NotADirectory, NotPermitted
 from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.groups import GROUP_DIR_KINDS, Groups
+from logfs.mount.internal import refuse_internal
 from logfs.mount.names import decode_name, parse_partition_name
 from logfs.mount.nodes import Kind, Node
 from logfs.mount.reads import Reader
@@ -124,6 +124,7 @@ class Directories:
         parent = self.tree.entry(parent_inode).node
         text = decode_name(name, InvalidName)
         if parent.kind is Kind.ROOT:
+            refuse_internal(text)  # made by their coordinators, with their partitions and config
             owner = self.access.new_topic(caller, mode)
             if forwarder is not None:
                 validate_topic_name(text)  # the name's rules here (EINVAL, ENAMETOOLONG), before it is sent anywhere
@@ -138,6 +139,7 @@ class Directories:
             if partition is None:
                 raise InvalidName(f"{text!r} is not a partition number")
             topic = parent.topic
+            refuse_internal(topic)  # a partition more would move every group's or transaction's partition
             self.access.check_topic_owner(caller, topic, "adding a partition")
             if forwarder is not None:
                 await forwarder.change(DirChange("mkdir", topic, partition, uid=caller.uid),
@@ -173,8 +175,7 @@ class Directories:
             await self.groups.delete(text, caller, forwarder)
             return
         if parent.kind is Kind.ROOT and text != ".logfs":
-            if text in INTERNAL_TOPICS:
-                raise NotPermitted(internal_refusal(text))
+            refuse_internal(text)
             if not self.store.has_topic(text):
                 raise NoEntry(f"no topic {text!r}")
             self.access.check_topic_owner(caller, text, "deleting it")

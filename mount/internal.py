@@ -1,6 +1,6 @@
 """An append a coordinator makes to an internal topic as its leader: a consumer group's commit or tombstones
-(``__consumer_offsets``, mount/groups.py), a committed label (``__transaction_state``, mount/transactions.py); and
-the topic's creation at the first of them.
+(``__consumer_offsets``, mount/groups.py), a committed label (``__transaction_state``, mount/transactions.py); the
+topic's creation at the first of them; and the refusal of every change a client asks of one.
 
 The same steps as a client's append (mount/writes.py) without the framing: under the partition's append lock, in the
 writer thread, the readers woken; the offset after the batch is what an acks=all wait needs.
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from logfs.core.internaltopics import INTERNAL_TOPICS, internal_refusal
 from logfs.core.store import Store
+from logfs.mount.errors import NotPermitted
 from logfs.mount.handles import Partitions
 from logfs.mount.replication import LeaderReplication
 from logfs.mount.runner import Runner
@@ -55,3 +57,10 @@ async def create_internal_topic(
         return
     await write_thread(create, store)
     await topics_changed()
+
+
+def refuse_internal(topic: str) -> None:
+    """EPERM for a client's change of an internal topic (a write, mkdir, rmdir, a deletion of it or of its records):
+    only its coordinator writes it (core/internaltopics.py)."""
+    if topic in INTERNAL_TOPICS:
+        raise NotPermitted(internal_refusal(topic))

@@ -56,7 +56,6 @@ import pyfuse3
 import trio
 
 from logfs.core.format.framing import LineFramer
-from logfs.core.internaltopics import INTERNAL_TOPICS, internal_refusal
 from logfs.core.names import is_transactional_id
 from logfs.core.replication.leaderreplicas import LeaderReplicas
 from logfs.core.replication.promotion import latest_partition_epoch
@@ -77,6 +76,7 @@ from logfs.mount.follow import FollowReaders
 from logfs.mount.forwarding import Forwarder, ForwardHandle
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import FollowHandle, Handle, Partitions, WriteHandle
+from logfs.mount.internal import refuse_internal
 from logfs.mount.metrics import Metrics
 from logfs.mount.names import decode_name
 from logfs.mount.nodes import FORWARDED_KINDS, GROUP_KINDS, Kind, Node, parent_of
@@ -500,8 +500,7 @@ class Operations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True)
         # O_TRUNC changes nothing: writes always append (docs/mount.md, "Files, modes and caching").
         if kind.write_only or (kind is Kind.CONFIG and access != os.O_RDONLY):
-            if node.topic in INTERNAL_TOPICS:
-                raise NotPermitted(internal_refusal(node.topic))
+            refuse_internal(node.topic)
             if forwards and node.txn:  # a transaction's files: on its coordinator's node, for who began it there
                 caller, coordinator = caller_of(ctx), coordinator_of(node.txn)
                 owner = await self.forwarder.transaction_owner(node.txn, coordinator)

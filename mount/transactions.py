@@ -152,10 +152,10 @@ class Transactions:
         replicated like the markers before it, so that it survives this node (core/txn/labellog.py says why it
         comes after the markers). A failure is the commit's fsync's (EIO): the commit stands; only its label may
         be lost with this node, and a replay then commits again."""
-        p = partition_for_transactional_id(transactional_id)
         labels = self.coordinator.replicated_labels
         await create_internal_topic(self.store, self._write_thread, self._topics_changed, TRANSACTION_STATE_TOPIC,
                                     ensure_transaction_state_topic)  # fmt: skip
+        p = partition_for_transactional_id(transactional_id, len(self.store.partitions(TRANSACTION_STATE_TOPIC)))
         forgotten = labels.beyond_cap(p)
         end = await append_internal(self.replication, self.partitions, self._write_thread, TRANSACTION_STATE_TOPIC,
                                     p, label_batch(label, forgotten, now_ms()), flush=True)  # fmt: skip
@@ -180,7 +180,10 @@ class Transactions:
     async def watch(self) -> None:
         """Complete what a crash left decided, then abort forgotten transactions every EXPIRE_INTERVAL_S. A task of
         the server's nursery; runs until cancelled."""
-        await self._sweep(lambda writer: self.coordinator.complete_pending(writer, now_ms=now_ms()), "completed")
+        ends: dict[TopicPartition, int] = {}
+        completed = await self._sweep(lambda writer: self.coordinator.complete_pending(writer, now_ms=now_ms()),
+                                      "completed", ends)  # fmt: skip
+        await self._record_completed_labels(completed, ends)
         marked: list[TopicPartition] = []
         orphans: list[str] = []
         try:
@@ -197,14 +200,36 @@ class Transactions:
             await trio.sleep(EXPIRE_INTERVAL_S)
             await self._sweep(lambda writer: self.coordinator.expire(now_ms(), writer), "timed out and aborted")
 
-    async def _sweep(self, run: Callable[[MarkerWriter], list[str]], what: str) -> None:
+    async def _record_completed_labels(self, completed: list[str], ends: dict[TopicPartition, int]) -> None:
+        """The labels of commits a crash left decided and the start completed: recorded as :meth:`end` records
+        them, once the markers are replicated. A failure is logged; that label then stays this store's own (a
+        replay after a change of leader commits again)."""
+        labelled: list[tuple[str, str]] = []
+        for transactional_id in completed:
+            info = self.coordinator.get(transactional_id)
+            if info is not None and info.commit and info.label is not None:
+                labelled.append((transactional_id, info.label))
+        if not labelled:
+            return
+        try:
+            await self._wait_markers_replicated(ends)
+            for transactional_id, label in labelled:
+                await self._record_label(transactional_id, label)
+        except (LogfsError, OSError) as exc:
+            _log.error("transactions: recording the labels of %s failed: %s", [t for t, _ in labelled], exc)
+
+    async def _sweep(
+        self, run: Callable[[MarkerWriter], list[str]], what: str, ends: dict[TopicPartition, int] | None = None
+    ) -> list[str]:
+        """``run`` the coordinator's sweep with a marker writer (the markers' ends into ``ends``); the ids it
+        ended."""
         pending = [t for t in self.coordinator.open_transactions() if t.state.is_open]
         if not pending:
-            return
+            return []
         marked: list[TopicPartition] = []
         ids: list[str] = []
         try:
-            ids = await self._write_thread(lambda: run(self._marker_writer(marked)))
+            ids = await self._write_thread(lambda: run(self._marker_writer(marked, ends)))
         except (LogfsError, OSError) as exc:  # retried on the next sweep
             _log.error("transactions: %s failed: %s", what, exc)
         except Exception:  # a bug: its traceback in the log; the mount serves on and the next sweep retries
@@ -213,6 +238,7 @@ class Transactions:
             self._woken(marked, ids)
         for transactional_id in ids:
             _log.warning("transaction %s %s", transactional_id, what)
+        return ids
 
     def _abort_orphans(self, marked: list[TopicPartition]) -> list[str]:
         """At mount (worker thread): producer ids found in the logs are never handed out again (a promoted

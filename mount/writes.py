@@ -48,7 +48,6 @@ from logfs.core.format.lines import (
     parse_json_lines,
 )
 from logfs.core.format.partitioner import partition_for_key
-from logfs.core.internaltopics import INTERNAL_TOPICS
 from logfs.core.log.log import Log
 from logfs.core.replication.replica import BatchTransform, LeaderAppend, LeaderPartition
 from logfs.core.store import NewTopic, Store
@@ -68,6 +67,7 @@ from logfs.mount.errors import (
 from logfs.mount.forwarding import DirChange, Forwarder
 from logfs.mount.groups import GROUP_WRITE_KINDS, Groups
 from logfs.mount.handles import Partitions, WriteHandle
+from logfs.mount.internal import refuse_internal
 from logfs.mount.metrics import Metrics
 from logfs.mount.nodes import Kind
 from logfs.mount.replication import LeaderReplication
@@ -236,6 +236,8 @@ class Writer:
         (EROFS otherwise, before anything changes: that node tries the next leader)."""
         self._leader_replication()
         topic = change.topic
+        if change.op in ("mkdir", "rmdir", "delete-topic", "delete-records"):  # as the asking node refused it
+            refuse_internal(topic)
         if change.uid >= 0 and self.store.has_topic(topic):  # a change of a topic: its owner's, here too
             self.access.check_topic_owner(Caller(change.uid, -1, 0), topic, f"{change.op} through another node")
         if change.op == "claim":
@@ -256,7 +258,7 @@ class Writer:
         elif change.op == "delete-records":
             await self._delete_records_at(topic, change.partition, change.offset)
         elif change.op == "rmdir":
-            if topic in INTERNAL_TOPICS or not self.store.has_topic(topic):
+            if not self.store.has_topic(topic):
                 raise NoEntry(f"no topic {topic!r}")
             await self.delete_topic(topic, only_if_empty=True, invalidate=True)
             await self.topics_changed()
@@ -313,6 +315,7 @@ class Writer:
         elif kind is Kind.DELETE_TOPIC:
             for line in _commands(lines):
                 validate_topic_name(line)  # EINVAL / ENAMETOOLONG before "no such topic" (core/names.py)
+                refuse_internal(line)
                 if not self.store.has_topic(line):
                     raise NoEntry(f"no topic {line!r}")
                 self._check_owner(h, line, "delete-topic")
@@ -457,6 +460,7 @@ class Writer:
             raise InvalidCommand(f"{line!r} is not '<topic> <partition> <offset>'")
         topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
         validate_topic_name(topic)
+        refuse_internal(topic)
         log = self.store.log(topic, partition)
         self._check_owner(h, topic, "delete-records")
         forwarder = self._forwarding()

@@ -147,9 +147,15 @@ class TransactionCoordinator:
         return self._state.committed_labels()
 
     def has_committed_label(self, label: str) -> bool:
-        """Whether a commit with ``label`` was decided (it is then done, or done by ``complete_pending``), here or
-        by a leader whose label record this store replicated. Any thread."""
-        return self._state.has_committed_label(label) or self.replicated_labels.has(label)
+        """Whether a commit with ``label`` happened: its record is in ``__transaction_state`` (written once the
+        commit's markers are replicated, so every future leader keeps the commit: core/txn/labellog.py). The labels
+        this store's transaction log recorded with its decisions count only in a store that never used the topic
+        (one from before labels were recorded there): a decision whose markers are not replicated yet may still
+        be aborted by a new leader, and answering for it would make a replay skip rows never committed. Any
+        thread."""
+        if self.replicated_labels.in_use:
+            return self.replicated_labels.has(label)
+        return self._state.has_committed_label(label)
 
     # --- a transaction's life -----------------------------------------------------------------------------------
 

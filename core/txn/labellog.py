@@ -71,10 +71,17 @@ class ReplicatedLabels:
         self._labels: dict[str, int] = {}  # label → its partition
         self._by_partition: dict[int, dict[str, None]] = {}  # insertion-ordered sets: oldest first
         self._replayed: dict[int, tuple[int, int]] = {}  # partition → (id() of its Log, next offset to replay)
+        self._in_use = False
 
     def has(self, label: str) -> bool:
         with self._lock:
             return label in self._labels
+
+    @property
+    def in_use(self) -> bool:
+        """Whether labels are recorded in ``__transaction_state`` here: it exists (replayed) or was written to.
+        From then on they alone say which commits happened (core/txn/coordinator.py)."""
+        return self._in_use
 
     def beyond_cap(self, partition: int) -> list[str]:
         """The oldest labels of ``partition`` a new one there would push past the cap: tombstone them with it."""
@@ -85,19 +92,28 @@ class ReplicatedLabels:
     def add(self, partition: int, label: str, forgotten: list[str]) -> None:
         """This node appended ``label`` (with tombstones for ``forgotten``) to ``partition``."""
         with self._lock:
+            self._in_use = True
             for old in forgotten:
                 self._drop(old)
             self._drop(label)
             self._labels[label] = partition
             self._by_partition.setdefault(partition, {})[label] = None
 
-    def catch_up(self, store: Store) -> None:
+    def catch_up(self, store: Store, *, from_start: bool = False) -> None:
         """Replay what every partition of ``__transaction_state`` holds that was not replayed yet, up to its log end
         (a label record is only ever written once its commit's markers are replicated: see the module docstring).
-        A partition recreated or truncated below where the replay stopped is replayed from its start. Blocking
-        reads: a worker thread; callers serialise catch-ups."""
+        A partition recreated or truncated below where the replay stopped is replayed from its start; one a
+        follower truncated and fetched past that point again cannot be told apart, so a node that becomes leader
+        replays everything (``from_start``: the topic is compacted and small). Blocking reads: a worker thread;
+        callers serialise catch-ups."""
         if not store.has_topic(TRANSACTION_STATE_TOPIC):
             return
+        if from_start:
+            with self._lock:
+                self._labels.clear()
+                self._by_partition.clear()
+            self._replayed.clear()
+        self._in_use = True
         for p in store.partitions(TRANSACTION_STATE_TOPIC):
             self._catch_up_partition(p, store.log(TRANSACTION_STATE_TOPIC, p))
 

@@ -51,6 +51,7 @@ from logfs.cluster.zksession import SESSION_CONNECTED, SESSION_EXPIRED
 from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.errors import LogfsError
+from logfs.core.internaltopics import INTERNAL_TOPIC_CONFIGS
 from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
@@ -192,8 +193,9 @@ class ClusterNode:
         for topic, count in sorted(counts.items()):
             if topic in pending:
                 continue
-            if not self.store.has_topic(topic):
-                missing.append(NewTopic(topic, count))
+            if not self.store.has_topic(topic):  # an internal one with its own config (compacted)
+                config = INTERNAL_TOPIC_CONFIGS.get(topic)
+                missing.append(NewTopic(topic, count, None if config is None else dict(config)))
             else:
                 grown += [(topic, p) for p in range(len(self.store.partitions(topic)), count)]
         for new in missing:
@@ -456,7 +458,8 @@ class ClusterNode:
                                      assignments=self.assignments)  # fmt: skip
         if self.store.transactions is not None:  # the committed labels it replicated: .logfs/labels/ shows them
             try:
-                await trio.to_thread.run_sync(self.store.transactions.replicated_labels.catch_up, self.store)
+                await trio.to_thread.run_sync(functools.partial(
+                    self.store.transactions.replicated_labels.catch_up, self.store, from_start=True))
             except (LogfsError, OSError) as exc:  # it leads all the same; a replayed batch may then commit again
                 _log.error("node %d cannot read the committed labels of %s: %s", node, TRANSACTION_STATE_TOPIC, exc)
         self.ops.set_role(replication, None)

@@ -341,6 +341,7 @@ def test_a_committed_label_is_a_kafka_record_of_transaction_state_and_survives_t
     mount = start_mount(store, tmp_path / "mnt")
     try:
         mnt = mount.path
+        assert errno_of(os.mkdir, mnt / "__transaction_state") == errno.EPERM  # made by the first labelled commit
         os.mkdir(mnt / "t")
         os.mkdir(mnt / TXNS / "job")
         write_all(mnt / TXNS / "job/t/0/append", b"x\n")
@@ -350,15 +351,21 @@ def test_a_committed_label_is_a_kafka_record_of_transaction_state_and_survives_t
                    for r in b]  # fmt: skip
         assert [(r.key, len(r.value)) for r in records] == [(b"\x7f\xff\x00\x05q.1.7", 10)]
         assert records[0].value[:2] == b"\x00\x00" and int.from_bytes(records[0].value[2:], "big") >= before
-        mount.allow_refusals("/__transaction_state: EPERM", "rmdir")
+        mount.allow_refusals("/__transaction_state(/50)?: EPERM", "(rmdir|mkdir)")
         mount.allow_refusals("/__transaction_state/0/append: EPERM", "open for writing")
+        mount.allow_refusals("/.logfs/delete-(topic|records): EPERM", "write")
+        # internal: only its coordinator writes it (no client's mkdir, rmdir, write or deletion)
         assert errno_of(os.rmdir, mnt / "__transaction_state") == errno.EPERM
+        assert errno_of(os.mkdir, mnt / "__transaction_state/50") == errno.EPERM
         assert errno_of(write_all, mnt / "__transaction_state/0/append", b"forged\n") == errno.EPERM
+        assert errno_of(write_all, mnt / ".logfs/delete-topic", b"__transaction_state\n") == errno.EPERM
+        assert errno_of(write_all, mnt / ".logfs/delete-records", b"__transaction_state 0 1\n") == errno.EPERM
     finally:
         finish_mount(mount)
     (store / ".logfs-transactions.log").unlink()
     mount = start_mount(store, tmp_path / "mnt")
-    mount.allow_refusals("/__transaction_state[/0append]*: EPERM", "(rmdir|open for writing)")  # the first's
+    mount.allow_refusals(r"/(\.logfs/delete-(topic|records)|__transaction_state[/0-9append]*): EPERM",
+                         "(rmdir|mkdir|open for writing|write)")  # the first mount's lines, in the same log
     try:
         assert (mount.path / ".logfs/labels/q.1.7").exists()
         assert not (mount.path / ".logfs/labels/q.1.8").exists()
@@ -376,7 +383,8 @@ def partition_of(transactional_id: str) -> int:
 
 def test_a_decision_recorded_before_a_crash_is_completed_at_the_next_mount(tmp_path: Path) -> None:
     """The commit decision is durable in the transaction log but no marker was written (the process died between
-    the two): the next mount writes the markers, and the records become visible in ``committed/``."""
+    the two): the next mount writes the markers, and the records become visible in ``committed/``; the commit's
+    label is then recorded in ``__transaction_state`` as a commit's own is (only then does it exist)."""
     from logfs.core.store import Store
 
     mount = start_mount(tmp_path / "store", tmp_path / "mnt")
@@ -398,7 +406,8 @@ def test_a_decision_recorded_before_a_crash_is_completed_at_the_next_mount(tmp_p
             raise OSError(errno.EIO, "the process died here")
 
         with pytest.raises(OSError):
-            coordinator.end("decided", info.producer_epoch, commit=True, marker_writer=crash, now_ms=0)
+            coordinator.end("decided", info.producer_epoch, commit=True, marker_writer=crash, now_ms=0,
+                            label="decided.1.0")
     finally:
         store.abandon()
     mount = start_mount(tmp_path / "store", tmp_path / "mnt")
@@ -407,6 +416,11 @@ def test_a_decision_recorded_before_a_crash_is_completed_at_the_next_mount(tmp_p
         wait_for(lambda: state(mount.path, "t")["last_stable_offset"] == 3)
         assert values(mount.path, "t", committed=True) == ["a", "b"]
         assert markers(mount.path, "t") == [(2, ControlType.COMMIT)]
+        labels = mount.path / "__transaction_state" / str(partition_of("decided")) / "at/earliest.kafka"
+        wait_for(lambda: labels.exists() and labels.stat().st_size > 0)
+        records = [r for b in stored_batches(mount.path, "__transaction_state", partition_of("decided")) for r in b]
+        assert [r.key for r in records] == [b"\x7f\xff\x00\x0bdecided.1.0"]
+        assert (mount.path / ".logfs/labels/decided.1.0").exists()
     finally:
         finish_mount(mount)
 
