@@ -104,8 +104,8 @@ class ReplicatedLabels:
         (a label record is only ever written once its commit's markers are replicated: see the module docstring).
         A partition recreated or truncated below where the replay stopped is replayed from its start; one a
         follower truncated and fetched past that point again cannot be told apart, so a node that becomes leader
-        replays everything (``from_start``: the topic is compacted and small). Blocking reads: a worker thread;
-        callers serialise catch-ups."""
+        replays everything (``from_start``: the topic is compacted and small; lookups answer "no" until it is done,
+        so it runs before the node serves them). Blocking reads: a worker thread; callers serialise catch-ups."""
         if not store.has_topic(TRANSACTION_STATE_TOPIC):
             return
         if from_start:

@@ -456,7 +456,9 @@ class ClusterNode:
             replication = self.ops.replication
         self._recorder = IsrRecorder(self.zk, leaders, states, controller_epoch=seen.controller_epoch,
                                      assignments=self.assignments)  # fmt: skip
-        if self.store.transactions is not None:  # the committed labels it replicated: .logfs/labels/ shows them
+        if self.store.transactions is not None and not adopt:
+            # the committed labels it replicated, replayed from the start before .logfs/labels/ is served here (a
+            # leader adopting an epoch kept its own up to date, and serves lookups meanwhile: no replay under them)
             try:
                 await trio.to_thread.run_sync(functools.partial(
                     self.store.transactions.replicated_labels.catch_up, self.store, from_start=True))
