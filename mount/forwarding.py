@@ -227,7 +227,7 @@ class Forwarder:
     async def read_group_file(self, node: Node, leader_of: tuple[str, int]) -> bytes | None:
         """A group's ``offset`` or ``config`` as the leader of its offsets partition shows it (its forwarded twin);
         None when it has none (no commit)."""
-        return await self._unless_absent(node, "read", _read_file, leader_of)
+        return await self._unless_absent(node, "read", Path.read_bytes, leader_of)
 
     async def commit(self, node: Node, offset: int, leader_of: tuple[str, int]) -> None:
         """Commit ``offset`` to ``node`` (a group's ``offset``) on the leader of the group's offsets partition: one
@@ -493,11 +493,6 @@ _PLAIN_NAME = re.compile(r"[^\s\x00-\x1f\x7f/]+")
 def _ids(words: list[str]) -> bool:
     """Whether each word is a non-negative id in ASCII digits."""
     return all(w.isascii() and w.isdigit() for w in words)
-
-
-def _read_file(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _owners(path: Path) -> dict[str, tuple[int, int]]:

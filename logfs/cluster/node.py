@@ -51,7 +51,8 @@ from logfs.cluster.zksession import SESSION_CONNECTED, SESSION_EXPIRED
 from logfs.cluster.znodes import Versioned
 from logfs.core.checkpoint import TopicPartition
 from logfs.core.errors import LogfsError
-from logfs.core.internaltopics import INTERNAL_TOPIC_CONFIGS
+from logfs.core.groups.offsets import OFFSETS_TOPIC_CONFIG
+from logfs.core.groups.records import OFFSETS_TOPIC
 from logfs.core.replication.leaderreplicas import LeaderReplicas, shrink_check_interval_ms
 from logfs.core.replication.promotion import (
     PersistedReplicaState,
@@ -62,6 +63,7 @@ from logfs.core.replication.promotion import (
 )
 from logfs.core.store import NewTopic, Store
 from logfs.core.storeconfig import StoreConfig
+from logfs.core.txn.labellog import TRANSACTION_STATE_CONFIG
 from logfs.core.txn.records import TRANSACTION_STATE_TOPIC
 from logfs.follower.daemon import Follower
 from logfs.follower.fetch import FetchResponse
@@ -72,6 +74,9 @@ from logfs.mount.replication import LeaderReplication
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# The internal topics' configs (compacted, as their coordinators make them), for one made from ZooKeeper's record
+INTERNAL_TOPIC_CONFIGS = {OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIG, TRANSACTION_STATE_TOPIC: TRANSACTION_STATE_CONFIG}
 
 RECONCILE_S = 1.0  # reconcile at least this often, even with no event (a registration to retry)
 OFFLINE_POLL_S = 0.05  # how often the store's offline flag is read (one attribute, no lock): a leader whose store
