@@ -364,8 +364,8 @@ def umount(mountpoint: Path, lazy: bool) -> None:
     --lazy detaches the mount point at once: `follow/` readers then read end of file, and the `logfs mount` process
     shuts down cleanly once their files are closed (at most 10 s later, whatever else is still open).
     """
+    from logfs.mount.fusermount import unmount
     from logfs.mount.holders import holders
-    from logfs.mount.server import unmount
 
     _check_mounted(mountpoint)
     done = unmount(mountpoint, lazy=lazy)

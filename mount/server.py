@@ -43,7 +43,6 @@ import logging
 import os
 import resource
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -56,6 +55,7 @@ from logfs.core.replication.promotion import start_leader_epoch
 from logfs.core.store import Store
 from logfs.core.storeconfig import StoreConfig
 from logfs.mount.cleaning import CleanerTask
+from logfs.mount.fusermount import unmount
 from logfs.mount.operations import Operations
 from logfs.mount.predecessor import stuck_predecessor_message
 
@@ -65,7 +65,6 @@ TICK_INTERVAL_S = 1.0
 UNMOUNT_CHECK_S = 0.5  # how often the mount looks for its own (lazy) unmount in /proc/self/mountinfo
 LAZY_GRACE_S = 10.0  # how long open files may keep a lazily unmounted session up once its follow/ readers ended
 MOUNT_OPTIONS = frozenset({"fsname=logfs", "subtype=logfs", "noatime"})
-FUSERMOUNT = "fusermount3"
 
 
 class MountError(StorageError):
@@ -132,9 +131,7 @@ def clear_stale_mount(mountpoint: Path, store: Path | None = None) -> None:
         if exc.errno != errno.ENOTCONN:
             raise MountError(f"mount point {mountpoint}: {exc.strerror}") from None
         _log.warning("%s is a stale mount left by a logfs process that died: unmounting it", mountpoint)
-        done = subprocess.run(
-            [FUSERMOUNT, "-u", "-z", str(mountpoint)], capture_output=True, text=True, timeout=30, check=False
-        )
+        done = unmount(mountpoint, lazy=True)
         if done.returncode != 0:
             raise MountError(f"cannot clear the stale mount at {mountpoint}: {done.stderr.strip()}") from None
         os.stat(mountpoint)
@@ -143,12 +140,6 @@ def clear_stale_mount(mountpoint: Path, store: Path | None = None) -> None:
         raise MountError(f"{mountpoint} is already a mount point (another logfs? `logfs umount {mountpoint}`)")
     if not mountpoint.is_dir():
         raise MountError(f"mount point {mountpoint} is not a directory")
-
-
-def unmount(mountpoint: Path, *, lazy: bool = False) -> subprocess.CompletedProcess[str]:
-    """``fusermount3 -u [-z] MOUNTPOINT`` (the daemon then sees the unmount and shuts down cleanly)."""
-    args = [FUSERMOUNT, "-u", *(["-z"] if lazy else []), str(mountpoint)]
-    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
 
 
 def raise_open_file_limit() -> None:

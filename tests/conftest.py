@@ -24,9 +24,24 @@ from typing import Any, Protocol
 import pytest
 
 LOGFS = str(Path(sys.executable).with_name("logfs"))
+# The folders whose tests scripts/test runs two at a time (pytest-xdist): each test has its own mount, store and
+# temporary paths, and bounds only generous enough for a busy machine; a test there that asserts a latency, a CPU
+# share or a timer's bound is marked ``alone`` and runs with the others (clusters, followers, Spark, the demos:
+# ZooKeeper sessions, lag timers and JVMs, one test at a time).
+SHAREABLE_FOLDERS = ("mount", "cli", "project", "faults")
+_TESTS = Path(__file__).resolve().parent
 MOUNT_TIMEOUT_S = 20.0
 EXIT_TIMEOUT_S = 20.0
 _LOUD = re.compile(r" (WARNING|ERROR|CRITICAL) ")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``shareable`` the tests of :data:`SHAREABLE_FOLDERS` not marked ``alone`` (scripts/test selects with
+    ``-m shareable`` and ``-m "not shareable"``)."""
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(_TESTS).parts
+        if parts[0] in SHAREABLE_FOLDERS and item.get_closest_marker("alone") is None:
+            item.add_marker(pytest.mark.shareable)
 
 
 @dataclass

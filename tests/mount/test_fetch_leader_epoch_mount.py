@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from conftest import finish_mount, start_mount
 
 
@@ -24,6 +25,7 @@ def replica_leo(mnt: Path) -> int:
     return int(json.loads((mnt / "t/0/state").read_bytes())["replicas"]["1"]["log_end_offset"])
 
 
+@pytest.mark.alone  # a refused fetch answered within 0.4 s
 def test_the_third_part_of_a_fetch_name_is_checked_against_the_leader_epoch(tmp_path: Path) -> None:
     store, mnt = tmp_path / "s", tmp_path / "m"
     for _ in range(3):  # three mounts: leader epochs 0, 1, 2

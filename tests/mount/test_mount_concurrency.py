@@ -21,6 +21,8 @@ from conftest import Mount, default_signals, finish_mount, running_mount, start_
 
 from logfs.mount.signals import eintr_bound
 
+pytestmark = pytest.mark.alone  # latencies, CPU shares and open times measured
+
 WRITER = textwrap.dedent(
     """
     import os, random, sys

@@ -344,6 +344,7 @@ def test_metrics(mnt: Path) -> None:
 # --- follow ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # Ctrl-C answered within 0.5 s
 def test_follow_delivers_new_records_and_ctrl_c_interrupts(mnt: Path) -> None:
     make_topic(mnt, "live")
     reader = subprocess.Popen(["head", "-n", "1", str(mnt / "live/0/follow/latest")], stdout=subprocess.PIPE)

@@ -26,6 +26,8 @@ from conftest import LOGFS, LOGFS_LISTING, Mount, finish_mount, running_mount, s
 
 from logfs.core.format.batch import iter_batch_positions, read_header
 
+pytestmark = pytest.mark.alone  # lag and ISR timers bounded to a fraction of a second
+
 FETCH_WAIT_S = 0.5
 LEAVES_ISR = r"leaves the ISR"
 FSYNC_EIO = r"fsync\(.*failed with EIO: (NotEnoughReplicasAfterAppend|ReplicationTimeout)"

@@ -29,6 +29,8 @@ from logfs.core.format.batch import Record
 from logfs.core.format.encode import encode_batch
 from logfs.core.store import Store
 
+pytestmark = pytest.mark.alone  # per-request costs compared across partition counts
+
 LARGE = int(os.environ.get("LOGFS_SCALE_PARTITIONS", "1000"))
 SMALL = 10
 PER_TOPIC = 5

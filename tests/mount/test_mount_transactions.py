@@ -234,6 +234,7 @@ def wait_for(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-d
         time.sleep(0.05)
 
 
+@pytest.mark.alone  # the timeout acted on within 4 s
 def test_a_forgotten_transaction_is_aborted_after_its_timeout(short_timeout: Mount) -> None:
     mnt = short_timeout.path
     os.mkdir(mnt / "t")

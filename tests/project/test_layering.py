@@ -139,6 +139,14 @@ def test_import_logfs_is_light(tmp_path: Path) -> None:
     assert json.loads(proc.stdout) == []
 
 
+def test_the_umount_command_loads_neither_fuse_nor_trio_nor_the_store(tmp_path: Path) -> None:
+    """``logfs umount`` runs one ``fusermount3``: its modules (``mount/fusermount.py``, ``mount/holders.py``) must not
+    pull in pyfuse3, trio or the store (they did through ``mount/server.py``: 0.7 s of imports per unmount)."""
+    watched = ("pyfuse3", "trio", "logfs.core.store", "logfs.mount.server", "numpy")
+    loaded = loaded_after_importing(["logfs.cli", "logfs.mount.fusermount", "logfs.mount.holders"], watched, tmp_path)
+    assert loaded == {"logfs.cli": [], "logfs.mount.fusermount": [], "logfs.mount.holders": []}
+
+
 # --- static check -------------------------------------------------------------------------------------------------
 
 
