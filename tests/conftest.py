@@ -24,11 +24,11 @@ from typing import Any, Protocol
 import pytest
 
 LOGFS = str(Path(sys.executable).with_name("logfs"))
-# The folders whose tests scripts/test runs two at a time (pytest-xdist): each test has its own mount, store and
-# temporary paths, and bounds only generous enough for a busy machine; a test there that asserts a latency, a CPU
-# share or a timer's bound is marked ``alone`` and runs with the others (clusters, followers, Spark, the demos:
-# ZooKeeper sessions, lag timers and JVMs, one test at a time).
-SHAREABLE_FOLDERS = ("mount", "cli", "project", "faults")
+# The folders whose tests scripts/test runs two at a time (pytest-xdist): each test has its own mount, store, Spark
+# session and temporary paths, and bounds only generous enough for a busy machine; a test there that asserts a
+# latency, a CPU share or a timer's bound is marked ``alone`` and runs with the others, one test at a time (clusters
+# and followers: ZooKeeper sessions and lag timers).
+SHAREABLE_FOLDERS = ("mount", "cli", "project", "faults", "spark", "scripts")
 _TESTS = Path(__file__).resolve().parent
 MOUNT_TIMEOUT_S = 20.0
 EXIT_TIMEOUT_S = 20.0

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a ZooKeeper cluster: session timeouts and a failover bound
 @pytest.mark.timeout(240)
 def test_the_cluster_demo_fails_over_and_keeps_every_acknowledged_record(tmp_path: Path) -> None:
     where = tmp_path / "demo"
